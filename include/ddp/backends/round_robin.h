@@ -1,0 +1,48 @@
+// RoundRobinProcessGroup (paper §3.3, §5.4): composes K process groups of
+// the same ranks and dispatches successive collectives to them in turn, so
+// that K collectives travel at once on K sets of connections.
+//
+// Contract
+// - All member groups have the same rank and size (InvalidArgument otherwise).
+// - Works complete in issue order, whatever order the members finish in.
+// - The composite's timeout is the members' largest.
+#pragma once
+
+#include <ddp/process_group.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ddp {
+
+class RoundRobinProcessGroup : public ProcessGroup {
+ public:
+  explicit RoundRobinProcessGroup(std::vector<ProcessGroupPtr> groups);
+
+  std::string backend_name() const override;
+  const std::vector<ProcessGroupPtr>& groups() const { return groups_; }
+
+ protected:
+  WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
+  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                 ReduceOp op) override;
+  WorkPtr do_broadcast(at::Tensor tensor, int root) override;
+  WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) override;
+  WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                            ReduceOp op) override;
+  WorkPtr do_barrier() override;
+
+ private:
+  // Picks the next member and chains the Work after the previous one.
+  template <typename Issue>
+  WorkPtr dispatch(Issue&& issue);
+
+  const std::vector<ProcessGroupPtr> groups_;
+  std::mutex mutex_;
+  size_t next_ = 0;     // guarded by mutex_: index of the next member
+  WorkPtr last_;        // guarded by mutex_: the last Work returned
+};
+
+}  // namespace ddp

@@ -1,0 +1,9 @@
+// The ddp library: distributed data-parallel training for libtorch.
+#pragma once
+
+#include <ddp/backends/gloo.h>
+#include <ddp/backends/round_robin.h>
+#include <ddp/errors.h>
+#include <ddp/init.h>
+#include <ddp/process_group.h>
+#include <ddp/work.h>

@@ -1,0 +1,91 @@
+// Rendezvous and the default process group (paper §3.3).
+//
+//   auto pg = ddp::init_process_group();   // env://, as ddprun/torchrun set it
+//
+// Where ranks meet (InitOptions::init_method):
+// - "env://" (default): MASTER_ADDR, MASTER_PORT, and the rank and world size
+//   from RANK/WORLD_SIZE (ddprun, torchrun), else OMPI_COMM_WORLD_RANK/_SIZE
+//   (mpirun), else SLURM_PROCID/SLURM_NTASKS (srun). LOCAL_RANK and
+//   LOCAL_WORLD_SIZE (or their Open MPI and Slurm twins) are read when set.
+// - "tcp://host:port": rank and world size from the options (or env).
+// - "file:///path/to/file": a FileStore on a shared file system.
+// Rank 0 hosts a TCPStore (libtorch's c10d) at the master address; the first
+// arrival waits for the last within rendezvous_timeout, then TimeoutError
+// says how many ranks of how many arrived, and which are missing.
+//
+// Errors name the variable or option and the expected form (InvalidArgument);
+// an unreachable master or a port in use names the address.
+//
+// DDP_DEBUG=detail wraps the group so that each collective's fingerprint
+// (kind, op, dtype, sizes) is compared across ranks before it runs.
+#pragma once
+
+#include <ddp/backends/gloo.h>
+#include <ddp/process_group.h>
+#include <ddp/store.h>
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <string>
+
+namespace ddp {
+
+struct InitOptions {
+  // "gloo" (the CPU backend).
+  TORCH_ARG(std::string, backend) = "gloo";
+  // "env://", "tcp://host:port" or "file:///path". Default "env://".
+  TORCH_ARG(std::string, init_method) = "env://";
+  // This process's rank; -1 (default) reads it from the environment.
+  TORCH_ARG(int, rank) = -1;
+  // Number of ranks; -1 (default) reads it from the environment.
+  TORCH_ARG(int, world_size) = -1;
+  // Default timeout of every collective. Default 30 minutes.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+  // How long the first rank waits for the last. Default 5 minutes;
+  // $DDP_RENDEZVOUS_TIMEOUT_S overrides it.
+  TORCH_ARG(std::chrono::milliseconds, rendezvous_timeout) = std::chrono::minutes(5);
+  // K > 1 composes K Gloo groups round-robin (RoundRobinProcessGroup).
+  // Default 1.
+  TORCH_ARG(int, round_robin_groups) = 1;
+  // Options of each Gloo group (its timeout is replaced by `timeout`).
+  TORCH_ARG(GlooOptions, gloo) = {};
+};
+
+// Where this process stands, as read from the environment.
+struct LaunchInfo {
+  int rank = -1;
+  int world_size = -1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;  // empty when not set
+  int master_port = -1;     // -1 when not set
+  std::string source;       // which launcher's variables: "torchrun", "openmpi", "slurm"
+};
+
+// Reads the launcher's variables (see above). InvalidArgument names a
+// missing or malformed variable and the form expected, or a rank outside
+// [0, world_size).
+LaunchInfo launch_info_from_env();
+
+// Creates the store for `options` (rank 0 hosts the TCPStore) and waits until
+// all ranks arrived. The rank and size used are returned through the options.
+StorePtr rendezvous(InitOptions& options);
+
+// Rendezvous, then the group; also becomes the default group. Calling it
+// twice without destroy_process_group() is an error.
+ProcessGroupPtr init_process_group(InitOptions options = {});
+
+// The group init_process_group() made; InvalidArgument if there is none.
+ProcessGroupPtr default_process_group();
+bool is_initialized();
+// Forgets the default group (it is destroyed when the last user drops it).
+void destroy_process_group();
+
+// Builds a group of `options.backend` on an existing store (no rendezvous
+// wait): what init_process_group uses, and what tests use on a HashStore.
+// Applies round_robin_groups and the DDP_DEBUG wrapper.
+ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
+                                  const InitOptions& options = {});
+
+}  // namespace ddp

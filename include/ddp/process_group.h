@@ -1,0 +1,105 @@
+// ProcessGroup: the collective communication layer (paper §3.3).
+//
+// Contract
+// - Every operation is asynchronous: it validates its arguments on the
+//   caller's thread (InvalidArgument on misuse, naming the rank and the
+//   argument), then returns a Work at once. Tensors must stay alive and
+//   untouched until the Work completes.
+// - Every rank must issue the same collectives, in the same order, with
+//   tensors of the same dtype and element count. With DDP_DEBUG=detail a
+//   fingerprint of each collective is compared across ranks first and a
+//   disagreement raises CollectiveMismatch on every rank.
+// - Operations issued from one thread complete in issue order; many may be in
+//   flight at once.
+// - Tensors: dense, contiguous, on the CPU, of dtype float32, float64,
+//   float16, bfloat16, int32, int64 or uint8; zero elements is allowed.
+// - After a communication failure the group is broken: the failed Work and all
+//   later ones raise CommunicationError (or TimeoutError) with the first cause.
+// - Thread-safe: operations may be issued from several threads, but then the
+//   caller must make every rank issue them in the same order.
+#pragma once
+
+#include <ddp/work.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+enum class ReduceOp : uint8_t { SUM, AVG, MIN, MAX, PRODUCT };
+
+// "SUM", "AVG", ...
+const char* to_string(ReduceOp op);
+
+// The collective kinds, for backends and error messages.
+enum class OpKind : uint8_t {
+  ALLREDUCE, ALLREDUCE_COALESCED, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER
+};
+// "allreduce", "broadcast", ...
+const char* to_string(OpKind kind);
+
+// PyTorch's default collective timeout.
+constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size, std::chrono::milliseconds timeout);
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Default timeout of every Work this group issues.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  virtual std::string backend_name() const = 0;
+
+  // In place: every rank's `tensor` becomes the reduction over all ranks. AVG
+  // is defined for floating dtypes only (use SUM on integers and divide).
+  WorkPtr allreduce(at::Tensor tensor, ReduceOp op = ReduceOp::SUM);
+  // Like allreduce on each tensor, but as one collective over their
+  // concatenation. All tensors share one dtype.
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors,
+                              ReduceOp op = ReduceOp::SUM);
+  // In place: every rank's `tensor` becomes `root`'s.
+  WorkPtr broadcast(at::Tensor tensor, int root = 0);
+  // outputs[r] receives rank r's `input`; outputs.size() == size(), each with
+  // input's dtype and element count.
+  WorkPtr allgather(std::vector<at::Tensor> outputs, at::Tensor input);
+  // `output` (on rank r) receives the reduction over all ranks of inputs[r];
+  // inputs.size() == size(), each with output's dtype and element count.
+  WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                         ReduceOp op = ReduceOp::SUM);
+  // Completes once every rank has called it.
+  WorkPtr barrier();
+
+ protected:
+  // Backends implement these; arguments are already validated.
+  virtual WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) = 0;
+  virtual WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                         ReduceOp op) = 0;
+  virtual WorkPtr do_broadcast(at::Tensor tensor, int root) = 0;
+  virtual WorkPtr do_allgather(std::vector<at::Tensor> outputs,
+                               at::Tensor input) = 0;
+  virtual WorkPtr do_reduce_scatter(at::Tensor output,
+                                    std::vector<at::Tensor> inputs,
+                                    ReduceOp op) = 0;
+  virtual WorkPtr do_barrier() = 0;
+
+  // "rank 1 of 4 [gloo]" — how errors name this process.
+  std::string where() const;
+
+ private:
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+};
+
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+}  // namespace ddp

@@ -1,0 +1,70 @@
+// Work: the handle of one asynchronous collective (paper §3.3).
+//
+// Contract
+// - A Work completes exactly once, with success or with an exception; the
+//   exception is rethrown by wait() on every call.
+// - wait(timeout) blocks at most `timeout` (default: the timeout of the group
+//   that issued it); a Work still running then raises TimeoutError naming the
+//   operation. It never blocks forever.
+// - Callbacks added with on_complete() run exactly once, on the thread that
+//   completes the Work (a backend worker), or at once on the caller's thread
+//   if it is already complete. Keep them short; they must not throw.
+// - Thread-safe: any thread may wait, poll, or add callbacks.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+class Work {
+ public:
+  // `description` names the operation in errors, e.g. "allreduce #12 (SUM,
+  // float32, 4096 elements) on rank 1 of 2 [gloo]".
+  Work(std::string description, std::chrono::milliseconds default_timeout,
+       std::vector<at::Tensor> outputs = {});
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Blocks until complete; rethrows the operation's error. TimeoutError when
+  // not complete within `timeout` (a negative value means the default).
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+  bool is_completed() const;
+  bool is_success() const;  // completed without error
+  std::exception_ptr exception() const;  // null while running or on success
+  // The tensors the operation wrote (in-place inputs or outputs).
+  const std::vector<at::Tensor>& result() const { return outputs_; }
+  const std::string& description() const { return description_; }
+
+  void on_complete(std::function<void()> callback);
+
+  // For backends: complete the Work (once; later calls are ignored).
+  void finish(std::exception_ptr error = nullptr);
+
+  // A Work that is already complete (for no-op collectives).
+  static std::shared_ptr<Work> completed(std::string description,
+                                         std::vector<at::Tensor> outputs = {});
+
+ private:
+  const std::string description_;
+  const std::chrono::milliseconds default_timeout_;
+  const std::vector<at::Tensor> outputs_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;             // signalled at finish()
+  bool done_ = false;                           // guarded by mutex_
+  std::exception_ptr error_;                    // guarded by mutex_
+  std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace ddp

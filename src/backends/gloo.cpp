@@ -1,0 +1,318 @@
+// The Gloo backend.
+//
+// Each collective becomes a Task tagged with its issue number (Gloo matches
+// messages across ranks by tag, so tasks may run on several worker threads at
+// once). A finished task completes its Work only after the previous Work
+// completed, which keeps completion in issue order without blocking a worker.
+//
+// Failures: Gloo reports a broken connection with the peer's address; the
+// ranks publish their connection addresses at set-up, so an error can name
+// the peer's rank. The first failure breaks the group, is written to the
+// store (so other ranks can cite it), and closes every connection, so peers
+// waiting on this rank fail at once instead of at their timeout.
+#include <ddp/backends/gloo.h>
+
+#include <ddp/errors.h>
+
+#include "detail/arrival.h"
+#include "detail/gloo_collectives.h"
+#include "detail/gloo_store.h"
+#include "detail/network.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <sstream>
+#include <thread>
+
+namespace ddp {
+
+namespace gloo_ops = detail::gloo_ops;
+
+namespace {
+
+std::string describe(const char* kind, uint32_t tag, const std::string& detail,
+                     const std::string& where) {
+  return std::string(kind) + " #" + std::to_string(tag) +
+         (detail.empty() ? "" : " (" + detail + ")") + " on " + where;
+}
+
+std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
+  std::string s = op ? std::string(op) + ", " : "";
+  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
+}
+
+const char* kFailureKey = "ddp/gloo/first_failure";
+
+}  // namespace
+
+class GlooProcessGroup::Impl {
+ public:
+  Impl(GlooProcessGroup& owner, StorePtr store, GlooOptions options)
+      : owner_(owner), store_(std::move(store)), options_(std::move(options)) {
+    const int rank = owner.rank(), size = owner.size();
+    detail::wait_for_all_ranks(store_, rank, size, options_.timeout(), "gloo");
+    auto device = make_device();
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(options_.timeout());
+    detail::GlooStore gloo_store(store_);
+    try {
+      context->connectFullMesh(gloo_store, device);
+    } catch (const std::exception& e) {
+      throw CommunicationError("ddp: " + owner.where() +
+                               ": connecting to the other ranks failed: " + e.what() +
+                               ". Check that every rank can reach the others' "
+                               "addresses (DDP_SOCKET_IFNAME picks the interface).");
+    }
+    context_ = context;
+    learn_peer_addresses();
+    for (int i = 0; i < options_.threads(); ++i) workers_.emplace_back([this] { work_loop(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  // Queues `body(tag)` and returns its Work.
+  WorkPtr enqueue(const char* kind, const std::string& detail,
+                  std::vector<at::Tensor> outputs,
+                  std::function<void(const gloo_ops::Call&)> body) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint32_t tag = next_tag_++;
+    auto work = std::make_shared<Work>(describe(kind, tag, detail, owner_.where()),
+                                       owner_.timeout(), std::move(outputs));
+    queue_.push_back(Task{tag, work, last_, std::move(body)});
+    last_ = work;
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  const GlooOptions& options() const { return options_; }
+
+ private:
+  struct Task {
+    uint32_t tag;
+    WorkPtr work;
+    WorkPtr previous;  // null for the first
+    std::function<void(const gloo_ops::Call&)> body;
+  };
+
+  std::shared_ptr<gloo::transport::Device> make_device() {
+    gloo::transport::tcp::attr attr;
+    std::string iface = options_.interface().empty() ? detail::socket_interface_from_env()
+                                                     : options_.interface();
+    if (!iface.empty()) {
+      attr.iface = iface;
+    } else {
+      attr.hostname = options_.hostname().empty() ? detail::bindable_hostname()
+                                                  : options_.hostname();
+    }
+    try {
+      return gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      throw InvalidArgument("ddp: " + owner_.where() + ": cannot use " +
+                            (iface.empty() ? "host '" + attr.hostname + "'"
+                                           : "network interface '" + iface + "'") +
+                            " for Gloo: " + e.what() +
+                            ". Set DDP_SOCKET_IFNAME to an interface that exists here.");
+    }
+  }
+
+  // Publishes this rank's per-peer listening addresses and learns the
+  // others', so that an error mentioning an address can name the rank.
+  void learn_peer_addresses() {
+    const int rank = owner_.rank(), size = owner_.size();
+    std::string mine;
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) mine += context_->getPair(r)->address().str();
+      mine += '\n';
+    }
+    store_->set("ddp/gloo/addresses/" + std::to_string(rank),
+                std::vector<uint8_t>(mine.begin(), mine.end()));
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      auto bytes = store_->get("ddp/gloo/addresses/" + std::to_string(r));
+      std::istringstream lines(std::string(bytes.begin(), bytes.end()));
+      std::string line;
+      for (int i = 0; std::getline(lines, line); ++i) {
+        if (i == rank) peer_by_address_[line] = r;
+      }
+    }
+  }
+
+  void work_loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error = run(task);
+      auto work = task.work;
+      if (task.previous) {
+        task.previous->on_complete([work, error] { work->finish(error); });
+      } else {
+        work->finish(error);
+      }
+    }
+  }
+
+  std::exception_ptr run(Task& task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (broken_) {
+        return std::make_exception_ptr(CommunicationError(
+            "ddp: " + task.work->description() +
+            " not run: the group is broken by an earlier failure: " + broken_reason_));
+      }
+    }
+    try {
+      gloo_ops::Call call{context_, task.tag, options_.timeout(), options_.algorithm()};
+      task.body(call);
+      return nullptr;
+    } catch (const gloo::Exception& e) {
+      return fail(task, e.what());
+    } catch (const CommunicationError&) {
+      return std::current_exception();
+    } catch (const std::exception& e) {
+      return std::make_exception_ptr(
+          Error("ddp: " + task.work->description() + " failed: " + e.what()));
+    }
+  }
+
+  // Breaks the group, names the peer, and tells the other ranks.
+  std::exception_ptr fail(const Task& task, const std::string& gloo_error) {
+    std::string cause = explain(gloo_error);
+    std::string report = "rank " + std::to_string(owner_.rank()) + ": " + cause;
+    std::string first = exchange_first_failure(report);
+    std::string message = "ddp: " + task.work->description() + " failed: " + cause;
+    if (!first.empty() && first != report) message += " (first failure reported: " + first + ")";
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_) {
+        broken_ = true;
+        broken_reason_ = message;
+      }
+    }
+    context_->closeConnections();
+    if (gloo_error.find("Timed out") != std::string::npos) {
+      return std::make_exception_ptr(TimeoutError(
+          message + ". A rank may be stuck, dead, or issuing a different collective; "
+                    "DDP_DEBUG=detail compares collectives across ranks."));
+    }
+    return std::make_exception_ptr(CommunicationError(message));
+  }
+
+  std::string explain(const std::string& gloo_error) const {
+    for (const auto& [address, rank] : peer_by_address_) {
+      if (gloo_error.find(address) != std::string::npos) {
+        return "lost the connection to rank " + std::to_string(rank) + " (" + address +
+               "): " + gloo_error + ". Rank " + std::to_string(rank) +
+               " has probably exited or been killed; see its output";
+      }
+    }
+    return gloo_error;
+  }
+
+  // Records `report` as the job's first failure if none is yet, and returns
+  // the first one recorded (empty if the store cannot be reached).
+  std::string exchange_first_failure(const std::string& report) {
+    try {
+      if (store_->add(std::string(kFailureKey) + "/count", 1) == 1) {
+        store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
+        return report;
+      }
+      if (!store_->check({kFailureKey})) return "";
+      auto bytes = store_->get(kFailureKey);
+      return std::string(bytes.begin(), bytes.end());
+    } catch (const std::exception&) {
+      return "";  // the store's host (rank 0) may be the rank that died
+    }
+  }
+
+  GlooProcessGroup& owner_;
+  const StorePtr store_;
+  const GlooOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  std::map<std::string, int> peer_by_address_;  // written before workers start
+
+  std::mutex mutex_;
+  std::condition_variable queue_cv_;  // signalled on enqueue and stop
+  std::deque<Task> queue_;            // guarded by mutex_
+  uint32_t next_tag_ = 0;             // guarded by mutex_
+  WorkPtr last_;                      // guarded by mutex_
+  bool stopping_ = false;             // guarded by mutex_
+  bool broken_ = false;               // guarded by mutex_
+  std::string broken_reason_;         // guarded by mutex_
+  std::vector<std::thread> workers_;
+};
+
+GlooProcessGroup::GlooProcessGroup(StorePtr store, int rank, int size, GlooOptions options)
+    : ProcessGroup(rank, size, options.timeout()) {
+  if (options.threads() < 1) {
+    throw InvalidArgument("ddp: GlooOptions::threads must be >= 1, got " +
+                          std::to_string(options.threads()));
+  }
+  impl_ = std::make_unique<Impl>(*this, std::move(store), std::move(options));
+}
+
+GlooProcessGroup::~GlooProcessGroup() = default;
+
+const GlooOptions& GlooProcessGroup::options() const { return impl_->options(); }
+
+WorkPtr GlooProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+                        [tensor, op](const gloo_ops::Call& call) { gloo_ops::allreduce(call, tensor, op); });
+}
+
+WorkPtr GlooProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
+  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
+                       " tensors of " + c10::toString(tensors[0].scalar_type());
+  return impl_->enqueue("allreduce_coalesced", detail, tensors,
+                        [tensors, op](const gloo_ops::Call& call) {
+                          gloo_ops::allreduce_coalesced(call, tensors, op);
+                        });
+}
+
+WorkPtr GlooProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  return impl_->enqueue("broadcast",
+                        tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
+                        [tensor, root](const gloo_ops::Call& call) {
+                          gloo_ops::broadcast(call, tensor, root);
+                        });
+}
+
+WorkPtr GlooProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  return impl_->enqueue("allgather", tensor_detail(input), outputs,
+                        [outputs, input](const gloo_ops::Call& call) {
+                          gloo_ops::allgather(call, outputs, input);
+                        });
+}
+
+WorkPtr GlooProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                            ReduceOp op) {
+  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+                        [output, inputs, op](const gloo_ops::Call& call) {
+                          gloo_ops::reduce_scatter(call, output, inputs, op);
+                        });
+}
+
+WorkPtr GlooProcessGroup::do_barrier() {
+  return impl_->enqueue("barrier", "", {},
+                        [](const gloo_ops::Call& call) { gloo_ops::barrier(call); });
+}
+
+}  // namespace ddp

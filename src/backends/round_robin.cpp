@@ -1,0 +1,117 @@
+#include <ddp/backends/round_robin.h>
+
+#include <ddp/errors.h>
+
+#include <algorithm>
+
+namespace ddp {
+namespace {
+
+const ProcessGroup& first_of(const std::vector<ProcessGroupPtr>& groups) {
+  if (groups.empty() || !groups[0]) {
+    throw InvalidArgument("ddp: RoundRobinProcessGroup needs at least one group");
+  }
+  return *groups[0];
+}
+
+std::chrono::milliseconds largest_timeout(const std::vector<ProcessGroupPtr>& groups) {
+  auto timeout = std::chrono::milliseconds(0);
+  for (const auto& g : groups) {
+    if (g) timeout = std::max(timeout, g->timeout());
+  }
+  return timeout;
+}
+
+}  // namespace
+
+RoundRobinProcessGroup::RoundRobinProcessGroup(std::vector<ProcessGroupPtr> groups)
+    : ProcessGroup(first_of(groups).rank(), first_of(groups).size(), largest_timeout(groups)),
+      groups_(std::move(groups)) {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const auto& g = groups_[i];
+    if (!g || g->rank() != rank() || g->size() != size()) {
+      throw InvalidArgument(
+          "ddp: RoundRobinProcessGroup: group " + std::to_string(i) +
+          (g ? " is rank " + std::to_string(g->rank()) + " of " + std::to_string(g->size())
+             : std::string(" is null")) +
+          " but group 0 is rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+          "; compose groups of the same ranks");
+    }
+  }
+}
+
+std::string RoundRobinProcessGroup::backend_name() const {
+  return "round_robin(" + std::to_string(groups_.size()) + "x" + groups_[0]->backend_name() + ")";
+}
+
+template <typename Issue>
+WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  WorkPtr inner = issue(*groups_[next_]);
+  next_ = (next_ + 1) % groups_.size();
+  auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
+  // Complete `outer` once `inner` and every earlier Work have completed.
+  inner->on_complete([inner, outer, previous = last_] {
+    auto finish = [inner, outer] { outer->finish(inner->exception()); };
+    if (previous) {
+      previous->on_complete(finish);
+    } else {
+      finish();
+    }
+  });
+  last_ = outer;
+  return outer;
+}
+
+WorkPtr RoundRobinProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  return dispatch([&](ProcessGroup& g) { return g.allreduce(tensor, op); });
+}
+
+WorkPtr RoundRobinProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                                       ReduceOp op) {
+  return dispatch([&](ProcessGroup& g) { return g.allreduce_coalesced(tensors, op); });
+}
+
+WorkPtr RoundRobinProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  return dispatch([&](ProcessGroup& g) { return g.broadcast(tensor, root); });
+}
+
+WorkPtr RoundRobinProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  return dispatch([&](ProcessGroup& g) { return g.allgather(outputs, input); });
+}
+
+WorkPtr RoundRobinProcessGroup::do_reduce_scatter(at::Tensor output,
+                                                  std::vector<at::Tensor> inputs, ReduceOp op) {
+  return dispatch([&](ProcessGroup& g) { return g.reduce_scatter(output, inputs, op); });
+}
+
+WorkPtr RoundRobinProcessGroup::do_barrier() {
+  // A barrier must order against every member's traffic: pass it through all.
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<WorkPtr> inner;
+  for (auto& g : groups_) inner.push_back(g->barrier());
+  auto outer = std::make_shared<Work>(inner[0]->description(), timeout());
+  auto remaining = std::make_shared<std::atomic<size_t>>(inner.size());
+  auto previous = last_;
+  for (auto& w : inner) {
+    w->on_complete([w, outer, remaining, previous, inner_works = inner] {
+      if (--*remaining != 0) return;
+      auto finish = [outer, inner_works] {
+        std::exception_ptr error;
+        for (auto& x : inner_works) {
+          if (!error) error = x->exception();
+        }
+        outer->finish(error);
+      };
+      if (previous) {
+        previous->on_complete(finish);
+      } else {
+        finish();
+      }
+    });
+  }
+  last_ = outer;
+  return outer;
+}
+
+}  // namespace ddp

@@ -1,0 +1,41 @@
+#include "detail/arrival.h"
+
+#include <ddp/errors.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <thread>
+
+namespace ddp::detail {
+
+void wait_for_all_ranks(const StorePtr& store, int rank, int size,
+                        std::chrono::milliseconds timeout, const std::string& label) {
+  const std::string prefix = "ddp/" + label + "/arrived";
+  store->set(prefix + "/" + std::to_string(rank), {1});
+  store->add(prefix + "/count", 1);
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  int64_t arrived = 0;
+  while ((arrived = store->add(prefix + "/count", 0)) < size) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      for (int r = 0; r < size; ++r) {
+        if (!store->check({prefix + "/" + std::to_string(r)})) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+      }
+      throw TimeoutError(
+          "ddp: rank " + std::to_string(rank) + ": " + label + " timed out after " +
+          std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
+          " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
+          "). Start every rank with the same WORLD_SIZE and master address, or "
+          "raise the rendezvous timeout.");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace ddp::detail

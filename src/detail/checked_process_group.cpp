@@ -1,0 +1,96 @@
+#include "detail/checked_process_group.h"
+
+#include <ddp/errors.h>
+
+#include <ATen/ATen.h>
+
+namespace ddp::detail {
+namespace {
+
+constexpr int kFields = 6;
+
+}  // namespace
+
+CheckedProcessGroup::CheckedProcessGroup(ProcessGroupPtr inner)
+    : ProcessGroup(inner->rank(), inner->size(), inner->timeout()), inner_(std::move(inner)) {}
+
+std::string CheckedProcessGroup::backend_name() const {
+  return inner_->backend_name() + "+checked";
+}
+
+std::string CheckedProcessGroup::describe(const Fingerprint& f) {
+  std::string s = std::string(to_string(f.kind)) + "(";
+  if (f.op >= 0) s += std::string(to_string(static_cast<ReduceOp>(f.op))) + ", ";
+  if (f.dtype >= 0) s += std::string(c10::toString(static_cast<at::ScalarType>(f.dtype))) + ", ";
+  if (f.kind != OpKind::BARRIER) {
+    s += std::to_string(f.numel) + " elements";
+    if (f.tensors > 1) s += " in " + std::to_string(f.tensors) + " tensors";
+  }
+  if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  return s + ")";
+}
+
+void CheckedProcessGroup::check(const Fingerprint& mine) {
+  const int64_t fields[kFields] = {static_cast<int64_t>(mine.kind), mine.op, mine.dtype,
+                                   mine.numel, mine.tensors, mine.root};
+  at::Tensor local = at::tensor(at::ArrayRef<int64_t>(fields, kFields), at::kLong);
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < size(); ++r) all.push_back(at::empty({kFields}, at::kLong));
+  inner_->allgather(all, local)->wait();
+
+  bool same = true;
+  for (int r = 0; r < size(); ++r) same = same && all[r].equal(all[0]);
+  if (same) return;
+  std::string report;
+  for (int r = 0; r < size(); ++r) {
+    auto* v = all[r].data_ptr<int64_t>();
+    Fingerprint f{static_cast<OpKind>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
+                  v[3], v[4], static_cast<int>(v[5])};
+    report += "\n  rank " + std::to_string(r) + ": " + describe(f);
+  }
+  throw CollectiveMismatch("ddp: " + where() + ": the ranks issued different collectives "
+                           "(DDP_DEBUG=detail check):" + report +
+                           "\nEvery rank must issue the same collectives, in the same order, "
+                           "on tensors of the same dtype and size.");
+}
+
+WorkPtr CheckedProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  check({OpKind::ALLREDUCE, static_cast<int>(op), static_cast<int>(tensor.scalar_type()),
+         tensor.numel(), 1, -1});
+  return inner_->allreduce(tensor, op);
+}
+
+WorkPtr CheckedProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                                    ReduceOp op) {
+  int64_t numel = 0;
+  for (const auto& t : tensors) numel += t.numel();
+  check({OpKind::ALLREDUCE_COALESCED, static_cast<int>(op),
+         static_cast<int>(tensors[0].scalar_type()), numel,
+         static_cast<int64_t>(tensors.size()), -1});
+  return inner_->allreduce_coalesced(std::move(tensors), op);
+}
+
+WorkPtr CheckedProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  check({OpKind::BROADCAST, -1, static_cast<int>(tensor.scalar_type()), tensor.numel(), 1,
+         root});
+  return inner_->broadcast(tensor, root);
+}
+
+WorkPtr CheckedProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  check({OpKind::ALLGATHER, -1, static_cast<int>(input.scalar_type()), input.numel(), 1, -1});
+  return inner_->allgather(std::move(outputs), std::move(input));
+}
+
+WorkPtr CheckedProcessGroup::do_reduce_scatter(at::Tensor output,
+                                               std::vector<at::Tensor> inputs, ReduceOp op) {
+  check({OpKind::REDUCE_SCATTER, static_cast<int>(op), static_cast<int>(output.scalar_type()),
+         output.numel(), 1, -1});
+  return inner_->reduce_scatter(std::move(output), std::move(inputs), op);
+}
+
+WorkPtr CheckedProcessGroup::do_barrier() {
+  check({OpKind::BARRIER, -1, -1, 0, 0, -1});
+  return inner_->barrier();
+}
+
+}  // namespace ddp::detail

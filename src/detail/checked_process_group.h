@@ -1,0 +1,43 @@
+// DDP_DEBUG=detail: a ProcessGroup that, before each collective, allgathers
+// a fingerprint of it (kind, reduce op, dtype, element counts, root) over
+// the wrapped group and compares them. On disagreement every rank raises
+// CollectiveMismatch listing what each rank issued; nothing is mixed.
+// It costs one small blocking allgather per collective: a debug mode.
+#pragma once
+
+#include <ddp/process_group.h>
+
+namespace ddp::detail {
+
+class CheckedProcessGroup : public ProcessGroup {
+ public:
+  explicit CheckedProcessGroup(ProcessGroupPtr inner);
+
+  std::string backend_name() const override;
+
+ protected:
+  WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
+  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override;
+  WorkPtr do_broadcast(at::Tensor tensor, int root) override;
+  WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) override;
+  WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                            ReduceOp op) override;
+  WorkPtr do_barrier() override;
+
+ private:
+  struct Fingerprint {
+    OpKind kind;
+    int op = -1;       // ReduceOp, or -1
+    int dtype = -1;    // at::ScalarType, or -1
+    int64_t numel = 0; // per rank, summed over tensors
+    int64_t tensors = 0;
+    int root = -1;
+  };
+  // Throws CollectiveMismatch on every rank when the fingerprints differ.
+  void check(const Fingerprint& mine);
+  static std::string describe(const Fingerprint& f);
+
+  const ProcessGroupPtr inner_;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,19 @@
+// Which local address a backend binds to.
+#pragma once
+
+#include <string>
+
+namespace ddp::detail {
+
+// The value of $DDP_SOCKET_IFNAME, else $GLOO_SOCKET_IFNAME, else "".
+std::string socket_interface_from_env();
+
+// The local address whose route reaches `host` (no packet is sent); "" when
+// `host` does not resolve or is unreachable.
+std::string local_address_towards(const std::string& host);
+
+// This machine's host name when it resolves to an address that can be bound
+// here, else "127.0.0.1".
+std::string bindable_hostname();
+
+}  // namespace ddp::detail

@@ -1,0 +1,242 @@
+// Rendezvous (env://, tcp://, file://) on libtorch's c10d stores, and the
+// default process group.
+#include <ddp/init.h>
+
+#include <ddp/backends/round_robin.h>
+#include <ddp/errors.h>
+
+#include "detail/arrival.h"
+#include "detail/checked_process_group.h"
+#include "detail/env.h"
+#include "detail/network.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <mutex>
+
+namespace ddp {
+namespace {
+
+std::mutex default_mutex;
+ProcessGroupPtr default_group;  // guarded by default_mutex
+
+constexpr long kMaxRanks = 1 << 20;
+
+struct Endpoint {
+  std::string host;
+  int port = -1;
+};
+
+// "host:port" (the host may be [v6]); `what` names the source in errors.
+Endpoint parse_endpoint(const std::string& text, const std::string& what) {
+  auto colon = text.rfind(':');
+  std::string expected = what + "='" + text + "' is not of the form host:port (port 1-65535)";
+  if (colon == std::string::npos || colon == 0) throw InvalidArgument("ddp: " + expected);
+  Endpoint e{text.substr(0, colon), -1};
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
+    e.host = e.host.substr(1, e.host.size() - 2);
+  }
+  try {
+    size_t used = 0;
+    e.port = std::stoi(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1 || e.port < 1 || e.port > 65535) throw 0;
+  } catch (...) {
+    throw InvalidArgument("ddp: " + expected);
+  }
+  return e;
+}
+
+Endpoint master_from_env() {
+  auto addr = detail::env_string("MASTER_ADDR");
+  if (!addr) {
+    throw InvalidArgument(
+        "ddp: init_process_group(env://): MASTER_ADDR is not set; expected the host name "
+        "or address of rank 0, e.g. MASTER_ADDR=10.0.0.1 (ddprun and torchrun set it)");
+  }
+  auto port = detail::env_int("MASTER_PORT", 1, 65535);
+  if (!port) {
+    throw InvalidArgument(
+        "ddp: init_process_group(env://): MASTER_PORT is not set; expected a free TCP "
+        "port on rank 0's host, e.g. MASTER_PORT=29500 (ddprun and torchrun set it)");
+  }
+  return {*addr, static_cast<int>(*port)};
+}
+
+StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(master.port);
+  opts.isServer = o.rank() == 0;
+  opts.numWorkers = o.world_size();
+  opts.waitWorkers = false;  // detail::wait_for_all_ranks counts arrivals
+  opts.timeout = o.rendezvous_timeout();
+  const std::string where = master.host + ":" + std::to_string(master.port);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(master.host, opts);
+  } catch (const std::exception& e) {
+    if (o.rank() == 0) {
+      throw CommunicationError("ddp: rank 0: cannot host the rendezvous store at " + where +
+                               ": " + e.what() +
+                               ". The port may be in use: choose another MASTER_PORT.");
+    }
+    throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
+                             ": cannot reach the rendezvous store at " + where + " within " +
+                             std::to_string(o.rendezvous_timeout().count()) + " ms: " +
+                             e.what() + ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs.");
+  }
+}
+
+// Fills rank and world size from the environment where the options leave them.
+void resolve_rank(InitOptions& o) {
+  LaunchInfo info = launch_info_from_env();
+  if (o.rank() < 0) o.rank(info.rank);
+  if (o.world_size() < 0) o.world_size(info.world_size);
+  if (o.rank() < 0 || o.world_size() < 0) {
+    throw InvalidArgument(
+        "ddp: init_process_group: rank and world size are unknown: launch with ddprun, "
+        "torchrun, mpirun or srun (which set RANK/WORLD_SIZE or their twins), or pass "
+        "InitOptions().rank(r).world_size(n)");
+  }
+  if (o.world_size() < 1 || o.rank() >= o.world_size()) {
+    throw InvalidArgument("ddp: init_process_group: rank " + std::to_string(o.rank()) +
+                          " is outside [0, " + std::to_string(o.world_size()) +
+                          ") for world size " + std::to_string(o.world_size()));
+  }
+}
+
+}  // namespace
+
+LaunchInfo launch_info_from_env() {
+  LaunchInfo info;
+  struct Source {
+    const char *name, *rank, *size, *local_rank, *local_size;
+  };
+  const Source sources[] = {
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+  };
+  for (const auto& s : sources) {
+    auto rank = detail::env_int(s.rank, 0, kMaxRanks);
+    if (!rank) continue;
+    auto size = detail::env_int(s.size, 1, kMaxRanks);
+    if (!size) {
+      throw InvalidArgument("ddp: " + std::string(s.rank) + " is set but " + s.size +
+                            " is not; expected the number of ranks, e.g. " + s.size + "=2");
+    }
+    if (*rank >= *size) {
+      throw InvalidArgument("ddp: " + std::string(s.rank) + "=" + std::to_string(*rank) +
+                            " is outside [0, " + s.size + "=" + std::to_string(*size) + ")");
+    }
+    info.rank = static_cast<int>(*rank);
+    info.world_size = static_cast<int>(*size);
+    info.local_rank = static_cast<int>(detail::env_int(s.local_rank, 0, kMaxRanks).value_or(0));
+    if (s.local_size) {
+      info.local_world_size =
+          static_cast<int>(detail::env_int(s.local_size, 1, kMaxRanks).value_or(1));
+    }
+    info.source = s.name;
+    break;
+  }
+  info.master_addr = detail::env_string("MASTER_ADDR").value_or("");
+  info.master_port = static_cast<int>(detail::env_int("MASTER_PORT", 1, 65535).value_or(-1));
+  return info;
+}
+
+StorePtr rendezvous(InitOptions& o) {
+  resolve_rank(o);
+  if (auto seconds = detail::env_int("DDP_RENDEZVOUS_TIMEOUT_S", 1, 1 << 24)) {
+    o.rendezvous_timeout(std::chrono::seconds(*seconds));
+  }
+  const std::string& method = o.init_method();
+  StorePtr store;
+  std::string master_host;
+  if (method == "env://") {
+    Endpoint master = master_from_env();
+    master_host = master.host;
+    store = make_tcp_store(master, o);
+  } else if (method.rfind("tcp://", 0) == 0) {
+    Endpoint master = parse_endpoint(method.substr(6), "init_method tcp://");
+    master_host = master.host;
+    store = make_tcp_store(master, o);
+  } else if (method.rfind("file://", 0) == 0 && method.size() > 7) {
+    store = c10::make_intrusive<c10d::FileStore>(method.substr(7), o.world_size());
+    store->setTimeout(o.rendezvous_timeout());
+  } else {
+    throw InvalidArgument("ddp: init_method '" + method +
+                          "' is not one of env://, tcp://host:port, file:///path");
+  }
+  // Bind where the master is reachable from, unless told otherwise.
+  if (!master_host.empty() && o.gloo().interface().empty() && o.gloo().hostname().empty() &&
+      detail::socket_interface_from_env().empty()) {
+    std::string local = detail::local_address_towards(master_host);
+    if (!local.empty()) o.gloo().hostname(local);
+  }
+  detail::wait_for_all_ranks(store, o.rank(), o.world_size(), o.rendezvous_timeout(),
+                             "rendezvous");
+  return store;
+}
+
+ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
+                                  const InitOptions& options) {
+  if (options.backend() != "gloo") {
+    throw InvalidArgument("ddp: backend '" + options.backend() +
+                          "' is not available; available: gloo");
+  }
+  if (options.round_robin_groups() < 1) {
+    throw InvalidArgument("ddp: InitOptions::round_robin_groups must be >= 1, got " +
+                          std::to_string(options.round_robin_groups()));
+  }
+  GlooOptions gloo = options.gloo();
+  gloo.timeout(options.timeout());
+  std::vector<ProcessGroupPtr> groups;
+  for (int i = 0; i < options.round_robin_groups(); ++i) {
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
+    groups.push_back(std::make_shared<GlooProcessGroup>(prefixed, rank, world_size, gloo));
+  }
+  ProcessGroupPtr group = groups.size() == 1
+                              ? groups[0]
+                              : std::make_shared<RoundRobinProcessGroup>(std::move(groups));
+  if (detail::debug_level_from_env() == detail::DebugLevel::DETAIL) {
+    group = std::make_shared<detail::CheckedProcessGroup>(group);
+  }
+  return group;
+}
+
+ProcessGroupPtr init_process_group(InitOptions options) {
+  {
+    std::lock_guard<std::mutex> lock(default_mutex);
+    if (default_group) {
+      throw InvalidArgument("ddp: init_process_group called twice; call "
+                            "destroy_process_group() first");
+    }
+  }
+  StorePtr store = rendezvous(options);
+  auto group = new_process_group(store, options.rank(), options.world_size(), options);
+  std::lock_guard<std::mutex> lock(default_mutex);
+  default_group = group;
+  return group;
+}
+
+ProcessGroupPtr default_process_group() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  if (!default_group) {
+    throw InvalidArgument("ddp: no default process group: call ddp::init_process_group() "
+                          "first, or pass a process group in the options");
+  }
+  return default_group;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  return default_group != nullptr;
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  default_group.reset();
+}
+
+}  // namespace ddp

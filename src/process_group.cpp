@@ -1,0 +1,192 @@
+// Argument validation shared by every backend: a misuse is reported on the
+// caller's thread, naming the rank, the operation and the argument, before
+// anything is sent.
+#include <ddp/process_group.h>
+
+#include <ddp/errors.h>
+
+#include <c10/core/ScalarType.h>
+
+#include <sstream>
+
+namespace ddp {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::MIN: return "MIN";
+    case ReduceOp::MAX: return "MAX";
+    case ReduceOp::PRODUCT: return "PRODUCT";
+  }
+  return "?";
+}
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::ALLREDUCE: return "allreduce";
+    case OpKind::ALLREDUCE_COALESCED: return "allreduce_coalesced";
+    case OpKind::BROADCAST: return "broadcast";
+    case OpKind::ALLGATHER: return "allgather";
+    case OpKind::REDUCE_SCATTER: return "reduce_scatter";
+    case OpKind::BARRIER: return "barrier";
+  }
+  return "?";
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), timeout_(timeout) {
+  if (size < 1) {
+    throw InvalidArgument("ddp: process group size must be >= 1, got " +
+                          std::to_string(size));
+  }
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("ddp: rank " + std::to_string(rank) +
+                          " is outside [0, " + std::to_string(size) +
+                          ") for a group of " + std::to_string(size) + " ranks");
+  }
+  if (timeout.count() <= 0) {
+    throw InvalidArgument("ddp: process group timeout must be positive, got " +
+                          std::to_string(timeout.count()) + " ms");
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::where() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         " [" + backend_name() + "]";
+}
+
+namespace {
+
+bool supported_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kInt: case at::kLong: case at::kByte:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class Checker {
+ public:
+  Checker(std::string where, const char* op) : where_(std::move(where)), op_(op) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InvalidArgument("ddp: " + where_ + ": " + op_ + ": " + what);
+  }
+
+  void tensor(const at::Tensor& t, const std::string& name) const {
+    if (!t.defined()) fail(name + " is an undefined tensor");
+    if (!t.device().is_cpu()) {
+      fail(name + " is on " + t.device().str() +
+           "; the gloo backend takes CPU tensors (move it with .cpu())");
+    }
+    if (t.layout() != at::kStrided) fail(name + " must be a dense (strided) tensor");
+    if (!t.is_contiguous()) fail(name + " must be contiguous; call .contiguous() first");
+    if (!supported_dtype(t.scalar_type())) {
+      fail(name + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+           "; supported: Float, Double, Half, BFloat16, Int, Long, Byte");
+    }
+  }
+
+  void same(const at::Tensor& t, const at::Tensor& ref, const std::string& name,
+            const std::string& ref_name) const {
+    if (t.scalar_type() != ref.scalar_type()) {
+      fail(name + " has dtype " + c10::toString(t.scalar_type()) + " but " +
+           ref_name + " has " + c10::toString(ref.scalar_type()));
+    }
+    if (t.numel() != ref.numel()) {
+      fail(name + " has " + std::to_string(t.numel()) + " elements but " +
+           ref_name + " has " + std::to_string(ref.numel()));
+    }
+  }
+
+  void op(ReduceOp op, const at::Tensor& t) const {
+    if (op == ReduceOp::AVG && !at::isFloatingType(t.scalar_type())) {
+      fail(std::string("AVG is defined for floating dtypes only, got ") +
+           c10::toString(t.scalar_type()) + "; use SUM and divide");
+    }
+  }
+
+  void count(size_t got, size_t want, const std::string& name) const {
+    if (got != want) {
+      fail(name + " has " + std::to_string(got) + " tensors, expected one per rank (" +
+           std::to_string(want) + ")");
+    }
+  }
+
+ private:
+  std::string where_;
+  const char* op_;
+};
+
+std::string nth(const char* name, size_t i) {
+  return std::string(name) + "[" + std::to_string(i) + "]";
+}
+
+}  // namespace
+
+WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
+  Checker check(where(), "allreduce");
+  check.tensor(tensor, "tensor");
+  check.op(op, tensor);
+  return do_allreduce(std::move(tensor), op);
+}
+
+WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                          ReduceOp op) {
+  Checker check(where(), "allreduce_coalesced");
+  if (tensors.empty()) check.fail("no tensors given");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check.tensor(tensors[i], nth("tensors", i));
+    if (tensors[i].scalar_type() != tensors[0].scalar_type()) {
+      check.fail(nth("tensors", i) + " has dtype " +
+                 c10::toString(tensors[i].scalar_type()) + " but tensors[0] has " +
+                 c10::toString(tensors[0].scalar_type()) +
+                 "; coalesce tensors of one dtype");
+    }
+  }
+  check.op(op, tensors[0]);
+  return do_allreduce_coalesced(std::move(tensors), op);
+}
+
+WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
+  Checker check(where(), "broadcast");
+  check.tensor(tensor, "tensor");
+  if (root < 0 || root >= size()) {
+    check.fail("root " + std::to_string(root) + " is outside [0, " +
+               std::to_string(size()) + ")");
+  }
+  return do_broadcast(std::move(tensor), root);
+}
+
+WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  Checker check(where(), "allgather");
+  check.tensor(input, "input");
+  check.count(outputs.size(), size(), "outputs");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check.tensor(outputs[i], nth("outputs", i));
+    check.same(outputs[i], input, nth("outputs", i), "input");
+  }
+  return do_allgather(std::move(outputs), std::move(input));
+}
+
+WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                     ReduceOp op) {
+  Checker check(where(), "reduce_scatter");
+  check.tensor(output, "output");
+  check.count(inputs.size(), size(), "inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check.tensor(inputs[i], nth("inputs", i));
+    check.same(inputs[i], output, nth("inputs", i), "output");
+  }
+  check.op(op, output);
+  return do_reduce_scatter(std::move(output), std::move(inputs), op);
+}
+
+WorkPtr ProcessGroup::barrier() { return do_barrier(); }
+
+}  // namespace ddp

@@ -1,0 +1,74 @@
+#include <ddp/work.h>
+
+#include <ddp/errors.h>
+
+namespace ddp {
+
+Work::Work(std::string description, std::chrono::milliseconds default_timeout,
+           std::vector<at::Tensor> outputs)
+    : description_(std::move(description)),
+      default_timeout_(default_timeout),
+      outputs_(std::move(outputs)) {}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) timeout = default_timeout_;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    throw TimeoutError(description_ + ": not complete after " +
+                       std::to_string(timeout.count()) +
+                       " ms (Work::wait timeout). A peer may be stuck or "
+                       "issuing a different collective; run with "
+                       "DDP_DEBUG=detail to compare collectives across ranks.");
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+bool Work::is_success() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ && !error_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+void Work::on_complete(std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
+}
+
+void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    error_ = std::move(error);
+    callbacks.swap(callbacks_);
+  }
+  done_cv_.notify_all();
+  for (auto& callback : callbacks) callback();
+}
+
+std::shared_ptr<Work> Work::completed(std::string description,
+                                      std::vector<at::Tensor> outputs) {
+  auto work = std::make_shared<Work>(std::move(description),
+                                     std::chrono::milliseconds(0),
+                                     std::move(outputs));
+  work->finish();
+  return work;
+}
+
+}  // namespace ddp

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Tests of the ddprun launcher, with small `sh -c` programs as ranks.
+# Usage: launcher_test.sh PATH/TO/ddprun
+# Prints "ok - NAME" or "not ok - NAME" (with what was seen) per check and
+# exits non-zero if any check failed. Every wait is bounded by `timeout`.
+set -euo pipefail
+
+if [[ $# -ne 1 || ! -x "$1" ]]; then
+  echo "usage: $0 PATH/TO/ddprun" >&2
+  exit 2
+fi
+DDPRUN=$1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+OUT=$WORK/out
+ERR=$WORK/err
+FAILURES=0
+LIMIT=30  # seconds any single ddprun run may take before the test kills it
+
+pass() { echo "ok - $1"; }
+fail() {
+  echo "not ok - $1"
+  shift
+  local line
+  for line in "$@"; do echo "#   ${line//$'\n'/ | }"; done
+  echo "#   exit status: ${RC:-?}"
+  echo "#   stdout: $(head -c 2000 "$OUT" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')"
+  echo "#   stderr: $(head -c 2000 "$ERR" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')"
+  FAILURES=$((FAILURES + 1))
+}
+
+# Runs ddprun with the given arguments, stdout/stderr to $OUT/$ERR, status in
+# $RC, wall time in whole seconds in $ELAPSED.
+run_ddprun() {
+  local start=$SECONDS
+  RC=0
+  timeout --foreground -s KILL "$LIMIT" "$DDPRUN" "$@" >"$OUT" 2>"$ERR" </dev/null || RC=$?
+  ELAPSED=$((SECONDS - start))
+}
+
+# Starts ddprun in the background (pid of its `timeout` wrapper in $BG_PID;
+# with --foreground, timeout forwards the signals it gets to ddprun only).
+start_ddprun() {
+  BG_START=$SECONDS
+  timeout --foreground -s KILL "$LIMIT" "$DDPRUN" "$@" >"$OUT" 2>"$ERR" </dev/null &
+  BG_PID=$!
+}
+
+# Waits for the background ddprun; status in $RC, wall time in $ELAPSED.
+wait_ddprun() {
+  RC=0
+  wait "$BG_PID" || RC=$?
+  ELAPSED=$((SECONDS - BG_START))
+}
+
+# Waits (at most 10 s) until FILE has at least COUNT lines containing TEXT.
+wait_for_lines() {
+  local file=$1 text=$2 count=$3 i
+  for ((i = 0; i < 100; i++)); do
+    if [[ $(grep -cF -- "$text" "$file" || true) -ge $count ]]; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+has() { grep -qF -- "$2" "$1"; }
+
+# ---------------------------------------------------------------- 1. env
+run_ddprun --nproc-per-node 2 sh -c \
+  'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"'
+port0=$(sed -n 's/^\[rank 0\] 0 2 0 2 127\.0\.0\.1 \([0-9][0-9]*\)$/\1/p' "$OUT")
+port1=$(sed -n 's/^\[rank 1\] 1 2 1 2 127\.0\.0\.1 \([0-9][0-9]*\)$/\1/p' "$OUT")
+if [[ $RC -eq 0 && $(wc -l <"$OUT") -eq 2 && -n $port0 && $port0 == "$port1" && $port0 -gt 0 ]]; then
+  pass "two ranks get RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+else
+  fail "two ranks get RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT" \
+    "expected '[rank R] R 2 R 2 127.0.0.1 PORT' for R = 0, 1 with one PORT > 0, exit 0"
+fi
+
+# ---------------------------------------------------------- 2. multi-node
+run_ddprun --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port 29999 \
+  --nproc-per-node 2 sh -c \
+  'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK $GROUP_RANK $MASTER_ADDR $MASTER_PORT"'
+expected=$'[rank 2] 2 4 0 2 1 1 127.0.0.1 29999\n[rank 3] 3 4 1 2 1 1 127.0.0.1 29999'
+if [[ $RC -eq 0 && $(sort "$OUT") == "$expected" ]]; then
+  pass "node rank 1 of 2 gets RANK 2 and 3, WORLD_SIZE 4"
+else
+  fail "node rank 1 of 2 gets RANK 2 and 3, WORLD_SIZE 4" "expected: $expected"
+fi
+
+# ----------------------------------------------------- --flag=value forms
+run_ddprun --nproc-per-node=2 --master-port=29876 --master-addr=localhost -- sh -c \
+  'echo "$MASTER_ADDR:$MASTER_PORT"'
+if [[ $RC -eq 0 && $(sort "$OUT") == $'[rank 0] localhost:29876\n[rank 1] localhost:29876' ]]; then
+  pass "--flag=value forms"
+else
+  fail "--flag=value forms" "expected two lines 'localhost:29876'"
+fi
+
+# --------------------------------------------------------- 3. rank fails
+run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'
+if [[ $RC -eq 3 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "exited with status 3"; then
+  pass "rank 1 exits 3: ddprun stops rank 0 and exits 3 (${ELAPSED}s)"
+else
+  fail "rank 1 exits 3: ddprun stops rank 0 and exits 3" \
+    "expected exit 3 within 8 s (took ${ELAPSED}s), stderr naming rank 1 and status 3"
+fi
+
+# ------------------------------------------ the first failure decides
+run_ddprun --nproc-per-node 2 sh -c \
+  'if [ "$RANK" = 0 ]; then sleep 0.3; exit 5; fi; trap "exit 7" TERM; while :; do sleep 0.1; done'
+if [[ $RC -eq 5 ]] && has "$ERR" "rank 0 (pid" && ! has "$ERR" "status 7"; then
+  pass "the first failing rank decides the exit status"
+else
+  fail "the first failing rank decides the exit status" "expected exit 5 (rank 1 exits 7 only when stopped)"
+fi
+
+# ------------------------------------------------------ 4. rank killed
+run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 60'
+if [[ $RC -eq 137 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "signal 9"; then
+  pass "rank 1 killed by signal 9: ddprun exits 137"
+else
+  fail "rank 1 killed by signal 9: ddprun exits 137" \
+    "expected exit 137 within 8 s, stderr naming rank 1 and signal 9"
+fi
+
+# ------------------------------------------------- 5. SIGTERM forwarding
+start_ddprun --nproc-per-node 2 sh -c \
+  'trap "echo got TERM; exit 0" TERM; echo ready; while :; do sleep 0.1; done'
+if wait_for_lines "$OUT" "ready" 2; then
+  kill -TERM "$BG_PID"
+else
+  kill -KILL "$BG_PID" 2>/dev/null || true
+fi
+wait_ddprun
+if [[ $RC -eq 143 ]] && has "$OUT" "[rank 0] got TERM" && has "$OUT" "[rank 1] got TERM"; then
+  pass "SIGTERM is forwarded to every rank and ddprun exits 143"
+else
+  fail "SIGTERM is forwarded to every rank and ddprun exits 143" \
+    "expected exit 143 and '[rank R] got TERM' for R = 0, 1"
+fi
+
+start_ddprun --nproc-per-node 2 --grace-period-s 1 sh -c \
+  'if [ "$RANK" = 1 ]; then trap "" TERM; else trap "exit 0" TERM; fi; echo ready; while :; do sleep 0.1; done'
+if wait_for_lines "$OUT" "ready" 2; then
+  kill -TERM "$BG_PID"
+else
+  kill -KILL "$BG_PID" 2>/dev/null || true
+fi
+wait_ddprun
+if [[ $RC -eq 143 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "SIGKILL"; then
+  pass "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1 (${ELAPSED}s)"
+else
+  fail "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1" \
+    "expected exit 143 within 8 s and stderr naming rank 1 and SIGKILL"
+fi
+
+# ------------------------------------------------------ 6. output handling
+run_ddprun --nproc-per-node 2 --no-prefix sh -c 'echo "hello $RANK"'
+if [[ $RC -eq 0 && $(sort "$OUT") == $'hello 0\nhello 1' ]]; then
+  pass "--no-prefix leaves output unprefixed"
+else
+  fail "--no-prefix leaves output unprefixed" "expected lines 'hello 0' and 'hello 1'"
+fi
+
+run_ddprun --nproc-per-node 2 sh -c 'printf "partial-%s" "$RANK"'
+if [[ $RC -eq 0 && $(sort "$OUT") == $'[rank 0] partial-0\n[rank 1] partial-1' ]]; then
+  pass "a final line without newline is printed with the prefix"
+else
+  fail "a final line without newline is printed with the prefix" \
+    "expected lines '[rank 0] partial-0' and '[rank 1] partial-1'"
+fi
+
+run_ddprun --nproc-per-node 2 sh -c 'echo "to-stderr $RANK" >&2'
+if [[ $RC -eq 0 && ! -s $OUT && $(sort "$ERR") == $'[rank 0] to-stderr 0\n[rank 1] to-stderr 1' ]]; then
+  pass "stderr lines go to stderr, prefixed"
+else
+  fail "stderr lines go to stderr, prefixed" "expected only stderr, '[rank R] to-stderr R'"
+fi
+
+# awk writes in large blocks that split lines at arbitrary points.
+run_ddprun --nproc-per-node 4 sh -c \
+  'exec awk -v r="$RANK" '\''BEGIN { s = sprintf("%0300d", 0); for (i = 0; i < 3000; i++) print r "-" s "-end" }'\'
+good=$(grep -cE '^\[rank ([0-3])\] \1-0{300}-end$' "$OUT" || true)
+if [[ $RC -eq 0 && $good -eq 12000 && $(wc -l <"$OUT") -eq 12000 ]]; then
+  pass "lines of 4 busy ranks are never mixed mid-line"
+else
+  fail "lines of 4 busy ranks are never mixed mid-line" "expected 12000 intact lines, got $good"
+fi
+
+# ------------------------------------------------------- 7. bad arguments
+check_usage_error() {
+  local name=$1 needle=$2
+  shift 2
+  run_ddprun "$@"
+  if [[ $RC -eq 2 && $(wc -l <"$ERR") -eq 1 ]] && has "$ERR" "$needle" && has "$ERR" "see ddprun --help"; then
+    pass "$name"
+  else
+    fail "$name" "expected exit 2 and one stderr line naming '$needle' and 'see ddprun --help'"
+  fi
+}
+check_usage_error "missing program" "program" --nproc-per-node 2
+check_usage_error "--nproc-per-node 0" "--nproc-per-node" --nproc-per-node 0 true
+check_usage_error "--nproc-per-node x" "--nproc-per-node" --nproc-per-node x true
+check_usage_error "missing --nproc-per-node" "--nproc-per-node" true
+check_usage_error "--node-rank 2 --nnodes 2" "--node-rank" \
+  --nproc-per-node 1 --node-rank 2 --nnodes 2 --master-addr 127.0.0.1 --master-port 29999 true
+check_usage_error "--nnodes 2 without --master-addr/--master-port" "--master-addr" \
+  --nproc-per-node 1 --nnodes 2 --node-rank 0 true
+check_usage_error "--master-port 70000" "--master-port" --nproc-per-node 1 --master-port 70000 true
+check_usage_error "--grace-period-s -1" "--grace-period-s" --nproc-per-node 1 --grace-period-s -1 true
+check_usage_error "unknown flag" "--bogus" --nproc-per-node 1 --bogus 3 true
+check_usage_error "flag value missing" "--nnodes" --nproc-per-node 1 --nnodes
+
+run_ddprun --help
+if [[ $RC -eq 0 ]] && has "$OUT" "--nproc-per-node" && has "$OUT" "--grace-period-s" &&
+  has "$OUT" "--no-prefix" && has "$OUT" "LOCAL_WORLD_SIZE" && has "$OUT" "MASTER_PORT"; then
+  pass "--help lists flags and environment"
+else
+  fail "--help lists flags and environment" "expected exit 0 and the usage text on stdout"
+fi
+
+run_ddprun --nproc-per-node 2 ddprun-test-no-such-program --flag
+if [[ $RC -eq 127 && $ELAPSED -le 8 ]] && has "$ERR" "ddprun-test-no-such-program"; then
+  pass "a program that does not exist: exit 127 naming it"
+else
+  fail "a program that does not exist: exit 127 naming it" \
+    "expected exit 127 and stderr naming ddprun-test-no-such-program"
+fi
+
+echo
+if [[ $FAILURES -ne 0 ]]; then
+  echo "$FAILURES check(s) failed"
+  exit 1
+fi
+echo "all checks passed"

@@ -1,0 +1,45 @@
+// The multirank harness (gloo's BaseTest::spawn shape): one thread per rank
+// over one in-memory store; every rank's exception is collected and the
+// first one rethrown on the test thread.
+#pragma once
+
+#include <ddp/init.h>
+#include <ddp/store.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ddp::testing {
+
+inline void spawn(int size, const std::function<void(int rank, StorePtr store)>& body) {
+  StorePtr store = c10::make_intrusive<c10d::HashStore>();
+  std::mutex mutex;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(rank, store);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+// A Gloo group per rank on the shared store, with a test-friendly timeout.
+inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
+                                  InitOptions options = InitOptions().timeout(
+                                      std::chrono::seconds(60))) {
+  return new_process_group(std::move(store), rank, size, options);
+}
+
+}  // namespace ddp::testing

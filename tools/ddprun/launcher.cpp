@@ -1,0 +1,318 @@
+// Supervision of the ranks: the heart of ddprun.
+//
+// One single-threaded poll loop watches the signal self-pipe and every
+// rank's stdout/stderr pipe, with a timeout of at most k_tick_ms, and on each
+// wake-up: handles received signals (SIGINT/SIGTERM are forwarded to every
+// running rank's process group), reaps exited ranks (the first rank that
+// fails, or ddprun's first signal, decides the exit status; a failure stops
+// the others with SIGTERM), sends SIGKILL to ranks still running a grace
+// period after they were told to stop, and copies output through the line
+// prefixers. When every rank is reaped the pipes get a short, bounded time to
+// reach EOF (a rank's leftover background process may hold them open).
+#include "launcher.h"
+
+#include "child_process.h"
+#include "line_prefixer.h"
+#include "rank_environment.h"
+#include "signal_pipe.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace ddprun {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr int k_tick_ms = 200;
+constexpr auto k_pipe_drain_time = std::chrono::milliseconds(1000);
+constexpr std::size_t k_read_chunk = 64 * 1024;
+
+// One output pipe of a rank, read by ddprun and written out prefixed.
+struct output_stream {
+  int fd = -1;
+  std::unique_ptr<line_prefixer> prefixer;
+};
+
+struct rank_process {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  bool exec_failed = false;
+  output_stream out;
+  output_stream err;
+};
+
+void say(const std::string& message) {
+  const std::string line = "ddprun: " + message + "\n";
+  write_all(STDERR_FILENO, line.data(), line.size());
+}
+
+std::string signal_name(int sig) {
+  if (sig == SIGINT) return "SIGINT";
+  if (sig == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(sig);
+}
+
+std::string format_seconds(double s) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", s);
+  return buffer;
+}
+
+class supervisor {
+ public:
+  supervisor(const options& opts, int master_port) : opts_(opts), master_port_(master_port) {}
+
+  int run() {
+    start_ranks();
+    for (;;) {
+      handle_signals();
+      reap();
+      enforce_grace_deadline();
+      if (running_count() == 0) {
+        if (open_stream_count() == 0) break;
+        if (!drain_deadline_) drain_deadline_ = clock_type::now() + k_pipe_drain_time;
+        if (clock_type::now() >= *drain_deadline_) break;
+      }
+      poll_once();
+    }
+    for (rank_process& r : ranks_) {
+      drain(r.out);
+      drain(r.err);
+      close_stream(r.out);
+      close_stream(r.err);
+    }
+    return decided_status_.value_or(0);
+  }
+
+ private:
+  void start_ranks() {
+    const int n = opts_.nproc_per_node;
+    const bool stdin_is_tty = isatty(STDIN_FILENO) != 0;
+    for (int local = 0; local < n && !stopping_; ++local) {
+      rank_identity id;
+      id.rank = opts_.node_rank * n + local;
+      id.world_size = opts_.nnodes * n;
+      id.local_rank = local;
+      id.local_world_size = n;
+      id.node_rank = opts_.node_rank;
+      id.nnodes = opts_.nnodes;
+      id.master_addr = opts_.master_addr;
+      id.master_port = master_port_;
+
+      child_spec spec;
+      spec.command = opts_.command;
+      spec.environment = rank_environment(environ, id);
+      spec.capture_output = opts_.prefix_output;
+      // Ranks run in their own process groups: reading a terminal there
+      // would stop them (SIGTTIN), so they get /dev/null instead.
+      spec.stdin_from_dev_null = stdin_is_tty;
+      spawned_child child = spawn_child(spec);
+      if (child.pid < 0) {
+        say("cannot start rank " + std::to_string(id.rank) + ": " + child.error);
+        decide(1);
+        stop_all(SIGTERM);
+        break;
+      }
+      rank_process r;
+      r.rank = id.rank;
+      r.pid = child.pid;
+      r.running = true;
+      const std::string prefix = "[rank " + std::to_string(id.rank) + "] ";
+      r.out.fd = child.stdout_fd;
+      r.err.fd = child.stderr_fd;
+      if (r.out.fd >= 0) r.out.prefixer = std::make_unique<line_prefixer>(prefix, STDOUT_FILENO);
+      if (r.err.fd >= 0) r.err.prefixer = std::make_unique<line_prefixer>(prefix, STDERR_FILENO);
+      ranks_.push_back(std::move(r));
+      if (child.exec_errno != 0) {
+        ranks_.back().exec_failed = true;
+        say("cannot execute '" + opts_.command[0] + "': " + std::strerror(child.exec_errno));
+        decide(exec_failure_status(child.exec_errno));
+        stop_all(SIGTERM);
+        break;
+      }
+      handle_signals();  // a Ctrl-C while starting stops the start-up
+    }
+  }
+
+  void handle_signals() {
+    for (const int sig : drain_signal_pipe()) {
+      if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reap() runs anyway
+      decide(128 + sig);
+      const int count = running_count();
+      if (count > 0) {
+        say("received " + signal_name(sig) + "; forwarding it to " + std::to_string(count) +
+            " running rank(s)");
+      }
+      stop_all(sig);
+    }
+  }
+
+  void reap() {
+    for (rank_process& r : ranks_) {
+      if (!r.running) continue;
+      int status = 0;
+      pid_t got;
+      do {
+        got = waitpid(r.pid, &status, WNOHANG);
+      } while (got < 0 && errno == EINTR);
+      if (got == 0) continue;
+      r.running = false;
+      if (got < 0) continue;  // ECHILD: cannot happen for our own child
+      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (!failed || r.exec_failed || decided_status_) continue;
+      // Show the rank's last words before ddprun's verdict about it.
+      drain(r.out);
+      drain(r.err);
+      const int others = running_count();
+      std::string message = "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ")";
+      if (WIFSIGNALED(status)) {
+        const int sig = WTERMSIG(status);
+        message += " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+        decide(128 + sig);
+      } else {
+        message += " exited with status " + std::to_string(WEXITSTATUS(status));
+        decide(WEXITSTATUS(status));
+      }
+      if (others > 0) message += "; stopping the other " + std::to_string(others) + " rank(s)";
+      say(message);
+      stop_all(SIGTERM);
+    }
+  }
+
+  // Sends `sig` to every running rank (its whole process group) and starts
+  // the grace period after which the remaining ones get SIGKILL.
+  void stop_all(int sig) {
+    stopping_ = true;
+    for (const rank_process& r : ranks_) {
+      if (r.running) signal_rank(r, sig);
+    }
+    if (!kill_deadline_) {
+      kill_deadline_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                               std::chrono::duration<double>(opts_.grace_period_s));
+    }
+  }
+
+  void enforce_grace_deadline() {
+    if (!kill_deadline_ || killed_ || clock_type::now() < *kill_deadline_) return;
+    killed_ = true;
+    for (const rank_process& r : ranks_) {
+      if (!r.running) continue;
+      say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+          ") still running " + format_seconds(opts_.grace_period_s) +
+          " s after being told to stop; sending SIGKILL");
+      signal_rank(r, SIGKILL);
+    }
+  }
+
+  static void signal_rank(const rank_process& r, int sig) {
+    if (kill(-r.pid, sig) != 0) kill(r.pid, sig);  // no group (setpgid failed): the rank alone
+  }
+
+  void decide(int status) {
+    if (!decided_status_) decided_status_ = status;
+  }
+
+  void poll_once() {
+    std::vector<pollfd> fds;
+    std::vector<output_stream*> streams;
+    fds.push_back({signal_pipe_fd(), POLLIN, 0});
+    for (rank_process& r : ranks_) {
+      for (output_stream* s : {&r.out, &r.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+      }
+    }
+    const int ready = poll(fds.data(), fds.size(), timeout_ms());
+    if (ready <= 0) return;  // timeout or EINTR: the loop re-checks everything
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_once(*streams[i - 1]);
+    }
+  }
+
+  // Milliseconds until the next thing that is due, at most k_tick_ms.
+  int timeout_ms() const {
+    auto next = clock_type::now() + std::chrono::milliseconds(k_tick_ms);
+    if (kill_deadline_ && !killed_ && *kill_deadline_ < next) next = *kill_deadline_;
+    if (drain_deadline_ && *drain_deadline_ < next) next = *drain_deadline_;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_type::now()).count();
+    return left < 0 ? 0 : static_cast<int>(left) + 1;
+  }
+
+  // One read; returns false once the stream is closed.
+  bool read_once(output_stream& s) {
+    if (s.fd < 0) return false;
+    char buffer[k_read_chunk];
+    const ssize_t n = read(s.fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      s.prefixer->feed(buffer, static_cast<std::size_t>(n));
+      return true;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    close_stream(s);  // EOF or error
+    return false;
+  }
+
+  // Reads what is in the pipe right now (bounded), without waiting.
+  void drain(output_stream& s) {
+    for (int i = 0; i < 64 && read_once(s); ++i) {
+    }
+  }
+
+  static void close_stream(output_stream& s) {
+    if (s.fd < 0) return;
+    s.prefixer->finish();
+    close(s.fd);
+    s.fd = -1;
+  }
+
+  int running_count() const {
+    int count = 0;
+    for (const rank_process& r : ranks_) count += r.running ? 1 : 0;
+    return count;
+  }
+
+  int open_stream_count() const {
+    int count = 0;
+    for (const rank_process& r : ranks_) count += (r.out.fd >= 0) + (r.err.fd >= 0);
+    return count;
+  }
+
+  const options& opts_;
+  const int master_port_;
+  std::vector<rank_process> ranks_;
+  std::optional<int> decided_status_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  std::optional<clock_type::time_point> kill_deadline_;
+  std::optional<clock_type::time_point> drain_deadline_;
+};
+
+}  // namespace
+
+int run_launcher(const options& opts, int master_port) {
+  std::string error;
+  if (!install_signal_pipe(error)) {
+    say("cannot set up signal handling: " + error);
+    return 1;
+  }
+  supervisor s(opts, master_port);
+  return s.run();
+}
+
+}  // namespace ddprun

@@ -1,0 +1,233 @@
+// Command-line parsing for ddprun.
+//
+// Flags come before the program; the first argument that does not start with
+// '-' (or everything after a bare "--") is the program and its arguments,
+// which are passed through untouched. Every flag accepts both "--flag VALUE"
+// and "--flag=VALUE", and '_' may be used instead of '-' inside flag names
+// (torchrun spells them --nproc_per_node). Values are checked strictly: an
+// error names the flag, the expected form, and what was given.
+#include "options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace ddprun {
+namespace {
+
+constexpr const char* k_expect_nproc = "--nproc-per-node N with N an integer >= 1";
+constexpr const char* k_expect_nnodes = "--nnodes M with M an integer >= 1";
+constexpr const char* k_expect_node_rank = "--node-rank K with K an integer in [0, nnodes)";
+constexpr const char* k_expect_addr = "--master-addr HOST with HOST a host name or IP address";
+constexpr const char* k_expect_port = "--master-port P with P an integer in [1, 65535]";
+constexpr const char* k_expect_grace = "--grace-period-s S with S a number of seconds >= 0";
+
+// Strict decimal integer: optional '-', digits only, within [lo, hi].
+std::optional<long> parse_integer(const std::string& text, long lo, long hi) {
+  if (text.empty()) return std::nullopt;
+  const char first = text[0];
+  if (first != '-' && (first < '0' || first > '9')) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return std::nullopt;
+  if (value < lo || value > hi) return std::nullopt;
+  return value;
+}
+
+// Strict non-negative decimal number of seconds (e.g. "5", "0.5").
+std::optional<double> parse_seconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const char first = text[0];
+  if (first != '.' && (first < '0' || first > '9')) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end != text.c_str() + text.size()) return std::nullopt;
+  if (!std::isfinite(value) || value < 0.0 || value > 1e6) return std::nullopt;
+  return value;
+}
+
+std::string bad_value(const std::string& flag, const char* expected, const std::string& got) {
+  return flag + ": expected " + expected + ", got '" + got + "'";
+}
+
+// "--nproc_per_node" -> "--nproc-per-node"; the part after '=' is not touched.
+std::string canonical_flag_name(const std::string& name) {
+  std::string out = name;
+  for (std::size_t i = 2; i < out.size(); ++i) {
+    if (out[i] == '_') out[i] = '-';
+  }
+  return out;
+}
+
+// The expected form of a valued flag, or nullptr when flag takes no value.
+const char* expected_form(const std::string& flag) {
+  if (flag == "--nproc-per-node") return k_expect_nproc;
+  if (flag == "--nnodes") return k_expect_nnodes;
+  if (flag == "--node-rank") return k_expect_node_rank;
+  if (flag == "--master-addr") return k_expect_addr;
+  if (flag == "--master-port") return k_expect_port;
+  if (flag == "--grace-period-s") return k_expect_grace;
+  return nullptr;
+}
+
+bool is_switch(const std::string& flag) {
+  return flag == "--no-prefix" || flag == "--help" || flag == "-h";
+}
+
+// Applies one valued flag; returns an error message or "".
+std::string apply_value(const std::string& flag, const std::string& value, options& opts,
+                        bool& addr_given) {
+  if (flag == "--nproc-per-node") {
+    const auto n = parse_integer(value, 1, 1 << 20);
+    if (!n) return bad_value(flag, k_expect_nproc, value);
+    opts.nproc_per_node = static_cast<int>(*n);
+  } else if (flag == "--nnodes") {
+    const auto n = parse_integer(value, 1, 1 << 20);
+    if (!n) return bad_value(flag, k_expect_nnodes, value);
+    opts.nnodes = static_cast<int>(*n);
+  } else if (flag == "--node-rank") {
+    const auto n = parse_integer(value, 0, 1 << 20);
+    if (!n) return bad_value(flag, k_expect_node_rank, value);
+    opts.node_rank = static_cast<int>(*n);
+  } else if (flag == "--master-addr") {
+    if (value.empty()) return bad_value(flag, k_expect_addr, value);
+    opts.master_addr = value;
+    addr_given = true;
+  } else if (flag == "--master-port") {
+    const auto n = parse_integer(value, 1, 65535);
+    if (!n) return bad_value(flag, k_expect_port, value);
+    opts.master_port = static_cast<int>(*n);
+  } else if (flag == "--grace-period-s") {
+    const auto s = parse_seconds(value);
+    if (!s) return bad_value(flag, k_expect_grace, value);
+    opts.grace_period_s = *s;
+  }
+  return "";
+}
+
+// Checks that need every flag: required flags and cross-flag rules.
+std::string validate(const options& opts, bool addr_given) {
+  if (opts.nproc_per_node == 0) {
+    return std::string("--nproc-per-node is required; expected ") + k_expect_nproc;
+  }
+  if (opts.node_rank >= opts.nnodes) {
+    return "--node-rank: expected an integer in [0, " + std::to_string(opts.nnodes) +
+           ") because --nnodes is " + std::to_string(opts.nnodes) + ", got '" +
+           std::to_string(opts.node_rank) + "'";
+  }
+  if (opts.nnodes > 1 && (!addr_given || !opts.master_port)) {
+    return "--nnodes " + std::to_string(opts.nnodes) +
+           " requires --master-addr HOST and --master-port P (the same on every node)";
+  }
+  if (opts.command.empty()) {
+    return "missing the program to run; expected ddprun --nproc-per-node N [flags] [--] "
+           "program [args...]";
+  }
+  return "";
+}
+
+}  // namespace
+
+parse_result parse_options(const std::vector<std::string>& args) {
+  parse_result result;
+  options& opts = result.opts;
+  bool addr_given = false;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // the program starts here
+
+    const std::size_t eq = arg.find('=');
+    const std::string flag = canonical_flag_name(arg.substr(0, eq));
+    const bool has_inline_value = eq != std::string::npos;
+
+    if (is_switch(flag)) {
+      if (has_inline_value) {
+        result.error = flag + ": takes no value, got '" + arg + "'";
+        return result;
+      }
+      if (flag == "--no-prefix") {
+        opts.prefix_output = false;
+      } else {
+        result.outcome = parse_outcome::help;
+        return result;
+      }
+      continue;
+    }
+    const char* expected = expected_form(flag);
+    if (expected == nullptr) {
+      result.error = "unknown flag '" + arg.substr(0, eq) +
+                     "'; expected --nproc-per-node, --nnodes, --node-rank, --master-addr, "
+                     "--master-port, --no-prefix, --grace-period-s, --help, or -- before "
+                     "the program";
+      return result;
+    }
+    std::string value;
+    if (has_inline_value) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      result.error = flag + ": missing value; expected " + expected;
+      return result;
+    }
+    result.error = apply_value(flag, value, opts, addr_given);
+    if (!result.error.empty()) return result;
+  }
+  opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+
+  result.error = validate(opts, addr_given);
+  if (result.error.empty()) result.outcome = parse_outcome::run;
+  return result;
+}
+
+std::string usage_text() {
+  return R"(usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+              [--no-prefix] [--grace-period-s S] [--] program [args...]
+
+Starts N copies ("ranks") of program on this node, each with the environment a
+ddp (or torch.distributed) program reads to join the job, supervises them, and
+stops them all when one fails.
+
+flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
+  --nproc-per-node N   ranks to start on this node (required, N >= 1)
+  --nnodes M           nodes taking part in the job (default 1)
+  --node-rank K        index of this node, 0 <= K < M (default 0)
+  --master-addr A      host of the node running rank 0 (default 127.0.0.1;
+                       required when M > 1)
+  --master-port P      TCP port on A for the rendezvous, 1..65535 (default: a
+                       free port on A when M = 1; required when M > 1)
+  --no-prefix          do not prefix output lines with "[rank R] "; ranks then
+                       write to ddprun's stdout/stderr directly
+  --grace-period-s S   seconds to wait after SIGTERM/SIGINT before SIGKILL
+                       (default 5)
+  -h, --help           print this text and exit
+  --                   end of ddprun's flags; the next argument is the program
+
+environment of each rank (added to ddprun's own environment):
+  MASTER_ADDR, MASTER_PORT   A and P
+  RANK                       global rank, K * N + LOCAL_RANK
+  WORLD_SIZE                 M * N
+  LOCAL_RANK                 0 .. N-1, the rank on this node
+  LOCAL_WORLD_SIZE           N
+  GROUP_RANK, NODE_RANK      K
+  GROUP_WORLD_SIZE           M
+
+exit status:
+  0        every rank exited 0
+  S        the first rank that failed exited with status S (128+sig when it
+           was killed by signal sig); the other ranks got SIGTERM, then
+           SIGKILL after the grace period
+  128+sig  ddprun got SIGINT or SIGTERM (forwarded to every rank)
+  2        bad arguments
+  126/127  the program could not be executed / was not found
+)";
+}
+
+}  // namespace ddprun

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// Everything ddprun was asked to do, as parsed from its command line.
+struct options {
+  int nproc_per_node = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // unset: pick a free port (nnodes == 1 only)
+  bool prefix_output = true;
+  double grace_period_s = 5.0;
+  std::vector<std::string> command;  // the program, then its arguments
+};
+
+enum class parse_outcome { run, help, error };
+
+struct parse_result {
+  parse_outcome outcome = parse_outcome::error;
+  options opts;
+  std::string error;  // one line, without the "ddprun: " prefix
+};
+
+// Parses ddprun's arguments (argv without argv[0]). Never exits or prints.
+parse_result parse_options(const std::vector<std::string>& args);
+
+// The text printed by `ddprun --help`.
+std::string usage_text();
+
+}  // namespace ddprun

@@ -1,0 +1,49 @@
+// The environment each rank starts with, the same variables torchrun sets:
+// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, NODE_RANK and GROUP_WORLD_SIZE, on top of ddprun's own
+// environment (from which older values of those names are removed first, so
+// a rank never sees two definitions).
+#include "rank_environment.h"
+
+#include <cstring>
+#include <utility>
+
+namespace ddprun {
+namespace {
+
+constexpr const char* k_names[] = {
+    "MASTER_ADDR", "MASTER_PORT", "RANK",      "WORLD_SIZE",       "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE",
+};
+
+bool is_set_by_ddprun(const char* entry) {
+  for (const char* name : k_names) {
+    const std::size_t len = std::strlen(name);
+    if (std::strncmp(entry, name, len) == 0 && entry[len] == '=') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> rank_environment(const char* const* base, const rank_identity& id) {
+  std::vector<std::string> env;
+  for (const char* const* entry = base; entry != nullptr && *entry != nullptr; ++entry) {
+    if (!is_set_by_ddprun(*entry)) env.emplace_back(*entry);
+  }
+  const std::pair<const char*, std::string> values[] = {
+      {"MASTER_ADDR", id.master_addr},
+      {"MASTER_PORT", std::to_string(id.master_port)},
+      {"RANK", std::to_string(id.rank)},
+      {"WORLD_SIZE", std::to_string(id.world_size)},
+      {"LOCAL_RANK", std::to_string(id.local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
+      {"GROUP_RANK", std::to_string(id.node_rank)},
+      {"NODE_RANK", std::to_string(id.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(id.nnodes)},
+  };
+  for (const auto& [name, value] : values) env.push_back(std::string(name) + "=" + value);
+  return env;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,25 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// Where one rank sits in the job.
+struct rank_identity {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// The rank's complete environment as "NAME=value" strings: `base` (normally
+// ddprun's own environ, may be null) without any stale copy of the variables
+// ddprun sets, followed by those variables for `id`.
+std::vector<std::string> rank_environment(const char* const* base, const rank_identity& id);
+
+}  // namespace ddprun
