@@ -24,6 +24,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -48,6 +49,16 @@ std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
 }
 
 const char* kFailureKey = "ddp/gloo/first_failure";
+
+// Whether `text` mentions `address` ("[ip]:port") as a whole: ":6339" must
+// not match inside ":63390".
+bool cites(const std::string& text, const std::string& address) {
+  for (auto at = text.find(address); at != std::string::npos; at = text.find(address, at + 1)) {
+    auto end = at + address.size();
+    if (end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]))) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -128,13 +139,18 @@ class GlooProcessGroup::Impl {
     }
   }
 
-  // Publishes this rank's per-peer listening addresses and learns the
+  // Publishes this rank's per-peer connection addresses and learns the
   // others', so that an error mentioning an address can name the rank.
+  // Gloo's errors cite either end of the connection: map both.
   void learn_peer_addresses() {
     const int rank = owner_.rank(), size = owner_.size();
     std::string mine;
     for (int r = 0; r < size; ++r) {
-      if (r != rank) mine += context_->getPair(r)->address().str();
+      if (r != rank) {
+        std::string address = context_->getPair(r)->address().str();
+        peer_by_address_[address] = r;
+        mine += address;
+      }
       mine += '\n';
     }
     store_->set("ddp/gloo/addresses/" + std::to_string(rank),
@@ -218,7 +234,7 @@ class GlooProcessGroup::Impl {
 
   std::string explain(const std::string& gloo_error) const {
     for (const auto& [address, rank] : peer_by_address_) {
-      if (gloo_error.find(address) != std::string::npos) {
+      if (cites(gloo_error, address)) {
         return "lost the connection to rank " + std::to_string(rank) + " (" + address +
                "): " + gloo_error + ". Rank " + std::to_string(rank) +
                " has probably exited or been killed; see its output";

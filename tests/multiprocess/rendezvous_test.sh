@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Real ranks in real processes: rendezvous through ddprun, tcp://, file://,
+# torchrun and mpirun; bad environments; a rank killed mid-collective.
+#   rendezvous_test.sh BUILD_DIR
+set -uo pipefail
+build=$1
+ddprun=$build/tools/ddprun/ddprun
+demo=$build/examples/collectives
+fault=$build/tests/multiprocess/fault_rank
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+failed=0
+ok() { echo "ok - $1"; }
+not_ok() { echo "not ok - $1"; echo "--- output:"; cat "$tmp/out" "$tmp/err" 2>/dev/null | head -40; failed=1; }
+# expect NAME STATUS PATTERN -- command...: runs it (bounded), checks status and stdout+stderr.
+expect() {
+  local name=$1 status=$2 pattern=$3; shift 4
+  timeout -s KILL 120 "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -ne "$status" ]; then not_ok "$name (exit $got, expected $status)"; return; fi
+  if ! cat "$tmp/out" "$tmp/err" | grep -q -E -- "$pattern"; then not_ok "$name (no '$pattern')"; return; fi
+  ok "$name"
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+expect "ddprun, 2 ranks" 0 "rank 1 of 2 \[gloo\].*all correct" -- "$ddprun" --nproc-per-node 2 "$demo"
+expect "ddprun, 3 ranks, 3 round-robin groups, 2 threads" 0 "rank 2 of 3 \[round_robin\(3xgloo\)\].*all correct" \
+  -- "$ddprun" --nproc-per-node 3 "$demo" --round-robin 3 --threads 2
+expect "DDP_DEBUG=detail" 0 "gloo\+checked.*all correct" -- env DDP_DEBUG=detail "$ddprun" --nproc-per-node 2 "$demo"
+
+port=$(free_port)
+( "$demo" --init-method "tcp://127.0.0.1:$port" --rank 1 --world-size 2 >"$tmp/r1" 2>&1 & )
+expect "tcp://host:port" 0 "rank 0 of 2.*all correct" -- "$demo" --init-method "tcp://127.0.0.1:$port" --rank 0 --world-size 2
+
+( "$demo" --init-method "file://$tmp/store" --rank 1 --world-size 2 >"$tmp/r1" 2>&1 & )
+expect "file:///path" 0 "rank 0 of 2.*all correct" -- "$demo" --init-method "file://$tmp/store" --rank 0 --world-size 2
+
+if [ -x /usr/bin/torchrun ]; then
+  # --redirects/--tee 1: Debian's torchrun 1.13 on Python 3.11 cannot parse
+  # the default "0" (its Std enum lost NONE from iteration in 3.11).
+  expect "torchrun --no_python" 0 "rank 1 of 2.*all correct" \
+    -- /usr/bin/torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --log_dir "$tmp/torchrun" --no_python "$demo"
+else
+  echo "ok - torchrun --no_python # SKIP /usr/bin/torchrun not installed"
+fi
+if command -v mpirun >/dev/null; then
+  expect "mpirun" 0 "rank 1 of 2.*all correct" -- mpirun -np 2 --allow-run-as-root --oversubscribe \
+    -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)" "$demo"
+else
+  echo "ok - mpirun # SKIP mpirun not installed"
+fi
+
+# Bad environments: a clear error naming the variable, never a hang.
+expect "missing MASTER_ADDR" 1 "MASTER_ADDR is not set" -- env -u MASTER_ADDR RANK=0 WORLD_SIZE=1 MASTER_PORT=1234 "$demo"
+expect "malformed MASTER_PORT" 1 "MASTER_PORT='http' is not an integer" -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=http "$demo"
+expect "rank outside the world" 1 "RANK=2 is outside \[0, WORLD_SIZE=2\)" -- env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$demo"
+expect "RANK without WORLD_SIZE" 1 "RANK is set but WORLD_SIZE is not" -- env -u WORLD_SIZE RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$demo"
+expect "bad DDP_DEBUG" 1 "DDP_DEBUG='loud' is not one of off, info, detail" -- env DDP_DEBUG=loud RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" "$demo"
+port=$(free_port)
+expect "rendezvous timeout counts arrivals" 1 "1 of 2 ranks arrived \(missing: 1\)" \
+  -- env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_RENDEZVOUS_TIMEOUT_S=2 "$demo"
+expect "unreachable master" 1 "cannot reach the rendezvous store at 127.0.0.1:$port" \
+  -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_RENDEZVOUS_TIMEOUT_S=2 "$demo"
+python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(60)' "$port" &
+holder=$!
+sleep 0.5
+expect "port in use" 1 "cannot host the rendezvous store at 127.0.0.1:$port" \
+  -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$demo"
+kill $holder 2>/dev/null
+
+# A rank killed with SIGKILL mid-allreduce: the others fail, naming it.
+port=$(free_port)
+start=$(date +%s)
+for r in 1 2; do
+  ( env RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 >"$tmp/fault$r" 2>&1 & )
+done
+expect "kill -9 mid-collective: rank 0 names rank 1" 3 "lost the connection to rank 1|first failure reported: rank [0-9]: lost the connection to rank 1" \
+  -- env RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20
+for _ in $(seq 50); do [ -s "$tmp/fault2" ] && break; sleep 0.2; done
+if grep -q -E "lost the connection to rank 1|first failure reported: rank [0-9]: lost the connection to rank 1" "$tmp/fault2"; then
+  ok "kill -9 mid-collective: rank 2 names rank 1"
+else
+  echo "not ok - kill -9 mid-collective: rank 2 names rank 1"; cat "$tmp/fault2"; failed=1
+fi
+elapsed=$(( $(date +%s) - start ))
+if [ "$elapsed" -lt 20 ]; then ok "survivors failed within the timeout (${elapsed}s < 20s)"; else
+  echo "not ok - survivors took ${elapsed}s"; failed=1; fi
+expect "ddprun names the killed rank and exits 137" 137 "ddprun: rank 1 \(pid [0-9]+\) was killed by signal 9" \
+  -- "$ddprun" --nproc-per-node 3 "$fault" --victim 1 --after 3 --timeout-s 20
+
+[ "$failed" -eq 0 ] && echo "all checks passed"
+exit $failed
