@@ -5,11 +5,13 @@ set -euo pipefail
 
 packages=(
   build-essential cmake          # the build
+  libgtest-dev                   # GoogleTest: the multirank test tier
   libtorch-dev                   # libtorch 1.13: tensors, autograd, c10d stores
   libgloo-dev                    # Gloo headers: our collective backend
   libopenblas0-pthread           # fast BLAS for libtorch (else reference BLAS)
   python3-torch                  # PyTorch's own DDP: the reference in tests/bench
   python3-matplotlib             # plots in bench reports
+  coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   iproute2                       # ip netns / tc for multi-node tests and bench
 )

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job, from a fresh Debian 12 machine: install, build, then a 2-rank
+# run on this machine through ddprun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+exec build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/collectives
