@@ -38,6 +38,11 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
+std::chrono::steady_clock::time_point Work::completion_time() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_at_;
+}
+
 void Work::on_complete(std::function<void()> callback) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -55,6 +60,7 @@ void Work::finish(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return;
     done_ = true;
+    completed_at_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
     callbacks.swap(callbacks_);
   }

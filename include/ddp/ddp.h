@@ -6,4 +6,6 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 #include <ddp/process_group.h>
+#include <ddp/distributed_data_parallel.h>
+#include <ddp/reducer.h>
 #include <ddp/work.h>

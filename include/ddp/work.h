@@ -40,6 +40,8 @@ class Work {
   bool is_completed() const;
   bool is_success() const;  // completed without error
   std::exception_ptr exception() const;  // null while running or on success
+  // When it completed (steady clock); meaningful once is_completed().
+  std::chrono::steady_clock::time_point completion_time() const;
   // The tensors the operation wrote (in-place inputs or outputs).
   const std::vector<at::Tensor>& result() const { return outputs_; }
   const std::string& description() const { return description_; }
@@ -61,6 +63,7 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;             // signalled at finish()
   bool done_ = false;                           // guarded by mutex_
+  std::chrono::steady_clock::time_point completed_at_;  // guarded by mutex_
   std::exception_ptr error_;                    // guarded by mutex_
   std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
 };

@@ -1,0 +1,162 @@
+// DistributedDataParallel (paper §3.1, §4.1): wraps any torch::nn::Module so
+// that its gradients are averaged across ranks during backward. A local
+// training loop changes by one line:
+//
+//   auto net = MyNet();
+//   ddp::DistributedDataParallel model(net);            // was: auto model = net;
+//   torch::optim::SGD opt(model->parameters(), 0.01);
+//   auto loss = torch::nll_loss(model->forward(x), y);  // forward: any arguments
+//   loss.backward();                                     // gradients averaged here
+//   opt.step();
+//
+// Contract
+// - Construction is collective: every rank must construct it with the same
+//   model. It checks parameter count, shapes and dtypes across ranks (an
+//   error on every rank otherwise), then broadcasts rank 0's parameters and
+//   buffers (init_sync).
+// - parameters() are the wrapped module's own tensors, in its order;
+//   named_parameters() prefixes "module." as PyTorch's DDP does; module()
+//   returns the wrapped module itself.
+// - forward(args...) runs the wrapped module's forward (through AnyModule:
+//   any argument types; ReturnType is torch::Tensor unless given, e.g.
+//   forward<std::tuple<Tensor, Tensor>>(x)). With grad enabled and outside
+//   no_sync it prepares the Reducer for the coming backward.
+// - Buffers are broadcast from rank 0 before every forward outside no_sync
+//   (broadcast_buffers).
+// - Not thread-safe: one training thread per instance.
+#pragma once
+
+#include <ddp/process_group.h>
+#include <ddp/reducer.h>
+#include <ddp/statistics.h>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/pimpl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ddp {
+
+struct DistributedDataParallelOptions {
+  // The group to reduce over. Default: ddp::default_process_group().
+  TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
+  // Bucket size in MiB (paper §5.3). Default 25. 0 reduces every parameter
+  // on its own.
+  TORCH_ARG(double, bucket_cap_mb) = 25;
+  // Size of the first bucket in MiB, small so that communication starts
+  // early in backward. Default 1.
+  TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each
+  // forward. Default true.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  // Tolerate parameters that get no gradient in some iterations (walks the
+  // graph after each forward). Default false.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  // Gradients become views into the communication buckets (no copy, less
+  // memory). Default false.
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // The set of used parameters and their gradient counts never change:
+  // learned once, no graph walk; handles gradients arriving twice (shared
+  // weights with reentrant checkpointing). Default false.
+  TORCH_ARG(bool, static_graph) = false;
+  // Parameters left out of synchronization, by name as in the wrapped
+  // module's named_parameters() (e.g. {"embedding.weight"}). Default none.
+  TORCH_ARG(std::vector<std::string>, parameters_to_ignore) = {};
+  // Check and broadcast parameters and buffers at construction. Default true.
+  TORCH_ARG(bool, init_sync) = true;
+  // Overlap communication with backward (false: reduce all buckets after
+  // backward, for measurements). Default true.
+  TORCH_ARG(bool, overlap_communication) = true;
+};
+
+class DistributedDataParallelImpl;
+
+// Scope in which gradients accumulate locally (paper §3.2.4): the first
+// backward after a forward outside it reduces everything accumulated.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(DistributedDataParallelImpl& ddp);
+  ~NoSyncGuard();
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+ private:
+  DistributedDataParallelImpl& ddp_;
+  bool previous_;
+};
+
+class DistributedDataParallelImpl : public torch::nn::Module {
+ public:
+  // `module`: a ModuleHolder (e.g. torch::nn::Linear, a TORCH_MODULE) or a
+  // std::shared_ptr to a module with a forward() method.
+  template <typename ModuleType>
+  explicit DistributedDataParallelImpl(ModuleType module,
+                                       DistributedDataParallelOptions options = {})
+      : any_(std::move(module)) {
+    initialize(std::move(options));
+  }
+
+  template <typename ReturnType = torch::Tensor, typename... Args>
+  ReturnType forward(Args&&... args) {
+    const auto start = before_forward();
+    ReturnType out = any_.forward<ReturnType>(std::forward<Args>(args)...);
+    after_forward(tensors_of(out), start);
+    return out;
+  }
+
+  // The wrapped module.
+  std::shared_ptr<torch::nn::Module> module() const { return any_.ptr(); }
+  template <typename ModuleType>
+  std::shared_ptr<ModuleType> module_as() const { return any_.ptr<ModuleType>(); }
+
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+  template <typename F>
+  auto no_sync(F&& f) {
+    NoSyncGuard guard(*this);
+    return f();
+  }
+
+  // The last synchronized iteration's statistics.
+  IterationStats stats() const;
+  Reducer& reducer() { return *reducer_; }
+  const DistributedDataParallelOptions& options() const { return options_; }
+
+ private:
+  friend class NoSyncGuard;
+  void initialize(DistributedDataParallelOptions options);
+  std::chrono::steady_clock::time_point before_forward();
+  void after_forward(const std::vector<torch::Tensor>& outputs,
+                     std::chrono::steady_clock::time_point start);
+
+  // The tensors in a forward's result, for the graph walk.
+  static std::vector<torch::Tensor> tensors_of(const torch::Tensor& t) { return {t}; }
+  static std::vector<torch::Tensor> tensors_of(const std::vector<torch::Tensor>& v) { return v; }
+  template <typename... Ts>
+  static std::vector<torch::Tensor> tensors_of(const std::tuple<Ts...>& t) {
+    std::vector<torch::Tensor> out;
+    std::apply([&](const auto&... e) { (append(out, tensors_of(e)), ...); }, t);
+    return out;
+  }
+  template <typename T>
+  static std::vector<torch::Tensor> tensors_of(const T&) { return {}; }
+  static void append(std::vector<torch::Tensor>& to, std::vector<torch::Tensor> from) {
+    to.insert(to.end(), from.begin(), from.end());
+  }
+
+  torch::nn::AnyModule any_;
+  DistributedDataParallelOptions options_;
+  ProcessGroupPtr group_;
+  std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward
+  std::unique_ptr<Reducer> reducer_;
+  bool require_backward_grad_sync_ = true;  // false inside no_sync
+};
+
+TORCH_MODULE(DistributedDataParallel);
+
+}  // namespace ddp

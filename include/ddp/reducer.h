@@ -1,0 +1,98 @@
+// The Reducer: averages gradients across ranks during backward (paper §3.2,
+// §4.2, Algorithm 1), on a list of parameters, not a module, so a custom
+// training loop can use it alone:
+//
+//   ddp::Reducer reducer(params, names, pg);
+//   for (...) {
+//     auto out = model->forward(x);
+//     reducer.prepare_for_backward({out});        // every iteration, after forward
+//     loss(out).backward();                        // gradients are averaged when it returns
+//     opt.step();
+//   }
+//
+// Contract
+// - Construction checks that every rank passes the same parameters (count,
+//   shapes, dtypes); a mismatch raises InvalidArgument on every rank naming
+//   the first differing parameter and the ranks. It does not broadcast them
+//   (DistributedDataParallel does).
+// - Parameters are bucketed by (dtype, device) in reverse order, first bucket
+//   small; each gradient is copied into its bucket slice (divided by the world
+//   size) by a hook on its accumulator; buckets are all-reduced
+//   asynchronously, strictly in bucket order, while backward goes on. Before
+//   backward() returns every bucket is waited for and averages written back.
+// - After the first synchronized iteration the buckets are rebuilt once in the
+//   order gradients arrived on rank 0 (§6.2.1), unless find_unused_parameters.
+// - A parameter that gets no gradient on some rank (without
+//   find_unused_parameters) makes backward() throw InvalidArgument on every
+//   rank, naming it there; no half-reduced gradient is written.
+// - Threads: hooks and the end-of-backward callback run on the autograd
+//   thread; collectives on the group's workers. Do not call prepare_for_backward
+//   while a backward pass runs.
+#pragma once
+
+#include <ddp/process_group.h>
+#include <ddp/statistics.h>
+
+#include <torch/arg.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct ReducerOptions {
+  // Bucket size after the first. Default 25 MiB.
+  TORCH_ARG(int64_t, bucket_cap_bytes) = 25 << 20;
+  // Size of the first bucket, small so that communication starts early.
+  // Default 1 MiB.
+  TORCH_ARG(int64_t, first_bucket_cap_bytes) = 1 << 20;
+  // Walk the graph from the outputs each iteration; parameters not reached
+  // count as ready, and globally unused ones keep their gradients untouched.
+  // Default false.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  // Gradients become views into the buckets: no copy back, less memory.
+  // Default false.
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // The graph is the same every iteration: learned in the first one (which
+  // parameters are used, how many times each gradient arrives), no per
+  // iteration graph walk. Default false.
+  TORCH_ARG(bool, static_graph) = false;
+  // Launch buckets during backward as they become ready (true), or all at the
+  // end of backward (false: no overlap, for measurements). Default true.
+  TORCH_ARG(bool, overlap_communication) = true;
+};
+
+class Reducer {
+ public:
+  // `names[i]` names params[i] in errors and logs. Parameters that do not
+  // require grad are rejected (leave them out).
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
+          ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Call after each forward whose backward should be reduced, with the
+  // forward's outputs (used by find_unused_parameters and for timing).
+  // With `synchronize` false (no_sync) gradients only accumulate locally,
+  // and the parameters used are remembered for the next synchronized pass.
+  void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize = true);
+
+  // Tells the reducer how long the forward took (for statistics).
+  void record_forward_time(double ms);
+
+  // The last completed iteration's statistics.
+  IterationStats last_stats() const;
+  // Parameter indices per bucket, in launch order.
+  std::vector<std::vector<size_t>> bucket_indices() const;
+  const ProcessGroupPtr& process_group() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp

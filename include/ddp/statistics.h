@@ -1,0 +1,28 @@
+// What one training iteration cost, as DDP measured it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct IterationStats {
+  int64_t iteration = 0;          // synchronized iterations so far, this one included
+  bool synchronized = false;      // false under no_sync
+  double forward_ms = 0;          // the wrapped module's forward
+  double backward_compute_ms = 0; // backward start to the last gradient hook
+  double communication_ms = 0;    // first bucket launched to the last one reduced
+  double overlapped_ms = 0;       // part of communication_ms during backward compute
+  double finalize_ms = 0;         // end of backward compute to backward() returning
+  std::vector<int64_t> bucket_bytes;  // one entry per bucket, in launch order
+  bool buckets_rebuilt = false;   // the buckets were rebuilt before this iteration
+  int64_t unused_parameters = 0;  // globally unused (find_unused_parameters / static_graph)
+  std::vector<std::string> unused_parameter_names;  // filled when DDP_DEBUG=detail
+
+  size_t bucket_count() const { return bucket_bytes.size(); }
+  // One line, e.g. for DDP_DEBUG=info logs.
+  std::string summary() const;
+};
+
+}  // namespace ddp

@@ -1,0 +1,25 @@
+// Model state across ranks: checking that every rank holds the same
+// parameters, and broadcasting tensors from one rank, coalesced by dtype.
+#pragma once
+
+#include <ddp/process_group.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace ddp::detail {
+
+// Every rank calls it with its tensors; InvalidArgument on every rank when
+// the count, or any tensor's dtype or shape, differs, naming the first
+// differing tensor (`names[i]`, index i), what each rank has, and `what`
+// ("parameters"). Two collectives, bounded by the group's timeout.
+void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
+                         const std::vector<std::string>& names, const std::string& what);
+
+// Overwrites `tensors` on every rank with `root`'s, one broadcast per dtype
+// (the tensors flattened into one buffer). Without autograd recording.
+void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root = 0);
+
+}  // namespace ddp::detail

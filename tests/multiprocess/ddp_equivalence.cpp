@@ -1,0 +1,305 @@
+// The paper's first challenge as a test: N ranks each on B/N samples give,
+// step after step, the parameters one process computes on all B samples.
+// Run one process per rank:  ddprun --nproc-per-node N ddp_equivalence
+// Every rank computes the single-process reference itself and compares.
+// Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
+#include "ddp_models.h"
+#include "tap.h"
+
+#include <ddp/ddp.h>
+
+#include <torch/torch.h>
+
+namespace ddp::testing {
+namespace {
+
+constexpr int64_t kBatch = 12;  // divisible by 1, 2, 3 and 4
+constexpr int kSteps = 5;
+
+enum class Optim { SGD, ADAM };
+
+struct Variant {
+  at::ScalarType dtype = at::kDouble;
+  Optim optim = Optim::SGD;
+  int micro_batches = 1;  // >1: all but the last under no_sync
+};
+
+std::string label(const std::string& name, const Variant& v) {
+  return name + " [" + c10::toString(v.dtype) + ", " + (v.optim == Optim::SGD ? "SGD" : "Adam") +
+         "]";
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim kind,
+                                                        std::vector<torch::Tensor> params) {
+  if (kind == Optim::SGD) {
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+  }
+  return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.01));
+}
+
+torch::Tensor shard(const torch::Tensor& t, int rank, int size) {
+  const int64_t per = t.size(0) / size;
+  return t.narrow(0, rank * per, per);
+}
+
+void perturb(torch::nn::Module& m, int rank) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.add_(0.1 * (rank + 1));
+  for (auto& b : m.buffers()) {
+    if (b.is_floating_point()) b.add_(0.5 * (rank + 1));
+  }
+}
+
+double relative_difference(const torch::Tensor& got, const torch::Tensor& want) {
+  const double scale = std::max(want.abs().max().item<double>(), 1e-6);
+  return (got - want).abs().max().item<double>() / scale;
+}
+
+// Runs kSteps steps of the reference and of DDP and compares parameters
+// after each. `make()` builds the model (same seed on every rank); `fwd(m,
+// x, rank, step, micro)` runs a forward on model or DDP module; `each_step`
+// may check more after each DDP step.
+template <typename Make, typename Forward>
+void run_case(Tap& tap, const ProcessGroupPtr& pg, const std::string& name, Make make,
+              Forward fwd, DistributedDataParallelOptions options, Variant v,
+              std::function<void(int step, DistributedDataParallel&)> each_step = {},
+              std::function<void(int step, decltype(make())&, decltype(make())&)> each_forward = {}) {
+  const int rank = pg->rank(), n = pg->size();
+  const double tol = v.dtype == at::kDouble ? 1e-10 : 1e-5;
+  torch::manual_seed(1);
+  auto ref = make();
+  ref->to(v.dtype);
+  torch::manual_seed(1);
+  auto local = make();
+  local->to(v.dtype);
+  if (rank != 0) perturb(*local, rank);  // the construction broadcast must undo this
+  DistributedDataParallel model(local, options.process_group(pg));
+  auto ref_opt = make_optimizer(v.optim, ref->parameters());
+  auto opt = make_optimizer(v.optim, model->parameters());
+
+  for (int step = 0; step < kSteps; ++step) {
+    ref_opt->zero_grad();
+    opt->zero_grad();
+    for (int m = 0; m < v.micro_batches; ++m) {
+      torch::manual_seed(1000 * step + m);
+      auto x = torch::randn({kBatch, 8}, v.dtype);
+      auto y = torch::randn({kBatch, 4}, v.dtype);
+      // Reference: every rank's shard from the same starting buffers
+      // (BatchNorm); rank 0's buffers survive, as DDP's broadcast does.
+      std::vector<torch::Tensor> start, after_rank0;
+      for (auto& b : ref->buffers()) start.push_back(b.clone());
+      for (int r = 0; r < n; ++r) {
+        {
+          torch::NoGradGuard no_grad;
+          auto buffers = ref->buffers();
+          for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
+        }
+        auto loss = torch::mse_loss(fwd(ref, shard(x, r, n), r, step, m), shard(y, r, n)) / n;
+        loss.backward();
+        if (r == 0) {
+          for (auto& b : ref->buffers()) after_rank0.push_back(b.clone());
+        }
+      }
+      {
+        torch::NoGradGuard no_grad;
+        auto buffers = ref->buffers();
+        for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(after_rank0[i]);
+      }
+      auto ddp_step = [&] {
+        auto out = fwd(model, shard(x, rank, n), rank, step, m);
+        if (each_forward) each_forward(step, ref, local);
+        torch::mse_loss(out, shard(y, rank, n)).backward();
+      };
+      if (m + 1 < v.micro_batches) {
+        if (m % 2 == 0) {
+          auto guard = model->no_sync();
+          ddp_step();
+        } else {
+          model->no_sync(ddp_step);
+        }
+      } else {
+        ddp_step();
+      }
+    }
+    ref_opt->step();
+    opt->step();
+    auto ref_params = ref->named_parameters();
+    auto ddp_params = local->named_parameters();
+    for (const auto& item : ref_params) {
+      double diff = relative_difference(ddp_params[item.key()], item.value());
+      if (diff > tol) {
+        tap.fail(label(name, v) + " step " + std::to_string(step) + " parameter " + item.key() +
+                 ": relative difference " + std::to_string(diff) + " > " + std::to_string(tol));
+        return;
+      }
+    }
+    if (each_step) each_step(step, model);
+  }
+  tap.pass(label(name, v) + ": " + std::to_string(kSteps) + " steps equal to one process");
+}
+
+void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
+  auto mlp = [] { return ShuffledMlp(); };
+  auto plain_fwd = [](auto& m, torch::Tensor x, int, int, int) { return m->forward(x); };
+  for (auto dtype : {at::kDouble, at::kFloat}) {
+    for (auto optim : {Optim::SGD, Optim::ADAM}) {
+      Variant v{dtype, optim, 1};
+      // Plain, with forwards that must not disturb training: in eval mode,
+      // under NoGradGuard, and a forward whose output is dropped.
+      auto disturbing_fwd = [](auto& m, torch::Tensor x, int, int step, int) {
+        if (step == 2) {
+          m->eval();
+          m->forward(x);
+          m->train();
+          torch::NoGradGuard no_grad;
+          m->forward(x);
+        }
+        if (step == 3) m->forward(x * 2);
+        return m->forward(x);
+      };
+      run_case(tap, pg, "plain (+ eval, no-grad and dropped forwards)", mlp, disturbing_fwd,
+               DistributedDataParallelOptions(), v, [&](int step, DistributedDataParallel& model) {
+                 auto s = model->stats();
+                 if (s.iteration != step + 1 || s.buckets_rebuilt != (step == 1) ||
+                     s.bucket_count() == 0) {
+                   tap.fail("stats after step " + std::to_string(step) + ": " + s.summary());
+                 }
+               });
+      run_case(tap, pg, "tiny bucket cap (a bucket per parameter)", mlp, plain_fwd,
+               DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
+               [&](int step, DistributedDataParallel& model) {
+                 if (step == 0 && model->stats().bucket_count() != 6) {
+                   tap.fail("tiny cap gave " + std::to_string(model->stats().bucket_count()) +
+                            " buckets, expected 6");
+                 }
+               });
+      run_case(tap, pg, "bucket rebuild in gradient order", mlp, plain_fwd,
+               DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
+               [&](int step, DistributedDataParallel& model) {
+                 // Registered b (0, 1), c (2, 3), a (4, 5): reverse order puts a
+                 // first; gradients arrive from c first and from a last.
+                 auto buckets = model->reducer().bucket_indices();
+                 std::vector<size_t> order;
+                 for (auto& b : buckets) order.push_back(b[0]);
+                 const bool gradient_order = order.size() == 6 && order[0] >= 2 && order[0] <= 3 &&
+                                             order[5] >= 4;
+                 const bool initial = order == std::vector<size_t>{5, 4, 3, 2, 1, 0};
+                 if (step == 0 ? !initial : !gradient_order) {
+                   tap.fail("bucket order after step " + std::to_string(step) + " is not the " +
+                            (step == 0 ? "initial" : "gradient") + " order");
+                 }
+               });
+      run_case(tap, pg, "gradient_as_bucket_view", mlp, plain_fwd,
+               DistributedDataParallelOptions().gradient_as_bucket_view(true).bucket_cap_mb(1e-3),
+               v);
+      run_case(tap, pg, "no_sync accumulation (3 micro-batches)", mlp, plain_fwd,
+               DistributedDataParallelOptions(), Variant{dtype, optim, 3});
+      auto branchy = [] { return Branchy(); };
+      // Branches differ by rank and by step; with 3 branches one or more is
+      // unused by every rank in each step.
+      run_case(tap, pg, "find_unused_parameters, branches by rank and step", branchy,
+               [](auto& m, torch::Tensor x, int rank, int step, int) {
+                 return m->forward(x, static_cast<int64_t>((rank + step) % 3));
+               },
+               DistributedDataParallelOptions().find_unused_parameters(true), v);
+      // PyTorch #69031: a branch used only in the no_sync micro-batches must
+      // still be reduced at the synchronizing one.
+      run_case(tap, pg, "no_sync + find_unused: parameters used only while accumulating",
+               branchy,
+               [](auto& m, torch::Tensor x, int, int, int micro) {
+                 return m->forward(x, static_cast<int64_t>(micro < 2 ? 0 : 1));
+               },
+               DistributedDataParallelOptions().find_unused_parameters(true),
+               Variant{dtype, optim, 3});
+      run_case(tap, pg, "static_graph, shared weight arriving twice (checkpointing)",
+               [] { return SharedCheckpointed(); }, plain_fwd,
+               DistributedDataParallelOptions().static_graph(true), v);
+      run_case(tap, pg, "BatchNorm: rank 0's statistics before every forward",
+               [] { return BnNet(); }, plain_fwd, DistributedDataParallelOptions(), v, {},
+               [&](int step, BnNet& ref, BnNet& local) {
+                 // Each reference forward started from rank 0's buffers.
+                 if (!torch::allclose(local->mean_at_entry, ref->mean_at_entry)) {
+                   tap.fail("BatchNorm step " + std::to_string(step) +
+                            ": forward did not start from rank 0's running mean");
+                 }
+               });
+    }
+  }
+}
+
+// Bad input: each gives a clear error on every rank, and the text says what.
+void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
+  const int rank = pg->rank(), n = pg->size();
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("unexpected exception: ") + e.what();
+    }
+    return "no error";
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  auto options = DistributedDataParallelOptions().process_group(pg);
+  if (n > 1) {
+    std::string e = error_of([&] { DistributedDataParallel m(ShuffledMlp(8, rank == 1 ? 17 : 16), options); });
+    tap.check(has(e, "parameters #0 ('b.weight' here) differs across ranks") &&
+                  has(e, "rank 0: Float [16, 16]") && has(e, "rank 1: Float [17, 17]"),
+              "models of different shapes: error on every rank", e);
+    e = error_of([&] {
+      if (rank == 1) {
+        DistributedDataParallel m(Branchy(), options);
+      } else {
+        DistributedDataParallel m(ShuffledMlp(), options);
+      }
+    });
+    tap.check(has(e, "different numbers of parameters") && has(e, "rank 1: 10 parameters"),
+              "models of different sizes: error on every rank", e);
+  }
+  {
+    DistributedDataParallel model(Branchy(), options);
+    auto x = torch::randn({4, 8});
+    std::string e = error_of([&] { model->forward(x, int64_t{0}).sum().backward(); });
+    tap.check(has(e, "got no gradient on rank(s) ") && has(e, "#4 'branches.1.weight'") &&
+                  has(e, "find_unused_parameters(true)"),
+              "unused parameter without find_unused_parameters: backward() throws", e);
+    if (n > 1) {
+      e = error_of([&] { model->forward(x, int64_t{rank == 1 ? 0 : -1}).sum().backward(); });
+      const bool named = rank == 1 ? has(e, "#6 'branches.2.weight'") : has(e, "on rank(s) 1 (4)");
+      tap.check(named, "a parameter unused on rank 1 only: every rank throws", e);
+    }
+    e = error_of([&] { model->forward(x, int64_t{-1}).sum().backward(); });
+    tap.check(e == "no error", "the next iteration after the error runs", e);
+  }
+  {
+    torch::nn::Linear frozen(4, 4);
+    for (auto& p : frozen->parameters()) p.requires_grad_(false);
+    std::string e = error_of([&] { DistributedDataParallel m(frozen, options); });
+    tap.check(has(e, "no parameter that requires grad"), "a module with no trainable parameter", e);
+  }
+  std::string e = error_of([&] {
+    DistributedDataParallel m(ShuffledMlp(), DistributedDataParallelOptions(options)
+                                                 .parameters_to_ignore({"nonexistent.weight"}));
+  });
+  tap.check(has(e, "parameters_to_ignore names 'nonexistent.weight'"),
+            "parameters_to_ignore with an unknown name", e);
+}
+
+}  // namespace
+}  // namespace ddp::testing
+
+int main(int argc, char** argv) {
+  torch::set_num_threads(1);
+  auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)));
+  ddp::testing::Tap tap(pg->rank());
+  if (argc > 1 && std::string(argv[1]) == "--errors") {
+    ddp::testing::bad_input(tap, pg);
+  } else {
+    ddp::testing::equivalence(tap, pg);
+  }
+  return tap.finish();
+}
