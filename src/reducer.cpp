@@ -266,8 +266,11 @@ class Reducer::Impl {
     at::Tensor& view = bucket_view(i);
     at::Tensor& grad = params_[i].mutable_grad();
     if (grad.defined()) {
-      if (grad.data_ptr() != view.data_ptr()) view.copy_(grad);
-      view.div_(group_->size());
+      if (grad.data_ptr() == view.data_ptr()) {
+        view.div_(world_size_);
+      } else {
+        at::div_out(view, grad, world_size_);  // copy and average in one pass
+      }
       if (options_.gradient_as_bucket_view()) grad = view;
     } else {
       view.zero_();
@@ -286,7 +289,7 @@ class Reducer::Impl {
     const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && grad.defined();
     if (grad.defined() && grad.data_ptr() == view.data_ptr()) grad = grad.clone();
     if (accumulated) {
-      view.copy_(grad).div_(group_->size());
+      at::div_out(view, grad, world_size_);
     } else {
       view.zero_();
     }
@@ -445,6 +448,7 @@ class Reducer::Impl {
   const ReducerOptions options_;
   const detail::DebugLevel debug_;
   const std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // token for graph hooks
+  const at::Tensor world_size_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
 
   mutable std::mutex mutex_;  // guards every field below
   Mode mode_ = Mode::IDLE;
