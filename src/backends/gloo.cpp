@@ -98,13 +98,16 @@ class GlooProcessGroup::Impl {
   WorkPtr enqueue(const char* kind, const std::string& detail,
                   std::vector<at::Tensor> outputs,
                   std::function<void(const gloo_ops::Call&)> body) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uint32_t tag = next_tag_++;
-    auto work = std::make_shared<Work>(describe(kind, tag, detail, owner_.where()),
-                                       owner_.timeout(), std::move(outputs));
-    queue_.push_back(Task{tag, work, last_, std::move(body)});
-    last_ = work;
-    queue_cv_.notify_one();
+    WorkPtr work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const uint32_t tag = next_tag_++;
+      work = std::make_shared<Work>(describe(kind, tag, detail, owner_.where()),
+                                    owner_.timeout(), std::move(outputs));
+      queue_.push_back(Task{tag, work, last_, std::move(body)});
+      last_ = work;
+    }
+    queue_cv_.notify_one();  // outside the lock: the worker can take it at once
     return work;
   }
 

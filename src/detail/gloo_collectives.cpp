@@ -138,6 +138,8 @@ void reduce_scatter(const Call& call, const at::Tensor& output,
     for (int step = 0; step < size - 1; ++step) {
       const int send_chunk = ((rank - step - 1) % size + size) % size;
       const int recv_chunk = ((rank - step - 2) % size + size) % size;
+      // Steps run one after another, so a slot reused after 256 steps
+      // cannot meet a message of an earlier step still in flight.
       const uint64_t step_slot = slot + static_cast<uint8_t>(step);
       recv_buf->recv(left, step_slot, 0, bytes);
       send_buf->send(right, step_slot, send_chunk * bytes, bytes);

@@ -1,0 +1,115 @@
+// Shared pieces of ddp_bench's subcommands: argument parsing, byte sizes,
+// timing statistics, a small JSON writer, markdown tables, and the
+// description of the machine a result came from. No libtorch here, so this
+// translation unit compiles fast.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp_bench {
+
+// A bad command line; main() prints it with the subcommand's usage.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The arguments after the subcommand: "--name value" or "--name=value".
+// Subcommands take what they know; leftovers are an error.
+class Args {
+ public:
+  explicit Args(std::vector<std::string> args);
+  // The value of --name, removed from the list; nullopt when absent.
+  std::optional<std::string> take(const std::string& name);
+  std::optional<int64_t> take_int(const std::string& name, int64_t min, int64_t max);
+  std::optional<double> take_double(const std::string& name, double min);
+  // --name without a value.
+  bool take_flag(const std::string& name);
+  // UsageError naming the first argument nobody took.
+  void expect_empty() const;
+
+ private:
+  std::vector<std::string> args_;
+};
+
+// "4096", "4K", "64k", "1M", "256M", "1G" (binary multiples) -> bytes.
+int64_t parse_bytes(const std::string& text);
+// "4K,64K,1M" -> {4096, 65536, 1048576}.
+std::vector<int64_t> parse_byte_list(const std::string& text);
+// 4096 -> "4K", 1048576 -> "1M", 1000 -> "1000".
+std::string format_bytes(int64_t bytes);
+// Fixed-point with `digits` decimals.
+std::string format_fixed(double value, int digits);
+
+using Clock = std::chrono::steady_clock;
+inline double micros_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Stats {
+  double median = 0, min = 0, max = 0, mean = 0;
+  size_t count = 0;
+};
+Stats summarize(std::vector<double> samples);
+
+// nccl-tests' definitions: algbw = bytes / time; busbw = algbw * 2(n-1)/n
+// for allreduce (what each rank's link carries per direction). GB = 1e9 B.
+double algbw_gbps(int64_t bytes, double micros);
+double allreduce_busbw_gbps(int64_t bytes, double micros, int world_size);
+
+// A JSON value: enough to write results (objects keep insertion order).
+class Json {
+ public:
+  Json() : kind_(Kind::Null) {}
+  Json(bool b);
+  Json(int v) : Json(static_cast<int64_t>(v)) {}
+  Json(int64_t v);
+  Json(size_t v) : Json(static_cast<int64_t>(v)) {}
+  Json(double v);
+  Json(const char* s) : Json(std::string(s)) {}
+  Json(std::string s);
+  static Json object();
+  static Json array();
+
+  Json& set(const std::string& key, Json value);  // objects
+  Json& push(Json value);                          // arrays
+  std::string dump(int indent = 2) const;
+
+ private:
+  enum class Kind { Null, Scalar, String, Object, Array };
+  void write(std::string& out, int indent, int depth) const;
+
+  Kind kind_;
+  std::string text_;  // Scalar: its JSON text; String: the raw string
+  std::vector<std::pair<std::string, Json>> members_;
+  std::vector<Json> items_;
+};
+
+// Writes `text` to `path` (throws with the path on failure).
+void write_file(const std::string& path, const std::string& text);
+
+// A GitHub-flavoured markdown table, columns padded to line up.
+// `right_aligned[i]` right-aligns column i (numbers).
+std::string markdown_table(const std::vector<std::string>& header,
+                           const std::vector<std::vector<std::string>>& rows,
+                           const std::vector<bool>& right_aligned);
+
+// What a result means nothing without: CPU model, cores, memory, kernel, OS,
+// libtorch version, compiler, time, and the link between ranks
+// ($DDP_BENCH_LINK, which bench/netns.sh sets; else "loopback" when
+// MASTER_ADDR is local, else "network"). `torch_version` comes from the
+// caller so that this file does not include libtorch.
+Json describe_machine(const std::string& torch_version);
+// The one-line summary of describe_machine's result for table captions.
+std::string machine_summary(const std::string& torch_version);
+
+// $DDP_BENCH_LINK_RATE_BPS (bits/s of the shaped link, set by netns.sh), or
+// 0 when unknown.
+double link_rate_bits_per_s();
+
+}  // namespace ddp_bench

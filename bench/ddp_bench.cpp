@@ -1,0 +1,66 @@
+// ddp_bench: benchmarks of ddp, one subcommand per kind, each run once per
+// rank by a launcher:
+//
+//   ddprun --nproc-per-node 2 build/bench/ddp_bench collectives --json out.json
+//
+// A new subcommand is a new file plus one line in kSubcommands.
+#include "subcommands.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(ddp_bench::Args);
+  const char* const* usage;
+};
+
+const Subcommand kSubcommands[] = {
+    {"collectives", "allreduce latency and bus bandwidth: ddp vs c10d's ProcessGroupGloo",
+     &ddp_bench::run_collectives, &ddp_bench::kCollectivesUsage},
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ddp_bench <subcommand> [options]   (run once per rank, e.g. under\n"
+               "       ddprun --nproc-per-node 2 ddp_bench <subcommand> ...)\n\nsubcommands:\n");
+  for (const auto& s : kSubcommands) std::fprintf(out, "  %-12s %s\n", s.name, s.summary);
+  std::fprintf(out, "\n`ddp_bench <subcommand> --help` describes its options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& s : kSubcommands) {
+    if (std::strcmp(argv[1], s.name) != 0) continue;
+    std::vector<std::string> args(argv + 2, argv + argc);
+    for (const auto& a : args) {
+      if (a == "-h" || a == "--help") {
+        std::fputs(*s.usage, stdout);
+        return 0;
+      }
+    }
+    try {
+      return s.run(ddp_bench::Args(std::move(args)));
+    } catch (const ddp_bench::UsageError& e) {
+      std::fprintf(stderr, "ddp_bench %s: %s\n\n%s", s.name, e.what(), *s.usage);
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddp_bench %s: error: %s\n", s.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "ddp_bench: unknown subcommand '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}
