@@ -35,7 +35,7 @@ NoSyncGuard::~NoSyncGuard() { ddp_.require_backward_grad_sync_ = previous_; }
 void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions options) {
   options_ = std::move(options);
   group_ = options_.process_group() ? options_.process_group() : default_process_group();
-  auto wrapped = any_.ptr();
+  const auto& wrapped = wrapped_;
   register_module(kModuleName, wrapped);
 
   // Parameters to synchronize: those requiring grad, minus the ignored ones.

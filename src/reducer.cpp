@@ -20,6 +20,7 @@
 
 #include "detail/autograd_hooks.h"
 #include "detail/env.h"
+#include "detail/hook_runner.h"
 #include "detail/model_sync.h"
 
 #include <ATen/ATen.h>
@@ -114,6 +115,18 @@ class Reducer::Impl {
     }
   }
 
+  void set_comm_hook(CommHook hook) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
+    if (!hook) throw InvalidArgument(where + "the hook is empty");
+    if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
+    if (iterations_ > 0 || mode_ != Mode::IDLE) {
+      throw InvalidArgument(where + "training has started; register the hook before the first "
+                                    "forward/backward");
+    }
+    hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
+  }
+
   void record_forward_time(double forward_ms) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_pending_.forward_ms = forward_ms;
@@ -139,7 +152,8 @@ class Reducer::Impl {
     std::vector<size_t> params;      // parameter indices, in slice order
     std::vector<at::Tensor> views;   // views[k]: the slice of params[k], shaped like it
     size_t pending = 0;              // parameters not ready yet this iteration
-    WorkPtr work;
+    WorkPtr work;                    // the allreduce, without a hook
+    FuturePtr future;                // the hook's result, with one
   };
   struct Slot {
     size_t bucket = 0;
@@ -195,8 +209,10 @@ class Reducer::Impl {
     for (auto& b : buckets_) {
       // A bucket launched for an earlier forward that saw no backward.
       if (b.work && !b.work->is_completed()) b.work->wait();
+      if (b.future) detail::wait_for(b.future, group_->timeout(), "communication hook");
       b.pending = b.params.size();
       b.work.reset();
+      b.future.reset();
     }
     next_launch_ = 0;
     finalize_queued_ = false;
@@ -266,7 +282,9 @@ class Reducer::Impl {
     at::Tensor& view = bucket_view(i);
     at::Tensor& grad = params_[i].mutable_grad();
     if (grad.defined()) {
-      if (grad.data_ptr() == view.data_ptr()) {
+      if (hook_runner_) {  // the hook averages
+        if (grad.data_ptr() != view.data_ptr()) view.copy_(grad);
+      } else if (grad.data_ptr() == view.data_ptr()) {
         view.div_(world_size_);
       } else {
         at::div_out(view, grad, world_size_);  // copy and average in one pass
@@ -288,7 +306,9 @@ class Reducer::Impl {
     at::Tensor& grad = params_[i].mutable_grad();
     const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && grad.defined();
     if (grad.defined() && grad.data_ptr() == view.data_ptr()) grad = grad.clone();
-    if (accumulated) {
+    if (accumulated && hook_runner_) {
+      view.copy_(grad);
+    } else if (accumulated) {
       at::div_out(view, grad, world_size_);
     } else {
       view.zero_();
@@ -309,7 +329,15 @@ class Reducer::Impl {
         launched_any_ = true;
         comm_start_ = Clock::now();
       }
-      buckets_[next_launch_].work = group_->allreduce(buckets_[next_launch_].flat);
+      Bucket& b = buckets_[next_launch_];
+      if (hook_runner_) {
+        std::vector<at::Tensor> params;
+        for (size_t i : b.params) params.push_back(params_[i]);
+        b.future = hook_runner_->submit(GradBucket(next_launch_, next_launch_ + 1 == buckets_.size(),
+                                                   b.flat, std::move(params)));
+      } else {
+        b.work = group_->allreduce(b.flat);
+      }
       ++next_launch_;
     }
   }
@@ -336,6 +364,12 @@ class Reducer::Impl {
     }
     launch_ready_buckets();
 
+    // Hooks issue collectives from the communication thread: let them all
+    // finish before this thread issues its own, so the order is the same on
+    // every rank. Without hooks the buckets' allreduces are already queued.
+    Clock::time_point comm_end = comm_start_;
+    if (hook_runner_) comm_end = wait_for_buckets();
+
     // One small allreduce: the used-parameter bitmap, then per rank the
     // number of parameters that got no gradient.
     const bool bitmap = options_.find_unused_parameters() || options_.static_graph();
@@ -344,12 +378,7 @@ class Reducer::Impl {
     if (bitmap) status.narrow(0, 0, n).copy_(local_used_);
     status.data_ptr<int32_t>()[n + group_->rank()] = static_cast<int32_t>(missing.size());
     auto status_work = group_->allreduce(status);
-
-    Clock::time_point comm_end = comm_start_;
-    for (auto& b : buckets_) {
-      b.work->wait();
-      comm_end = std::max(comm_end, b.work->completion_time());
-    }
+    if (!hook_runner_) comm_end = wait_for_buckets();
     status_work->wait();
     local_used_.zero_();
     check_no_rank_missed(status.narrow(0, n, group_->size()), missing);
@@ -374,6 +403,31 @@ class Reducer::Impl {
       }
     }
     finish_stats(compute_end, comm_end);
+  }
+
+  // Waits for every bucket's reduction; returns when the last completed.
+  Clock::time_point wait_for_buckets() {
+    Clock::time_point comm_end = comm_start_;
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      Bucket& b = buckets_[k];
+      if (b.work) {
+        b.work->wait();
+        comm_end = std::max(comm_end, b.work->completion_time());
+        continue;
+      }
+      at::Tensor reduced = detail::wait_for(b.future, group_->timeout(),
+                                            "the communication hook of bucket " + std::to_string(k));
+      comm_end = std::max(comm_end, Clock::now());  // hooks: when we saw it complete
+      if (!reduced.defined() || reduced.numel() != b.flat.numel()) {
+        throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                              ": the communication hook returned a tensor of " +
+                              (reduced.defined() ? std::to_string(reduced.numel()) : "no") +
+                              " elements for bucket " + std::to_string(k) + " of " +
+                              std::to_string(b.flat.numel()));
+      }
+      if (reduced.data_ptr() != b.flat.data_ptr()) b.flat.copy_(reduced.reshape(-1));
+    }
+    return comm_end;
   }
 
   void learn_static_graph() {
@@ -470,6 +524,7 @@ class Reducer::Impl {
   std::vector<size_t> static_unused_;
   int64_t iterations_ = 0;
   IterationStats stats_pending_, stats_;
+  std::unique_ptr<detail::HookRunner> hook_runner_;  // set once, before training
   // Last member: hooks go first at destruction, before the state they use.
   std::vector<std::unique_ptr<detail::GradReadyHook>> hooks_;
 };
@@ -484,6 +539,7 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
   impl_->prepare_for_backward(outputs, synchronize);
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
+void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
 IterationStats Reducer::last_stats() const { return impl_->last_stats(); }
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const { return impl_->bucket_indices(); }
 const ProcessGroupPtr& Reducer::process_group() const { return impl_->group(); }

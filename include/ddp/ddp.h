@@ -4,6 +4,7 @@
 #include <ddp/backends/gloo.h>
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>
+#include <ddp/hooks.h>
 #include <ddp/init.h>
 #include <ddp/process_group.h>
 #include <ddp/distributed_data_parallel.h>

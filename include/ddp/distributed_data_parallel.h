@@ -26,6 +26,7 @@
 // - Not thread-safe: one training thread per instance.
 #pragma once
 
+#include <ddp/comm_hook.h>
 #include <ddp/process_group.h>
 #include <ddp/reducer.h>
 #include <ddp/statistics.h>
@@ -33,12 +34,14 @@
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace ddp {
@@ -93,33 +96,53 @@ class NoSyncGuard {
 
 class DistributedDataParallelImpl : public torch::nn::Module {
  public:
-  // `module`: a ModuleHolder (e.g. torch::nn::Linear, a TORCH_MODULE) or a
-  // std::shared_ptr to a module with a forward() method.
+  // `module`: a ModuleHolder (e.g. torch::nn::Linear, torch::nn::Sequential,
+  // a TORCH_MODULE) or a std::shared_ptr to a module with a forward() method.
   template <typename ModuleType>
   explicit DistributedDataParallelImpl(ModuleType module,
-                                       DistributedDataParallelOptions options = {})
-      : any_(std::move(module)) {
+                                       DistributedDataParallelOptions options = {}) {
+    if constexpr (is_sequential<ModuleType>::value) {
+      sequential_ = torch::nn::Sequential(module);  // forward() is a template: no AnyModule
+      wrapped_ = sequential_.ptr();
+    } else {
+      any_ = torch::nn::AnyModule(std::move(module));
+      wrapped_ = any_.ptr();
+    }
     initialize(std::move(options));
   }
 
   template <typename ReturnType = torch::Tensor, typename... Args>
   ReturnType forward(Args&&... args) {
     const auto start = before_forward();
-    ReturnType out = any_.forward<ReturnType>(std::forward<Args>(args)...);
+    ReturnType out = sequential_ ? sequential_->forward<ReturnType>(std::forward<Args>(args)...)
+                                 : any_.forward<ReturnType>(std::forward<Args>(args)...);
     after_forward(tensors_of(out), start);
     return out;
   }
 
   // The wrapped module.
-  std::shared_ptr<torch::nn::Module> module() const { return any_.ptr(); }
+  std::shared_ptr<torch::nn::Module> module() const { return wrapped_; }
   template <typename ModuleType>
-  std::shared_ptr<ModuleType> module_as() const { return any_.ptr<ModuleType>(); }
+  std::shared_ptr<ModuleType> module_as() const {
+    return std::dynamic_pointer_cast<ModuleType>(wrapped_);
+  }
 
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
   template <typename F>
   auto no_sync(F&& f) {
     NoSyncGuard guard(*this);
     return f();
+  }
+
+  // Replaces the allreduce of each bucket with `hook(state, bucket)` (see
+  // comm_hook.h and hooks/*.h). Once, before the first backward. Returns the
+  // state, kept by the module, for inspection (e.g. PowerSGD statistics).
+  //   model->register_comm_hook(pg, ddp::fp16_compress_hook);
+  template <typename State, typename Hook>
+  std::shared_ptr<State> register_comm_hook(State state, Hook hook) {
+    auto shared = std::make_shared<State>(std::move(state));
+    reducer_->register_comm_hook([shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
+    return shared;
   }
 
   // The last synchronized iteration's statistics.
@@ -149,7 +172,14 @@ class DistributedDataParallelImpl : public torch::nn::Module {
     to.insert(to.end(), from.begin(), from.end());
   }
 
-  torch::nn::AnyModule any_;
+  template <typename T>
+  struct is_sequential
+      : std::bool_constant<std::is_same_v<std::decay_t<T>, torch::nn::Sequential> ||
+                           std::is_same_v<std::decay_t<T>, std::shared_ptr<torch::nn::SequentialImpl>>> {};
+
+  std::shared_ptr<torch::nn::Module> wrapped_;
+  torch::nn::AnyModule any_;           // the wrapped module, unless it is a Sequential
+  torch::nn::Sequential sequential_{nullptr};
   DistributedDataParallelOptions options_;
   ProcessGroupPtr group_;
   std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward

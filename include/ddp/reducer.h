@@ -30,6 +30,7 @@
 //   while a backward pass runs.
 #pragma once
 
+#include <ddp/comm_hook.h>
 #include <ddp/process_group.h>
 #include <ddp/statistics.h>
 
@@ -80,6 +81,10 @@ class Reducer {
   // With `synchronize` false (no_sync) gradients only accumulate locally,
   // and the parameters used are remembered for the next synchronized pass.
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize = true);
+
+  // Replaces each bucket's allreduce with `hook` (see comm_hook.h). Once,
+  // before the first backward; InvalidArgument otherwise.
+  void register_comm_hook(CommHook hook);
 
   // Tells the reducer how long the forward took (for statistics).
   void record_forward_time(double ms);
