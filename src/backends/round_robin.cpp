@@ -3,6 +3,7 @@
 #include <ddp/errors.h>
 
 #include <algorithm>
+#include <functional>
 
 namespace ddp {
 namespace {
@@ -20,6 +21,15 @@ std::chrono::milliseconds largest_timeout(const std::vector<ProcessGroupPtr>& gr
     if (g) timeout = std::max(timeout, g->timeout());
   }
   return timeout;
+}
+
+// Runs `fn` once `previous` has completed (at once when there is none).
+void after(const WorkPtr& previous, std::function<void()> fn) {
+  if (previous) {
+    previous->on_complete(std::move(fn));
+  } else {
+    fn();
+  }
 }
 
 }  // namespace
@@ -52,12 +62,7 @@ WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
   auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
   // Complete `outer` once `inner` and every earlier Work have completed.
   inner->on_complete([inner, outer, previous = last_] {
-    auto finish = [inner, outer] { outer->finish(inner->exception()); };
-    if (previous) {
-      previous->on_complete(finish);
-    } else {
-      finish();
-    }
+    after(previous, [inner, outer] { outer->finish(inner->exception()); });
   });
   last_ = outer;
   return outer;
@@ -96,18 +101,13 @@ WorkPtr RoundRobinProcessGroup::do_barrier() {
   for (auto& w : inner) {
     w->on_complete([w, outer, remaining, previous, inner_works = inner] {
       if (--*remaining != 0) return;
-      auto finish = [outer, inner_works] {
+      after(previous, [outer, inner_works] {
         std::exception_ptr error;
         for (auto& x : inner_works) {
           if (!error) error = x->exception();
         }
         outer->finish(error);
-      };
-      if (previous) {
-        previous->on_complete(finish);
-      } else {
-        finish();
-      }
+      });
     });
   }
   last_ = outer;

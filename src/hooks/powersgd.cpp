@@ -115,6 +115,16 @@ PowerSGDState::CompressionStats PowerSGDState::compression_stats() const {
   return s;
 }
 
+void PowerSGDState::end_compressed_step(size_t index, const at::Tensor& input_copy,
+                                        const at::Tensor& decompressed, const GradBucket& bucket) {
+  if (use_error_feedback) error_[index] = input_copy - decompressed;
+  if (!warm_start) {
+    p_memory_.clear();
+    q_memory_.clear();
+  }
+  maybe_increase_iter(bucket);
+}
+
 void PowerSGDState::maybe_increase_iter(const GradBucket& bucket) {
   if (bucket.is_last()) ++iter_;
 }
@@ -234,12 +244,7 @@ FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
     at::matmul_out(ordered[k].matrix, ps[k], qs[k].t());
   }
 
-  if (state.use_error_feedback) state.error_[index] = input_copy - input;
-  if (!state.warm_start) {
-    state.p_memory_.clear();
-    state.q_memory_.clear();
-  }
-  state.maybe_increase_iter(bucket);
+  state.end_compressed_step(index, input_copy, input, bucket);
   return completed_future(input);
 }
 
@@ -279,12 +284,7 @@ FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   q.div_(pg->size());
   at::matmul_out(matrix, p, q.t());
 
-  if (state.use_error_feedback) state.error_[index] = input_copy - input;
-  if (!state.warm_start) {
-    state.p_memory_.clear();
-    state.q_memory_.clear();
-  }
-  state.maybe_increase_iter(bucket);
+  state.end_compressed_step(index, input_copy, input, bucket);
   buffer.copy_(input.narrow(0, 0, length));
   return completed_future(buffer);
 }

@@ -59,6 +59,10 @@ class PowerSGDState {
   friend FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket);
 
   void maybe_increase_iter(const GradBucket& bucket);
+  // After decompression: remembers the local error (error feedback), drops
+  // P and Q without warm start, counts the iteration.
+  void end_compressed_step(size_t index, const at::Tensor& input_copy,
+                           const at::Tensor& decompressed, const GradBucket& bucket);
   void report_compression_stats(const GradBucket& bucket);
   // The seed of the next random Q: the same sequence on every rank.
   uint64_t next_seed();
