@@ -289,6 +289,20 @@ void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
             "parameters_to_ignore with an unknown name", e);
 }
 
+// Two iterations with a branch no rank uses, for the DDP_DEBUG log (the
+// ctest entry matches the log lines); checks the statistics themselves.
+void statistics_log(Tap& tap, const ProcessGroupPtr& pg) {
+  DistributedDataParallel model(
+      Branchy(), DistributedDataParallelOptions().process_group(pg).find_unused_parameters(true));
+  for (int step = 0; step < 2; ++step) {
+    model->forward(torch::randn({4, 8}), int64_t{0}).sum().backward();
+  }
+  auto s = model->stats();
+  tap.check(s.iteration == 2 && s.unused_parameters == 4 && s.bucket_count() >= 1 &&
+                s.forward_ms > 0 && s.backward_compute_ms > 0,
+            "statistics: iterations, unused parameters, buckets and times", s.summary());
+}
+
 }  // namespace
 }  // namespace ddp::testing
 
@@ -298,6 +312,8 @@ int main(int argc, char** argv) {
   ddp::testing::Tap tap(pg->rank());
   if (argc > 1 && std::string(argv[1]) == "--errors") {
     ddp::testing::bad_input(tap, pg);
+  } else if (argc > 1 && std::string(argv[1]) == "--log") {
+    ddp::testing::statistics_log(tap, pg);
   } else {
     ddp::testing::equivalence(tap, pg);
   }
