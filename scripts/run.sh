@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
-exec build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/collectives
+exec build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/train

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Cross-check against PyTorch's own DDP: the same model, initial weights and
+# data on both sides (exchanged through files), PyTorch's DDP (Debian's
+# python3-torch, Gloo) and ddp each on 2 ranks; every parameter after every
+# step must agree within 1e-5 relative. Exits 77 (skip) without python3-torch.
+#
+#   crosscheck.sh DDPRUN DDP_SIDE MODE DTYPE WORKDIR
+#   MODE: plain | no_sync | find_unused    DTYPE: float64 | float32
+set -euo pipefail
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 DDPRUN DDP_SIDE MODE DTYPE WORKDIR" >&2
+  exit 2
+fi
+ddprun=$1 side=$2 mode=$3 dtype=$4 work=$5
+here=$(cd "$(dirname "$0")" && pwd)
+# Debian's interpreter: the python3 first on PATH may be another build without torch.
+python=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
+
+if ! "$python" -c "import torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null; then
+  echo "SKIP: $python cannot import torch with torch.distributed over Gloo (install python3-torch)"
+  exit 77
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=1
+"$python" "$here/pytorch_ddp.py" run "$work" --mode "$mode" --dtype "$dtype"
+"$ddprun" --nproc-per-node 2 "$side" "$work"
+"$python" "$here/pytorch_ddp.py" compare "$work"
