@@ -11,6 +11,7 @@ packages=(
   libopenblas0-pthread           # fast BLAS for libtorch (else reference BLAS)
   python3-torch                  # PyTorch's own DDP: the reference in tests/bench
   python3-matplotlib             # plots in bench reports
+  python3-numpy                  # the PyTorch reference scripts
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   iproute2                       # ip netns / tc for multi-node tests and bench
