@@ -1,0 +1,131 @@
+// Reading the launchers' variables: torchrun/ddprun, Open MPI, Slurm, and
+// the errors for malformed ones.
+#include <ddp/errors.h>
+#include <ddp/init.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+
+namespace ddp {
+namespace {
+
+// Sets the given variables (and clears every launcher variable) for one test.
+class Env {
+ public:
+  explicit Env(const std::map<std::string, std::string>& vars) {
+    for (const char* name : kAll) unsetenv(name);
+    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~Env() {
+    for (const char* name : kAll) unsetenv(name);
+  }
+
+ private:
+  static constexpr const char* kAll[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+      "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+};
+
+std::string error_of(const std::map<std::string, std::string>& vars) {
+  Env env(vars);
+  try {
+    launch_info_from_env();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(LaunchInfo, TorchrunVariables) {
+  Env env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.source, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 2);
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+  EXPECT_EQ(info.master_port, 29500);
+}
+
+TEST(LaunchInfo, OpenMpiVariables) {
+  Env env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.source, "openmpi");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 4);
+}
+
+TEST(LaunchInfo, SlurmVariables) {
+  Env env({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_LOCALID", "0"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.source, "slurm");
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.world_size, 3);
+}
+
+TEST(LaunchInfo, TorchrunWinsOverTheOthers) {
+  Env env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_EQ(launch_info_from_env().source, "torchrun");
+}
+
+TEST(LaunchInfo, NothingSetLeavesRankUnknown) {
+  Env env({});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.rank, -1);
+  EXPECT_EQ(info.world_size, -1);
+  EXPECT_EQ(info.master_port, -1);
+}
+
+TEST(LaunchInfo, ErrorsNameTheVariableAndTheForm) {
+  EXPECT_NE(error_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK='x' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("RANK=2 is outside [0, WORLD_SIZE=2)"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "0"}}).find("RANK is set but WORLD_SIZE is not"), std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE='0' is not an integer in [1,"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
+                .find("OMPI_COMM_WORLD_RANK=4 is outside [0, OMPI_COMM_WORLD_SIZE=4)"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"MASTER_PORT", "70000"}}).find("MASTER_PORT='70000' is not an integer in [1, 65535]"),
+            std::string::npos);
+}
+
+TEST(InitProcessGroup, UnknownRankSaysHowToLaunch) {
+  Env env({});
+  try {
+    init_process_group();
+    FAIL() << "init_process_group without a rank succeeded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("launch with ddprun, torchrun, mpirun or srun"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(InitProcessGroup, MalformedInitMethod) {
+  Env env({});
+  try {
+    init_process_group(InitOptions().init_method("tcp://nohostport").rank(0).world_size(1));
+    FAIL() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not of the form host:port"), std::string::npos) << e.what();
+  }
+  try {
+    init_process_group(InitOptions().init_method("redis://x").rank(0).world_size(1));
+    FAIL() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not one of env://, tcp://host:port, file:///path"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddp
