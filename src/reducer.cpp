@@ -19,13 +19,13 @@
 #include <ddp/errors.h>
 
 #include "detail/autograd_hooks.h"
+#include "detail/bucket_set.h"
 #include "detail/env.h"
 #include "detail/hook_runner.h"
 #include "detail/model_sync.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <c10/util/strides.h>
 
 #include <algorithm>
 #include <iostream>
@@ -38,14 +38,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-// A tensor on `flat`'s storage at `offset` with `sizes`, which autograd does
-// not track as a view: gradients that are bucket slices must survive the
-// optimizer's zero_grad(), which detaches them in place (libtorch 1.13).
-at::Tensor alias(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
-  return at::empty({0}, flat.options())
-      .set_(flat.storage(), flat.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
 }
 
 }  // namespace
@@ -140,53 +132,18 @@ class Reducer::Impl {
   std::vector<std::vector<size_t>> bucket_indices() const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<std::vector<size_t>> out;
-    for (const auto& b : buckets_) out.push_back(b.params);
+    for (const auto& b : buckets_.all()) out.push_back(b.params);
     return out;
   }
 
   const ProcessGroupPtr& group() const { return group_; }
 
  private:
-  struct Bucket {
-    at::Tensor flat;
-    std::vector<size_t> params;      // parameter indices, in slice order
-    std::vector<at::Tensor> views;   // views[k]: the slice of params[k], shaped like it
-    size_t pending = 0;              // parameters not ready yet this iteration
-    WorkPtr work;                    // the allreduce, without a hook
-    FuturePtr future;                // the hook's result, with one
-  };
-  struct Slot {
-    size_t bucket = 0;
-    size_t index = 0;
-  };
   enum class Mode { IDLE, ACCUMULATE, REDUCE };
 
   // --- buckets ---------------------------------------------------------
   void build_buckets(const std::vector<std::vector<size_t>>& assignment) {
-    at::NoGradGuard no_grad;
-    std::vector<Bucket> buckets;
-    slots_.assign(params_.size(), Slot{});
-    for (const auto& members : assignment) {
-      Bucket b;
-      b.params = members;
-      int64_t total = 0;
-      for (size_t i : members) total += params_[i].numel();
-      b.flat = at::zeros({total}, params_[members[0]].options().requires_grad(false));
-      int64_t offset = 0;
-      for (size_t i : members) {
-        slots_[i] = Slot{buckets.size(), b.views.size()};
-        b.views.push_back(alias(b.flat, offset, params_[i].sizes()));
-        offset += params_[i].numel();
-        // Gradients that were views of the old buckets move to the new ones.
-        at::Tensor& grad = params_[i].mutable_grad();
-        if (options_.gradient_as_bucket_view() && grad.defined()) {
-          b.views.back().copy_(grad);
-          grad = b.views.back();
-        }
-      }
-      buckets.push_back(std::move(b));
-    }
-    buckets_ = std::move(buckets);
+    buckets_ = detail::BucketSet(params_, assignment, options_.gradient_as_bucket_view());
   }
 
   // Rank 0's first-iteration ready order, on every rank (§6.2.1).
@@ -206,7 +163,8 @@ class Reducer::Impl {
   void start_iteration() {
     std::fill(ready_.begin(), ready_.end(), false);
     std::fill(arrivals_.begin(), arrivals_.end(), 0);
-    for (auto& b : buckets_) {
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      detail::Bucket& b = buckets_[k];
       // A bucket launched for an earlier forward that saw no backward.
       if (b.work && !b.work->is_completed()) b.work->wait();
       if (b.future) detail::wait_for(b.future, group_->timeout(), "communication hook");
@@ -318,7 +276,7 @@ class Reducer::Impl {
 
   void set_ready(size_t i) {
     ready_[i] = true;
-    if (--buckets_[slots_[i].bucket].pending == 0 && options_.overlap_communication()) {
+    if (--buckets_.of(i).pending == 0 && options_.overlap_communication()) {
       launch_ready_buckets();
     }
   }
@@ -329,7 +287,7 @@ class Reducer::Impl {
         launched_any_ = true;
         comm_start_ = Clock::now();
       }
-      Bucket& b = buckets_[next_launch_];
+      detail::Bucket& b = buckets_[next_launch_];
       if (hook_runner_) {
         std::vector<at::Tensor> params;
         for (size_t i : b.params) params.push_back(params_[i]);
@@ -342,7 +300,7 @@ class Reducer::Impl {
     }
   }
 
-  at::Tensor& bucket_view(size_t i) { return buckets_[slots_[i].bucket].views[slots_[i].index]; }
+  at::Tensor& bucket_view(size_t i) { return buckets_.view(i); }
 
   // --- end of backward -------------------------------------------------
   void finalize() {
@@ -360,7 +318,7 @@ class Reducer::Impl {
       missing.push_back(i);
       bucket_view(i).zero_();  // launched anyway: every rank issues the same collectives
       ready_[i] = true;
-      --buckets_[slots_[i].bucket].pending;
+      --buckets_.of(i).pending;
     }
     launch_ready_buckets();
 
@@ -368,7 +326,7 @@ class Reducer::Impl {
     // finish before this thread issues its own, so the order is the same on
     // every rank. Without hooks the buckets' allreduces are already queued.
     Clock::time_point comm_end = comm_start_;
-    if (hook_runner_) comm_end = wait_for_buckets();
+    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
 
     // One small allreduce: the used-parameter bitmap, then per rank the
     // number of parameters that got no gradient.
@@ -378,7 +336,7 @@ class Reducer::Impl {
     if (bitmap) status.narrow(0, 0, n).copy_(local_used_);
     status.data_ptr<int32_t>()[n + group_->rank()] = static_cast<int32_t>(missing.size());
     auto status_work = group_->allreduce(status);
-    if (!hook_runner_) comm_end = wait_for_buckets();
+    if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
     status_work->wait();
     local_used_.zero_();
     check_no_rank_missed(status.narrow(0, n, group_->size()), missing);
@@ -403,31 +361,6 @@ class Reducer::Impl {
       }
     }
     finish_stats(compute_end, comm_end);
-  }
-
-  // Waits for every bucket's reduction; returns when the last completed.
-  Clock::time_point wait_for_buckets() {
-    Clock::time_point comm_end = comm_start_;
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      Bucket& b = buckets_[k];
-      if (b.work) {
-        b.work->wait();
-        comm_end = std::max(comm_end, b.work->completion_time());
-        continue;
-      }
-      at::Tensor reduced = detail::wait_for(b.future, group_->timeout(),
-                                            "the communication hook of bucket " + std::to_string(k));
-      comm_end = std::max(comm_end, Clock::now());  // hooks: when we saw it complete
-      if (!reduced.defined() || reduced.numel() != b.flat.numel()) {
-        throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                              ": the communication hook returned a tensor of " +
-                              (reduced.defined() ? std::to_string(reduced.numel()) : "no") +
-                              " elements for bucket " + std::to_string(k) + " of " +
-                              std::to_string(b.flat.numel()));
-      }
-      if (reduced.data_ptr() != b.flat.data_ptr()) b.flat.copy_(reduced.reshape(-1));
-    }
-    return comm_end;
   }
 
   void learn_static_graph() {
@@ -489,7 +422,7 @@ class Reducer::Impl {
       s.communication_ms = ms(comm_start_, comm_end);
       s.overlapped_ms = std::max(0.0, ms(comm_start_, std::min(comm_end, compute_end)));
     }
-    for (const auto& b : buckets_) s.bucket_bytes.push_back(b.flat.numel() * b.flat.element_size());
+    for (const auto& b : buckets_.all()) s.bucket_bytes.push_back(b.flat.numel() * b.flat.element_size());
     stats_ = s;
     if (debug_ != detail::DebugLevel::OFF) {
       std::cerr << "ddp[rank " << group_->rank() << "]: " << stats_.summary() << std::endl;
@@ -506,8 +439,7 @@ class Reducer::Impl {
 
   mutable std::mutex mutex_;  // guards every field below
   Mode mode_ = Mode::IDLE;
-  std::vector<Bucket> buckets_;
-  std::vector<Slot> slots_;           // parameter -> its bucket slice
+  detail::BucketSet buckets_;
   std::vector<bool> ready_;           // this iteration
   std::vector<int> arrivals_;         // gradient hook calls this iteration
   at::Tensor local_used_;             // int32 bitmap, accumulated across no_sync passes

@@ -1,0 +1,78 @@
+#include "detail/bucket_set.h"
+
+#include <ddp/errors.h>
+
+#include "detail/hook_runner.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/strides.h>
+
+#include <algorithm>
+
+namespace ddp::detail {
+namespace {
+
+// A tensor on `flat`'s storage at `offset` with `sizes`, which autograd does
+// not track as a view: gradients that are bucket slices must survive the
+// optimizer's zero_grad(), which detaches them in place (libtorch 1.13).
+at::Tensor alias(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
+  return at::empty({0}, flat.options())
+      .set_(flat.storage(), flat.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+}
+
+}  // namespace
+
+BucketSet::BucketSet(const std::vector<at::Tensor>& params,
+                     const std::vector<std::vector<size_t>>& assignment,
+                     bool gradient_as_bucket_view) {
+  at::NoGradGuard no_grad;
+  slots_.assign(params.size(), Slot{});
+  for (const auto& members : assignment) {
+    Bucket b;
+    b.params = members;
+    int64_t total = 0;
+    for (size_t i : members) total += params[i].numel();
+    b.flat = at::zeros({total}, params[members[0]].options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t i : members) {
+      slots_[i] = Slot{buckets_.size(), b.views.size()};
+      b.views.push_back(alias(b.flat, offset, params[i].sizes()));
+      offset += params[i].numel();
+      // Gradients that were views of the old buckets move to the new ones.
+      at::Tensor& grad = params[i].mutable_grad();
+      if (gradient_as_bucket_view && grad.defined()) {
+        b.views.back().copy_(grad);
+        grad = b.views.back();
+      }
+    }
+    buckets_.push_back(std::move(b));
+  }
+}
+
+std::chrono::steady_clock::time_point BucketSet::wait_all(
+    const ProcessGroup& group, std::chrono::steady_clock::time_point since) {
+  auto last = since;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    if (b.work) {
+      b.work->wait();
+      last = std::max(last, b.work->completion_time());
+      continue;
+    }
+    at::Tensor reduced =
+        wait_for(b.future, group.timeout(), "the communication hook of bucket " + std::to_string(k));
+    last = std::max(last, std::chrono::steady_clock::now());
+    if (!reduced.defined() || reduced.numel() != b.flat.numel()) {
+      throw InvalidArgument("ddp: rank " + std::to_string(group.rank()) +
+                            ": the communication hook returned a tensor of " +
+                            (reduced.defined() ? std::to_string(reduced.numel()) : "no") +
+                            " elements for bucket " + std::to_string(k) + " of " +
+                            std::to_string(b.flat.numel()));
+    }
+    if (reduced.data_ptr() != b.flat.data_ptr()) b.flat.copy_(reduced.reshape(-1));
+  }
+  return last;
+}
+
+}  // namespace ddp::detail

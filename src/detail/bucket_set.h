@@ -1,0 +1,54 @@
+// The Reducer's gradient buckets: flat buffers, one slice per parameter, and
+// the reduction in flight for each (paper §3.2.3, §4.2).
+#pragma once
+
+#include <ddp/comm_hook.h>
+#include <ddp/process_group.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <vector>
+
+namespace ddp::detail {
+
+struct Bucket {
+  at::Tensor flat;
+  std::vector<size_t> params;      // parameter indices, in slice order
+  std::vector<at::Tensor> views;   // views[k]: the slice of params[k], shaped like it
+  size_t pending = 0;              // parameters not ready yet this iteration
+  WorkPtr work;                    // the allreduce, without a communication hook
+  FuturePtr future;                // the hook's result, with one
+};
+
+class BucketSet {
+ public:
+  BucketSet() = default;
+  // Allocates a bucket per entry of `assignment` (indices into `params`).
+  // With `gradient_as_bucket_view`, gradients move into their new slices.
+  BucketSet(const std::vector<at::Tensor>& params,
+            const std::vector<std::vector<size_t>>& assignment, bool gradient_as_bucket_view);
+
+  size_t size() const { return buckets_.size(); }
+  Bucket& operator[](size_t b) { return buckets_[b]; }
+  const std::vector<Bucket>& all() const { return buckets_; }
+  // Parameter `param`'s bucket, and its slice there.
+  Bucket& of(size_t param) { return buckets_[slots_[param].bucket]; }
+  at::Tensor& view(size_t param) { return of(param).views[slots_[param].index]; }
+
+  // Waits (each within `group`'s timeout) for every bucket's reduction and
+  // copies a hook's result into its bucket; returns when the last one
+  // completed (for hooks: when it was seen complete), at least `since`.
+  std::chrono::steady_clock::time_point wait_all(const ProcessGroup& group,
+                                                 std::chrono::steady_clock::time_point since);
+
+ private:
+  struct Slot {
+    size_t bucket = 0;
+    size_t index = 0;
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;  // parameter -> its bucket slice
+};
+
+}  // namespace ddp::detail
