@@ -2,10 +2,13 @@
 # Cross-check against PyTorch's own DDP: the same model, initial weights and
 # data on both sides (exchanged through files), PyTorch's DDP (Debian's
 # python3-torch, Gloo) and ddp each on 2 ranks; every parameter after every
-# step must agree within 1e-5 relative. Exits 77 (skip) without python3-torch.
+# step must agree within 1e-5 relative (hook modes: gradients too, at the
+# hook's tolerance; see pytorch_ddp.py). Exits 77 (skip) without python3-torch.
 #
 #   crosscheck.sh DDPRUN DDP_SIDE MODE DTYPE WORKDIR
-#   MODE: plain | no_sync | find_unused    DTYPE: float64 | float32
+#   MODE: plain | no_sync | find_unused | no_sync_find_unused | hook_fp16 |
+#         hook_powersgd_r1 | hook_powersgd_r2 | hook_batched_powersgd_r1
+#   DTYPE: float64 | float32
 set -euo pipefail
 if [[ $# -ne 5 ]]; then
   echo "usage: $0 DDPRUN DDP_SIDE MODE DTYPE WORKDIR" >&2

@@ -3,13 +3,18 @@
 // branch.bin; see pytorch_ddp.py), trains it with ddp::DistributedDataParallel
 // exactly as the Python side does with PyTorch's, and each rank writes
 // ddp_rank<R>.bin: its parameters after every step, [steps, total], raw
-// little-endian in the case's dtype.
+// little-endian in the case's dtype. With a communication hook (manifest
+// "hook": fp16, powersgd, batched_powersgd) it registers ddp's own, and each
+// rank also writes ddp_grad_rank<R>.bin (the averaged gradients after every
+// step) and rank 0 ddp_buckets.txt (the parameters of every bucket the hook
+// saw), as the Python side does.
 //
 //   ddprun --nproc-per-node 2 ddp_side DIR
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -49,6 +54,10 @@ struct Case {
     auto it = settings.find(key);
     if (it == settings.end()) throw std::runtime_error("manifest.txt has no '" + key + "'");
     return it->second;
+  }
+  std::string get_or(const std::string& key, const std::string& otherwise) const {
+    auto it = settings.find(key);
+    return it == settings.end() ? otherwise : it->second;
   }
 };
 
@@ -112,6 +121,59 @@ torch::Tensor flat(const std::vector<torch::Tensor>& params) {
   return torch::cat(parts);
 }
 
+torch::Tensor flat_grads(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : params) parts.push_back(p.grad().detach().reshape(-1));
+  return torch::cat(parts);
+}
+
+// The lines of torch_buckets.txt / ddp_buckets.txt: "step S bucket I last L:
+// NAME...", one per hook call. Written by the hook (communication thread),
+// read after training.
+struct BucketLog {
+  std::map<const void*, std::string> names;  // parameter data -> name
+  std::atomic<int64_t> step{0};
+  std::vector<std::string> lines;
+
+  void note(const ddp::GradBucket& bucket) {
+    std::string line = "step " + std::to_string(step.load()) + " bucket " +
+                       std::to_string(bucket.index()) + " last " +
+                       std::to_string(bucket.is_last() ? 1 : 0) + ":";
+    for (const auto& p : bucket.parameters()) {
+      auto it = names.find(p.data_ptr());
+      line += " " + (it == names.end() ? std::string("?") : it->second);
+    }
+    lines.push_back(line);
+  }
+};
+
+// Registers the case's hook (ddp's own), logging every bucket it sees.
+void register_hook(ddp::DistributedDataParallel& model, const Case& c,
+                   const ddp::ProcessGroupPtr& pg, const std::shared_ptr<BucketLog>& log) {
+  const std::string hook = c.get("hook");
+  if (hook == "fp16") {
+    model->register_comm_hook(pg, [log](const ddp::ProcessGroupPtr& group, ddp::GradBucket& b) {
+      log->note(b);
+      return ddp::fp16_compress_hook(group, b);
+    });
+    return;
+  }
+  if (hook != "powersgd" && hook != "batched_powersgd") {
+    throw std::runtime_error("manifest.txt: unknown hook " + hook);
+  }
+  ddp::PowerSGDState state(pg, std::stoll(c.get("powersgd_rank")),
+                           std::stoll(c.get("start_powerSGD_iter")),
+                           /*min_compression_rate=*/2, /*use_error_feedback=*/true,
+                           /*warm_start=*/true, /*orthogonalization_epsilon=*/0,
+                           /*random_seed=*/0);
+  const bool batched = hook == "batched_powersgd";
+  model->register_comm_hook(std::move(state), [log, batched](ddp::PowerSGDState& s,
+                                                             ddp::GradBucket& b) {
+    log->note(b);
+    return batched ? ddp::batched_powerSGD_hook(s, b) : ddp::powerSGD_hook(s, b);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +216,14 @@ int main(int argc, char** argv) {
                  .bucket_cap_mb(cap)
                  .first_bucket_cap_mb(cap)
                  .find_unused_parameters(c.get("find_unused") == "1"));
+    const bool hooked = c.get_or("hook", "none") != "none";
+    auto bucket_log = std::make_shared<BucketLog>();
+    if (hooked) {
+      for (const auto& named : net->named_parameters()) {
+        bucket_log->names[named.value().data_ptr()] = named.key();
+      }
+      register_hook(model, c, pg, bucket_log);
+    }
     torch::optim::SGD opt(model->parameters(),
                           torch::optim::SGDOptions(std::stod(c.get("lr")))
                               .momentum(std::stod(c.get("momentum"))));
@@ -161,8 +231,9 @@ int main(int argc, char** argv) {
     const auto x = read_raw(dir + "/x.bin", c.dtype, {c.steps, c.micro, c.world * c.batch, 16});
     const auto y = read_raw(dir + "/y.bin", c.dtype, {c.steps, c.micro, c.world * c.batch, 4});
     const auto branch = read_raw(dir + "/branch.bin", c.dtype, {c.steps, c.micro, c.world});
-    std::vector<torch::Tensor> snapshots;
+    std::vector<torch::Tensor> snapshots, gradients;
     for (int64_t step = 0; step < c.steps; ++step) {
+      bucket_log->step = step;
       // Zero (not undefine) gradients, as PyTorch's zero_grad(set_to_none=False)
       // and libtorch 1.13's zero_grad() do (2.x's default undefines them).
       for (auto& p : model->parameters()) {
@@ -182,10 +253,19 @@ int main(int argc, char** argv) {
           pass();
         }
       }
+      if (hooked) gradients.push_back(flat_grads(net->parameters()));
       opt.step();
       snapshots.push_back(flat(net->parameters()));
     }
     write_raw(dir + "/ddp_rank" + std::to_string(rank) + ".bin", torch::stack(snapshots));
+    if (hooked) {
+      write_raw(dir + "/ddp_grad_rank" + std::to_string(rank) + ".bin", torch::stack(gradients));
+      if (rank == 0) {
+        std::ofstream out(dir + "/ddp_buckets.txt");
+        for (const auto& line : bucket_log->lines) out << line << "\n";
+        if (!out) throw std::runtime_error("cannot write " + dir + "/ddp_buckets.txt");
+      }
+    }
     if (rank == 0) {
       std::cout << "ddp: " << c.world << " ranks, mode " << c.get("mode") << ", "
                 << c.get("dtype") << ", " << c.steps << " steps: done; last iteration "
