@@ -263,7 +263,7 @@ class Reducer::Impl {
     at::Tensor& view = bucket_view(i);
     at::Tensor& grad = params_[i].mutable_grad();
     const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && grad.defined();
-    if (grad.defined() && grad.data_ptr() == view.data_ptr()) grad = grad.clone();
+    detach_grad_from_bucket(i);
     if (accumulated && hook_runner_) {
       view.copy_(grad);
     } else if (accumulated) {
@@ -316,6 +316,7 @@ class Reducer::Impl {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (ready_[i]) continue;
       missing.push_back(i);
+      detach_grad_from_bucket(i);
       bucket_view(i).zero_();  // launched anyway: every rank issues the same collectives
       ready_[i] = true;
       --buckets_.of(i).pending;
@@ -351,6 +352,7 @@ class Reducer::Impl {
       }
       write_back(i);
     }
+    if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
     if (!order_recorded_) {
       order_recorded_ = true;
       rebuild_due_ = !options_.find_unused_parameters();
@@ -398,17 +400,18 @@ class Reducer::Impl {
         "parameters_to_ignore.");
   }
 
+  // The gradient becomes its slice of the reduced bucket: no copy. Without
+  // gradient_as_bucket_view the buckets are then swapped with spares, so
+  // the next iteration communicates in other memory than the gradients.
   void write_back(size_t i) {
-    at::NoGradGuard no_grad;
-    at::Tensor& view = bucket_view(i);
+    params_[i].mutable_grad() = bucket_view(i);
+  }
+
+  // A gradient that aliases its bucket slice is given its own memory before
+  // the slice is overwritten with something that is not its gradient.
+  void detach_grad_from_bucket(size_t i) {
     at::Tensor& grad = params_[i].mutable_grad();
-    if (options_.gradient_as_bucket_view()) {
-      grad = view;
-    } else if (grad.defined()) {
-      grad.copy_(view);
-    } else {
-      grad = view.clone();
-    }
+    if (grad.defined() && grad.data_ptr() == bucket_view(i).data_ptr()) grad = grad.clone();
   }
 
   void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end) {

@@ -50,6 +50,21 @@ BucketSet::BucketSet(const std::vector<at::Tensor>& params,
   }
 }
 
+void BucketSet::swap_buffers() {
+  for (auto& b : buckets_) {
+    if (!b.spare.defined()) {
+      b.spare = at::zeros_like(b.flat);
+      int64_t offset = 0;
+      for (const auto& v : b.views) {
+        b.spare_views.push_back(alias(b.spare, offset, v.sizes()));
+        offset += v.numel();
+      }
+    }
+    std::swap(b.flat, b.spare);
+    std::swap(b.views, b.spare_views);
+  }
+}
+
 std::chrono::steady_clock::time_point BucketSet::wait_all(
     const ProcessGroup& group, std::chrono::steady_clock::time_point since) {
   auto last = since;

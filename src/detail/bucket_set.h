@@ -19,6 +19,8 @@ struct Bucket {
   size_t pending = 0;              // parameters not ready yet this iteration
   WorkPtr work;                    // the allreduce, without a communication hook
   FuturePtr future;                // the hook's result, with one
+  at::Tensor spare;                // the other buffer (double buffering), and its
+  std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap
 };
 
 class BucketSet {
@@ -35,6 +37,10 @@ class BucketSet {
   // Parameter `param`'s bucket, and its slice there.
   Bucket& of(size_t param) { return buckets_[slots_[param].bucket]; }
   at::Tensor& view(size_t param) { return of(param).views[slots_[param].index]; }
+
+  // Exchanges each bucket's buffer with its spare: the reduced buffers stay
+  // with the gradients that alias them, the spares take the next iteration.
+  void swap_buffers();
 
   // Waits (each within `group`'s timeout) for every bucket's reduction and
   // copies a hook's result into its bucket; returns when the last one
