@@ -31,10 +31,15 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& t
                     t.device().index()}];
     const int64_t cap = o.closed == 0 ? first_cap_bytes : cap_bytes;
     const int64_t bytes = static_cast<int64_t>(t.numel()) * t.element_size();
-    if (bytes > cap) close(o);  // too large to share: alone
+    if (bytes > cap) {  // too large to share: a bucket of its own, closed at once
+      close(o);
+      o.members.push_back(index);
+      close(o);
+      continue;
+    }
     o.members.push_back(index);
     o.bytes += bytes;
-    if (o.bytes >= (o.closed == 0 ? first_cap_bytes : cap_bytes)) close(o);
+    if (o.bytes >= cap) close(o);
   }
   for (auto& [key, o] : open) close(o);
 

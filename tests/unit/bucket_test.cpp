@@ -27,6 +27,14 @@ TEST(AssignBuckets, LargeTensorGetsItsOwnBucket) {
   EXPECT_EQ(b, (Buckets{{0}, {1}, {2, 3}}));
 }
 
+// The last layer's weight of an MLP is larger than the small first bucket:
+// it must go alone and at once, not open the next, larger bucket.
+TEST(AssignBuckets, TensorLargerThanTheFirstCapIsAloneToo) {
+  auto t = floats({10, 1000, 10, 10, 10});  // 40 B, 4000 B, 40 B x 3
+  Buckets b = assign_buckets(t, {0, 1, 2, 3, 4}, 100, 10000);
+  EXPECT_EQ(b, (Buckets{{0}, {1}, {2, 3, 4}}));
+}
+
 TEST(AssignBuckets, DtypesNeverShareABucket) {
   std::vector<at::Tensor> t = {at::empty({10}, at::kFloat), at::empty({10}, at::kDouble),
                                at::empty({10}, at::kFloat), at::empty({10}, at::kDouble)};
