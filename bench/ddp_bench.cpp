@@ -24,6 +24,8 @@ struct Subcommand {
 const Subcommand kSubcommands[] = {
     {"collectives", "allreduce latency and bus bandwidth: ddp vs c10d's ProcessGroupGloo",
      &ddp_bench::run_collectives, &ddp_bench::kCollectivesUsage},
+    {"train", "training iterations of DistributedDataParallel, with its limit measured alongside",
+     &ddp_bench::run_train, &ddp_bench::kTrainUsage},
 };
 
 void print_usage(std::FILE* out) {

@@ -10,10 +10,15 @@
 #   namespace ddpb<PID>b: veth vb<PID>b 10.77.0.2/24, rank 1
 #   both ends: tc qdisc add dev X root tbf rate R burst B latency L
 # Each namespace runs `ddprun --nnodes 2 --node-rank K --master-addr 10.77.0.1
-# --master-port P --nproc-per-node 1 -- program...` with DDP_SOCKET_IFNAME set
-# to its veth, and DDP_BENCH_LINK / DDP_BENCH_LINK_RATE_BPS describing the
-# link (ddp_bench records them). Everything is removed afterwards, also on
-# failure or Ctrl-C. `netem` (delay, loss) is not used: this kernel lacks it.
+# --master-port P --nproc-per-node 1 -- program...` with DDP_SOCKET_IFNAME and
+# GLOO_SOCKET_IFNAME set to its veth, and DDP_BENCH_LINK /
+# DDP_BENCH_LINK_RATE_BPS describing the link (ddp_bench records them). The
+# program can be anything that reads the launcher's RANK, WORLD_SIZE,
+# MASTER_ADDR and MASTER_PORT, e.g. a PyTorch script:
+#   bench/netns.sh -- /usr/bin/python3 bench/pytorch_ddp_train.py --model mlp --world-size 2
+# (GLOO_SOCKET_IFNAME makes PyTorch's Gloo bind the veth.) Everything is
+# removed afterwards, also on failure or Ctrl-C. `netem` (delay, loss) is not
+# used: this kernel lacks it.
 #
 # Needs root and a working `ip netns`; without them it says so and runs both
 # ranks on loopback (unshaped) instead.
@@ -142,13 +147,13 @@ setup || die "setting up the namespaces failed (see above)"
 link="veth between 2 network namespaces, tbf rate $rate burst $burst latency $latency on both ends"
 echo "netns.sh: $link; rank 0 in $ns_a (10.77.0.1, $veth_a), rank 1 in $ns_b (10.77.0.2, $veth_b)" >&2
 
-ip netns exec "$ns_a" env DDP_SOCKET_IFNAME="$veth_a" DDP_BENCH_LINK="$link" \
-  DDP_BENCH_LINK_RATE_BPS="$rate_bps" \
+ip netns exec "$ns_a" env DDP_SOCKET_IFNAME="$veth_a" GLOO_SOCKET_IFNAME="$veth_a" \
+  DDP_BENCH_LINK="$link" DDP_BENCH_LINK_RATE_BPS="$rate_bps" \
   "$ddprun" --nnodes 2 --node-rank 0 --master-addr 10.77.0.1 --master-port "$port" \
   --nproc-per-node 1 -- "${prog[@]}" &
 pids+=($!)
-ip netns exec "$ns_b" env DDP_SOCKET_IFNAME="$veth_b" DDP_BENCH_LINK="$link" \
-  DDP_BENCH_LINK_RATE_BPS="$rate_bps" \
+ip netns exec "$ns_b" env DDP_SOCKET_IFNAME="$veth_b" GLOO_SOCKET_IFNAME="$veth_b" \
+  DDP_BENCH_LINK="$link" DDP_BENCH_LINK_RATE_BPS="$rate_bps" \
   "$ddprun" --nnodes 2 --node-rank 1 --master-addr 10.77.0.1 --master-port "$port" \
   --nproc-per-node 1 -- "${prog[@]}" &
 pids+=($!)

@@ -12,4 +12,10 @@ namespace ddp_bench {
 int run_collectives(Args args);
 extern const char* const kCollectivesUsage;
 
+// train_bench.cpp: training iterations of DistributedDataParallel on a model,
+// with the limit (local compute, allreduce of all gradient bytes) measured
+// in the same run; bench/train_compare.sh adds PyTorch's DDP.
+int run_train(Args args);
+extern const char* const kTrainUsage;
+
 }  // namespace ddp_bench

@@ -1,0 +1,352 @@
+#!/usr/bin/python3
+"""PyTorch's DDP on the models of `ddp_bench train`: the reference side.
+
+Run once per rank with Debian's python3-torch (/usr/bin/python3), under a
+launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (ddprun
+works; so does bench/netns.sh, which also sets GLOO_SOCKET_IFNAME):
+
+    build/tools/ddprun/ddprun --nproc-per-node 2 -- \\
+        /usr/bin/python3 bench/pytorch_ddp_train.py --model mlp --world-size 2
+
+(Do not use Debian's torchrun 1.13 on Python 3.11 without
+`--redirects 1 --tee 1`: it breaks.)
+
+The models, data, loss, optimizer and method are those of
+bench/train_bench.cpp and bench/train_models.h, defined identically: same
+modules in the same registration order (same parameter names, shapes and
+order), default initialization from the same seed, so both sides start from
+the same weights and see the same data. Measurements, interleaved by
+iteration (order reversed every other iteration), each sample preceded by an
+untimed 1-element allreduce, a sample's time the slowest rank's:
+
+    pytorch_ddp        torch.nn.parallel.DistributedDataParallel iteration:
+                       zero_grad, forward, loss, backward, SGD step
+    pytorch_local      the same iteration on a plain copy, no communication
+    pytorch_allreduce  (not by default) one c10d allreduce of all gradient bytes
+
+Rank 0 prints a table and, with --json, writes rows in the format of
+`ddp_bench train --json` (bench/train_summary.py combines both).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+IMPLS = ("pytorch_ddp", "pytorch_local", "pytorch_allreduce")
+# PyTorch's DDP logger: forward start to backward start (prepare_for_backward),
+# backward compute, first bucket launched to last reduced, and their overlap.
+PYTORCH_STATS = ("forward_compute_time", "backward_compute_time", "backward_comm_time",
+                 "backward_compute_comm_overlap_time")
+
+
+# --- the models (as bench/train_models.h) ----------------------------------
+
+def make_mlp(layers=16, width=1024):
+    mods = []
+    for i in range(layers):
+        mods.append(nn.Linear(width, width))
+        if i + 1 < layers:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)  # parameters "0.weight", "0.bias", "2.weight", ...
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 with a CIFAR-style stem (3x3 conv, stride 1, no max-pool)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        cin = 64
+        for i, c in enumerate((64, 128, 256, 512)):
+            setattr(self, "layer%d" % (i + 1),
+                    nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+            cin = c
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
+
+
+def make_model(args):
+    torch.manual_seed(args.seed)
+    return make_mlp() if args.model == "mlp" else ResNet18(10)
+
+
+def make_batch(args, rank):
+    torch.manual_seed(args.seed + 1 + rank)
+    if args.model == "mlp":
+        return torch.randn(args.batch, 1024), torch.randn(args.batch, 1024)
+    return (torch.randn(args.batch, 3, args.image_size, args.image_size),
+            torch.randint(0, 10, (args.batch,), dtype=torch.long))
+
+
+def loss_of(args, out, target):
+    return F.mse_loss(out, target) if args.model == "mlp" else F.cross_entropy(out, target)
+
+
+# --- helpers ----------------------------------------------------------------
+
+def summarize(v):
+    v = sorted(v)
+    return {"median": statistics.median(v), "min": v[0], "max": v[-1],
+            "mean": sum(v) / len(v)} if v else {}
+
+
+def describe_machine():
+    def first(path, key):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return line.split(":" if ":" in line else "=", 1)[1].strip().strip('"')
+        except OSError:
+            pass
+        return ""
+    link = os.environ.get("DDP_BENCH_LINK") or (
+        "loopback" if os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
+        else "network (MASTER_ADDR=%s)" % os.environ.get("MASTER_ADDR"))
+    m = {"cpu_model": first("/proc/cpuinfo", "model name") or "unknown",
+         "logical_cpus": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
+         "kernel": " ".join(platform.uname()[i] for i in (0, 2, 4)),
+         "os": first("/etc/os-release", "PRETTY_NAME"),
+         "python": sys.version.split()[0], "torch": torch.__version__, "link": link,
+         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if os.environ.get("DDP_BENCH_LINK_RATE_BPS"):
+        m["link_rate_bits_per_s"] = float(os.environ["DDP_BENCH_LINK_RATE_BPS"])
+    return m
+
+
+def limit_openblas_threads(threads):
+    """As bench/train_bench.cpp: Debian's torch multiplies matrices in
+    OpenBLAS (pthreads build), whose own thread pool torch.set_num_threads
+    does not limit. Returns the count set, or 0 without OpenBLAS."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")  # the copy torch already loaded
+        lib.openblas_set_num_threads(threads)
+        return lib.openblas_get_num_threads()
+    except (OSError, AttributeError):
+        return 0
+
+
+def leave():
+    """Ends this rank once all ranks are done, without tearing anything down.
+
+    PyTorch 1.13 can hang at exit here: destroying the DDP Reducer joins
+    ProcessGroupGloo's worker while holding the GIL, and the worker needs the
+    GIL to free a tensor; and a rank whose TCPStore host (rank 0) has left
+    spins in the store's listener thread. So: a barrier (rank 0, which hosts
+    the store, has written its results before it), then os._exit.
+    """
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, choices=("mlp", "resnet18"))
+    p.add_argument("--world-size", type=int, required=True,
+                   help="number of ranks; must equal $WORLD_SIZE")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch", type=int, default=0, help="default: mlp 32, resnet18 8")
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--impls", default="pytorch_ddp,pytorch_local",
+                   help="any of " + ",".join(IMPLS))
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch.set_num_threads and OpenBLAS's own pool (default 1)")
+    p.add_argument("--print-params", action="store_true")
+    p.add_argument("--tag", default="")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    if not args.batch:
+        args.batch = 32 if args.model == "mlp" else 8
+    impls = []
+    for name in args.impls.split(","):
+        if name not in IMPLS:
+            p.error("unknown measurement %r (%s)" % (name, ", ".join(IMPLS)))
+        if name not in impls:
+            impls.append(name)
+
+    env_ws = os.environ.get("WORLD_SIZE")
+    if not env_ws:
+        sys.exit("pytorch_ddp_train.py: WORLD_SIZE is not set: run one process per rank under a "
+                 "launcher, e.g. ddprun --nproc-per-node %d -- /usr/bin/python3 %s ..."
+                 % (args.world_size, sys.argv[0]))
+    if env_ws != str(args.world_size):
+        sys.exit("pytorch_ddp_train.py: --world-size %d but the launcher started WORLD_SIZE=%s "
+                 "ranks: they must be equal" % (args.world_size, env_ws))
+
+    torch.set_num_threads(args.threads)
+    blas_threads = limit_openblas_threads(args.threads)
+    dist.init_process_group("gloo")  # env://
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    ddp_net = make_model(args)
+    local_net = make_model(args)
+    x, y = make_batch(args, rank)
+    named = list(ddp_net.named_parameters())
+    elements = sum(t.numel() for _, t in named)
+    if rank == 0:
+        print("pytorch_ddp_train: model %s: %d parameter tensors, %d elements (%.1f MiB of "
+              "gradients); batch %d/rank; %d ranks; torch %s, python %s"
+              % (args.model, len(named), elements, elements * 4 / 1048576, args.batch, world,
+                 torch.__version__, sys.version.split()[0]), file=sys.stderr, flush=True)
+        if args.print_params:
+            for i, (n, t) in enumerate(named):
+                print("param %d %s [%s]" % (i, n, ", ".join(str(d) for d in t.shape)))
+
+    ddp = None
+    if "pytorch_ddp" in impls:
+        ddp = nn.parallel.DistributedDataParallel(ddp_net, bucket_cap_mb=args.bucket_cap_mb)
+        ddp_opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+        # PyTorch's own per-iteration split (the runtime stats of its DDP
+        # logger), sampled every iteration instead of every 100th: a few clock
+        # reads per iteration.
+        ddp._set_ddp_runtime_logging_sample_rate(1)
+    local_opt = torch.optim.SGD(local_net.parameters(), lr=args.lr)
+    sync = torch.zeros(1)
+    flat = torch.zeros(elements)
+
+    def run_one(impl):
+        dist.all_reduce(sync)  # start together
+        s = {}
+        t0 = time.perf_counter()
+        if impl == "pytorch_allreduce":
+            dist.all_reduce(flat)
+            s["total"] = (time.perf_counter() - t0) * 1e3
+            return s
+        model, opt = (ddp, ddp_opt) if impl == "pytorch_ddp" else (local_net, local_opt)
+        opt.zero_grad()
+        t1 = time.perf_counter()
+        loss = loss_of(args, model(x), y)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        opt.step()
+        t4 = time.perf_counter()
+        s.update(total=(t4 - t0) * 1e3, zero_grad=(t1 - t0) * 1e3, forward=(t2 - t1) * 1e3,
+                 backward=(t3 - t2) * 1e3, step=(t4 - t3) * 1e3, loss=loss.item())
+        if impl == "pytorch_ddp":
+            # Set at this iteration's forward: the previous iteration's (ns).
+            d = ddp._get_ddp_logging_data()
+            s["previous_stats"] = {k: d.get(k, 0) / 1e6 for k in PYTORCH_STATS}
+        return s
+
+    samples = {i: [] for i in impls}
+    warm = {i: [] for i in impls}
+    for it in range(args.warmup + args.iters):
+        order = impls if it % 2 == 0 else impls[::-1]
+        for impl in order:
+            (samples if it >= args.warmup else warm)[impl].append(run_one(impl))
+        done = it - args.warmup + 1
+        if rank == 0 and (it + 1 == args.warmup or (done > 0 and done % 5 == 0)):
+            src = warm if it < args.warmup else samples
+            print("pytorch_ddp_train: %s %d/%d: %s" % (
+                "warm-up" if it < args.warmup else "iteration",
+                it + 1 if it < args.warmup else done,
+                args.warmup if it < args.warmup else args.iters,
+                "  ".join("%s %.1f ms" % (i, src[i][-1]["total"]) for i in impls)),
+                file=sys.stderr, flush=True)
+
+    slowest = {}
+    for impl in impls:
+        t = torch.tensor([s["total"] for s in samples[impl]], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        slowest[impl] = t.tolist()
+    if rank != 0:
+        leave()
+
+    rows = []
+    print("pytorch_ddp_train %s, %d ranks, batch %d/rank, %d parameters (%d elements)\n"
+          % (args.model, world, args.batch, len(named), elements))
+    print("| measurement | median ms | min–max ms | fwd ms (rank 0) | bwd ms (rank 0) | step ms (rank 0) "
+          "| PyTorch's stats fwd / bwd compute / comm / overlap ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for impl in impls:
+        st = summarize(slowest[impl])
+        row = {"impl": impl, "model": args.model, "world_size": world,
+               "median_ms": st["median"], "min_ms": st["min"], "max_ms": st["max"],
+               "mean_ms": st["mean"], "iters": len(slowest[impl]), "samples_ms": slowest[impl]}
+        cells = ["", "", ""]
+        if impl != "pytorch_allreduce":
+            split = {k + "_ms": summarize([s[k] for s in samples[impl]])
+                     for k in ("zero_grad", "forward", "backward", "step")}
+            row["rank0_split"] = split
+            row["first_loss"] = (warm[impl] or samples[impl])[0]["loss"]
+            row["last_loss"] = samples[impl][-1]["loss"]
+            cells = ["%.1f" % split[k]["median"] for k in ("forward_ms", "backward_ms", "step_ms")]
+        if impl == "pytorch_ddp":
+            # Sample i carries iteration i-1's stats: drop the first (a warm-up's).
+            prev = [s["previous_stats"] for s in samples[impl][1:]]
+            if prev:
+                row["pytorch_stats_rank0"] = {k: [p[k] for p in prev] for k in PYTORCH_STATS}
+                for k in PYTORCH_STATS:
+                    row[k + "_ms"] = statistics.median(p[k] for p in prev)
+                cells.append(" / ".join("%.1f" % row[k + "_ms"] for k in PYTORCH_STATS))
+            # Its buckets after the rebuild (bytes, in reduction order).
+            log = ddp._get_ddp_logging_data()
+            sizes = log.get("rebuilt_bucket_sizes", log.get("bucket_sizes", ""))
+            row["gloo_threads"] = log.get("gloo_num_threads")
+            row["bucket_bytes"] = [int(x) for x in str(sizes).replace(",", " ").split()]
+        rows.append(row)
+        cells += [""] * (4 - len(cells))
+        print("| %s | %.1f | %.1f–%.1f | %s |" % (impl, st["median"], st["min"], st["max"],
+                                                 " | ".join(cells)))
+    sys.stdout.flush()
+    if args.json:
+        out = {"benchmark": "train", "side": "pytorch", "tag": args.tag,
+               "machine": describe_machine(),
+               "config": {"model": args.model, "world_size": world, "batch_per_rank": args.batch,
+                          "image_size": args.image_size if args.model == "resnet18" else None,
+                          "bucket_cap_mb": args.bucket_cap_mb, "iters": args.iters,
+                          "warmup": args.warmup, "lr": args.lr, "seed": args.seed,
+                          "intra_op_threads": args.threads, "openblas_threads": blas_threads,
+                          "backend": "gloo"},
+               "parameters": {"count": len(named), "elements": elements,
+                              "list": ["%s [%s]" % (n, ", ".join(str(d) for d in t.shape))
+                                       for n, t in named]},
+               "rows": rows}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print("pytorch_ddp_train: wrote %s" % args.json, file=sys.stderr)
+    leave()
+
+
+if __name__ == "__main__":
+    main()
