@@ -2,9 +2,12 @@
 // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, NODE_RANK and GROUP_WORLD_SIZE, on top of ddprun's own
 // environment (from which older values of those names are removed first, so
-// a rank never sees two definitions).
+// a rank never sees two definitions). Like torchrun, when several ranks share
+// a node and OMP_NUM_THREADS is not set, it is set to 1: otherwise every rank
+// runs as many OpenMP/OpenBLAS threads as the node has cores.
 #include "rank_environment.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -43,6 +46,10 @@ std::vector<std::string> rank_environment(const char* const* base, const rank_id
       {"GROUP_WORLD_SIZE", std::to_string(id.nnodes)},
   };
   for (const auto& [name, value] : values) env.push_back(std::string(name) + "=" + value);
+  const bool threads_set = std::any_of(env.begin(), env.end(), [](const std::string& e) {
+    return e.rfind("OMP_NUM_THREADS=", 0) == 0;
+  });
+  if (id.local_world_size > 1 && !threads_set) env.emplace_back("OMP_NUM_THREADS=1");
   return env;
 }
 
