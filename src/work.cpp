@@ -13,7 +13,7 @@ Work::Work(std::string description, std::chrono::milliseconds default_timeout,
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
+  if (!done_cv_.wait_for(lock, timeout, [&] { return settled_; })) {
     throw TimeoutError(description_ + ": not complete after " +
                        std::to_string(timeout.count()) +
                        " ms (Work::wait timeout). A peer may be stuck or "
@@ -64,8 +64,12 @@ void Work::finish(std::exception_ptr error) {
     error_ = std::move(error);
     callbacks.swap(callbacks_);
   }
-  done_cv_.notify_all();
   for (auto& callback : callbacks) callback();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    settled_ = true;
+  }
+  done_cv_.notify_all();
 }
 
 std::shared_ptr<Work> Work::completed(std::string description,

@@ -8,7 +8,9 @@
 //   operation. It never blocks forever.
 // - Callbacks added with on_complete() run exactly once, on the thread that
 //   completes the Work (a backend worker), or at once on the caller's thread
-//   if it is already complete. Keep them short; they must not throw.
+//   if it is already complete. wait() returns only after the callbacks added
+//   before completion have run. Keep them short; they must not throw, nor
+//   wait() on the Work they belong to.
 // - Thread-safe: any thread may wait, poll, or add callbacks.
 #pragma once
 
@@ -61,8 +63,9 @@ class Work {
   const std::vector<at::Tensor> outputs_;
 
   mutable std::mutex mutex_;
-  std::condition_variable done_cv_;             // signalled at finish()
-  bool done_ = false;                           // guarded by mutex_
+  std::condition_variable done_cv_;             // signalled when settled
+  bool done_ = false;                           // guarded by mutex_: result set
+  bool settled_ = false;                        // guarded by mutex_: callbacks ran too
   std::chrono::steady_clock::time_point completed_at_;  // guarded by mutex_
   std::exception_ptr error_;                    // guarded by mutex_
   std::vector<std::function<void()>> callbacks_;  // guarded by mutex_

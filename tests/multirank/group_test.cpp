@@ -41,7 +41,9 @@ void many_in_flight(const ProcessGroupPtr& pg, int count) {
     const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
     ASSERT_TRUE(at::all(tensors[i] == want).item<bool>()) << "operation " << i;
   }
+  // wait() returns once a Work's callbacks have run: all are recorded.
   std::lock_guard<std::mutex> lock(mutex);
+  ASSERT_EQ(completion_order.size(), static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) ASSERT_EQ(completion_order[i], i);
 }
 
