@@ -148,11 +148,17 @@ class GlooProcessGroup::Impl {
   void learn_peer_addresses() {
     const int rank = owner_.rank(), size = owner_.size();
     std::string mine;
+    const auto connections = detail::established_tcp_connections();
     for (int r = 0; r < size; ++r) {
       if (r != rank) {
         std::string address = context_->getPair(r)->address().str();
         peer_by_address_[address] = r;
         mine += address;
+        // A connection rank r opened to this pair's listener: its far end
+        // is r's (ephemeral) address, which errors cite too.
+        for (const auto& [local, remote] : connections) {
+          if (local == address) peer_by_address_[remote] = r;
+        }
       }
       mine += '\n';
     }
@@ -216,8 +222,15 @@ class GlooProcessGroup::Impl {
   std::exception_ptr fail(const Task& task, const std::string& gloo_error) {
     std::string cause = explain(gloo_error);
     std::string report = "rank " + std::to_string(owner_.rank()) + ": " + cause;
-    std::string first = exchange_first_failure(report);
+    std::string first = report_failure(report);
     std::string message = "ddp: " + task.work->description() + " failed: " + cause;
+    if (cause == gloo_error) {  // the error did not name the peer: who went silent?
+      std::string silent = silent_ranks(std::chrono::seconds(2));
+      if (!silent.empty()) {
+        message += ". No failure report from rank(s) " + silent +
+                   ": probably exited or killed; see their output";
+      }
+    }
     if (!first.empty() && first != report) message += " (first failure reported: " + first + ")";
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -246,21 +259,51 @@ class GlooProcessGroup::Impl {
     return gloo_error;
   }
 
-  // Records `report` as the job's first failure if none is yet, and returns
-  // the first one recorded (empty if the store cannot be reached).
-  std::string exchange_first_failure(const std::string& report) {
+  // Records that this rank failed, and `report` as the job's first failure if
+  // none is yet; returns the first one recorded (empty if the store cannot be
+  // reached).
+  std::string report_failure(const std::string& report) {
     try {
+      store_->set(failed_key(owner_.rank()), std::vector<uint8_t>(report.begin(), report.end()));
       if (store_->add(std::string(kFailureKey) + "/count", 1) == 1) {
         store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
         return report;
       }
-      if (!store_->check({kFailureKey})) return "";
+      // Another rank counted first and is writing its report: wait briefly.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!store_->check({kFailureKey})) {
+        if (std::chrono::steady_clock::now() >= deadline) return "";
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       auto bytes = store_->get(kFailureKey);
       return std::string(bytes.begin(), bytes.end());
     } catch (const std::exception&) {
       return "";  // the store's host (rank 0) may be the rank that died
     }
   }
+
+  // Ranks that have not reported a failure within `patience` (returns once
+  // at most one is left): when a broken connection does not name its peer,
+  // the dead rank is among them. Empty if the store cannot be reached.
+  std::string silent_ranks(std::chrono::milliseconds patience) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    try {
+      for (;;) {
+        std::string silent;
+        int count = 0;
+        for (int r = 0; r < owner_.size(); ++r) {
+          if (r == owner_.rank() || store_->check({failed_key(r)})) continue;
+          silent += (count++ ? ", " : "") + std::to_string(r);
+        }
+        if (count <= 1 || std::chrono::steady_clock::now() >= deadline) return silent;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+
+  static std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 
   GlooProcessGroup& owner_;
   const StorePtr store_;

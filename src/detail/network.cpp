@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <memory>
 
 namespace ddp::detail {
@@ -72,6 +75,45 @@ std::string bindable_hostname() {
     }
   }
   return "127.0.0.1";
+}
+
+namespace {
+
+// "0100007F:1F90" (little-endian IPv4, port, in hex) -> "[127.0.0.1]:8080";
+// also IPv4-mapped IPv6 ("0000000000000000FFFF00000100007F:1F90").
+std::string proc_address(const std::string& hex) {
+  auto colon = hex.find(':');
+  if (colon != 8 && !(colon == 32 && hex.compare(0, 24, "0000000000000000FFFF0000") == 0)) {
+    return "";
+  }
+  uint32_t ip = static_cast<uint32_t>(std::stoul(hex.substr(colon - 8, 8), nullptr, 16));
+  unsigned port = static_cast<unsigned>(std::stoul(hex.substr(colon + 1), nullptr, 16));
+  return "[" + std::to_string(ip & 0xff) + "." + std::to_string((ip >> 8) & 0xff) + "." +
+         std::to_string((ip >> 16) & 0xff) + "." + std::to_string(ip >> 24) + "]:" +
+         std::to_string(port);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> established_tcp_connections() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream table(path);
+    std::string line;
+    std::getline(table, line);  // header
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      if (!(fields >> slot >> local >> remote >> state) || state != "01") continue;  // ESTABLISHED
+      try {
+        std::string l = proc_address(local), r = proc_address(remote);
+        if (!l.empty() && !r.empty()) out.emplace_back(l, r);
+      } catch (const std::exception&) {
+        // a line we cannot parse: skip it
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace ddp::detail

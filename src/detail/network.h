@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ddp::detail {
 
@@ -15,5 +17,10 @@ std::string local_address_towards(const std::string& host);
 // This machine's host name when it resolves to an address that can be bound
 // here, else "127.0.0.1".
 std::string bindable_hostname();
+
+// This network namespace's established IPv4 TCP connections (IPv4-mapped
+// IPv6 ones included), as ("[local ip]:port", "[remote ip]:port") pairs,
+// from /proc/net/tcp and tcp6 (empty where they cannot be read).
+std::vector<std::pair<std::string, std::string>> established_tcp_connections();
 
 }  // namespace ddp::detail

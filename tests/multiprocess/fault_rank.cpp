@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <iostream>
+#include <thread>
 
 int main(int argc, char** argv) {
   int victim = 1, after = 3, timeout_s = 20;
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
                   std::chrono::steady_clock::now() - start).count();
     std::cerr << "survivor rank " << pg->rank() << " failed after " << ms << " ms: " << e.what()
               << std::endl;
+    // Rank 0 hosts the store through which the others learn the first
+    // failure: stay a moment, as a job's rank 0 does while it cleans up.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     return 3;
   }
   return 0;
