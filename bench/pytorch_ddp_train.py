@@ -43,6 +43,37 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 IMPLS = ("pytorch_ddp", "pytorch_local", "pytorch_allreduce")
+HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1")
+
+
+def register_hook(ddp, name):
+    """As `ddp_bench train --hook NAME` (bench/train_bench.cpp)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
+    if name == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif name == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif name.startswith("powersgd"):
+        ddp.register_comm_hook(psgd.PowerSGDState(process_group=None,
+                                                  matrix_approximation_rank=int(name[-1]),
+                                                  start_powerSGD_iter=2), psgd.powerSGD_hook)
+    elif name == "batched_powersgd1":
+        ddp.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                                  start_powerSGD_iter=2),
+                               psgd.batched_powerSGD_hook)
+
+
+def tx_bytes_now():
+    """Bytes sent on GLOO_SOCKET_IFNAME (the rank's veth under bench/netns.sh),
+    or -1 when unset (loopback: not measured)."""
+    name = os.environ.get("GLOO_SOCKET_IFNAME")
+    if not name:
+        return -1.0
+    try:
+        with open("/sys/class/net/%s/statistics/tx_bytes" % name) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return -1.0
 # PyTorch's DDP logger: forward start to backward start (prepare_for_backward),
 # backward compute, first bucket launched to last reduced, and their overlap.
 PYTORCH_STATS = ("forward_compute_time", "backward_compute_time", "backward_comm_time",
@@ -191,6 +222,9 @@ def main():
     p.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads and OpenBLAS's own pool (default 1)")
     p.add_argument("--print-params", action="store_true")
+    p.add_argument("--hook", default="none", choices=HOOKS,
+                   help="communication hook (PowerSGD: start_powerSGD_iter=2, error feedback "
+                        "and warm start on; use --warmup >= 3)")
     p.add_argument("--tag", default="")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -234,6 +268,7 @@ def main():
     ddp = None
     if "pytorch_ddp" in impls:
         ddp = nn.parallel.DistributedDataParallel(ddp_net, bucket_cap_mb=args.bucket_cap_mb)
+        register_hook(ddp, args.hook)
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
         # PyTorch's own per-iteration split (the runtime stats of its DDP
         # logger), sampled every iteration instead of every 100th: a few clock
@@ -270,7 +305,10 @@ def main():
 
     samples = {i: [] for i in impls}
     warm = {i: [] for i in impls}
+    tx_start = tx_per_iter = -1.0
     for it in range(args.warmup + args.iters):
+        if it == args.warmup:
+            tx_start = tx_bytes_now()
         order = impls if it % 2 == 0 else impls[::-1]
         for impl in order:
             (samples if it >= args.warmup else warm)[impl].append(run_one(impl))
@@ -283,6 +321,15 @@ def main():
                 args.warmup if it < args.warmup else args.iters,
                 "  ".join("%s %.1f ms" % (i, src[i][-1]["total"]) for i in impls)),
                 file=sys.stderr, flush=True)
+    if tx_start >= 0:
+        end = tx_bytes_now()
+        if end >= 0:
+            tx_per_iter = (end - tx_start) / args.iters
+
+    tx = torch.zeros(world, dtype=torch.float64)
+    tx[rank] = tx_per_iter
+    dist.all_reduce(tx)
+    tx_ranks = tx.tolist()
 
     slowest = {}
     for impl in impls:
@@ -324,6 +371,10 @@ def main():
             sizes = log.get("rebuilt_bucket_sizes", log.get("bucket_sizes", ""))
             row["gloo_threads"] = log.get("gloo_num_threads")
             row["bucket_bytes"] = [int(x) for x in str(sizes).replace(",", " ").split()]
+            row["hook"] = args.hook
+            if all(x >= 0 for x in tx_ranks):
+                row["tx_bytes_per_iter_ranks"] = tx_ranks
+                row["tx_bytes_per_iter"] = sum(tx_ranks) / len(tx_ranks)
         rows.append(row)
         cells += [""] * (4 - len(cells))
         print("| %s | %.1f | %.1f–%.1f | %s |" % (impl, st["median"], st["min"], st["max"],
@@ -335,7 +386,7 @@ def main():
                "config": {"model": args.model, "world_size": world, "batch_per_rank": args.batch,
                           "image_size": args.image_size if args.model == "resnet18" else None,
                           "bucket_cap_mb": args.bucket_cap_mb, "iters": args.iters,
-                          "warmup": args.warmup, "lr": args.lr, "seed": args.seed,
+                          "warmup": args.warmup, "hook": args.hook, "lr": args.lr, "seed": args.seed,
                           "intra_op_threads": args.threads, "openblas_threads": blas_threads,
                           "backend": "gloo"},
                "parameters": {"count": len(named), "elements": elements,

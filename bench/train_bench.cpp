@@ -32,6 +32,7 @@
 #include "train_models.h"
 
 #include <ddp/ddp.h>
+#include <ddp/hooks.h>
 
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -41,6 +42,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -77,6 +79,12 @@ options:
                        and OpenBLAS's own pool (openblas_set_num_threads)
   --gloo-threads G     worker threads of ddp's Gloo group (default 1)
   --no-overlap         DDP reduces all buckets after backward (diagnosis)
+  --hook NAME          communication hook: none (default), fp16, bf16,
+                       powersgd1, powersgd2, powersgd4 (powerSGD_hook with that
+                       matrix_approximation_rank), batched_powersgd1; PowerSGD
+                       with start_powerSGD_iter=2, error feedback and warm
+                       start on (use --warmup >= 3 so that timed iterations
+                       are all compressed)
   --print-params       rank 0 prints every parameter's name and shape
   --tag TEXT           recorded in the JSON (e.g. the round of a comparison)
   --json PATH          rank 0 writes the results there (with every sample)
@@ -102,6 +110,7 @@ struct Config {
   int64_t gloo_threads = 1;
   bool overlap = true;
   bool print_params = false;
+  std::string hook = "none";
   std::string tag;
   std::string json_path;
 };
@@ -142,6 +151,15 @@ Config parse(Args& args) {
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");
   c.print_params = args.take_flag("--print-params");
+  c.hook = args.take("--hook").value_or(c.hook);
+  static const char* const kHooks[] = {"none",      "fp16",      "bf16",
+                                       "powersgd1", "powersgd2", "powersgd4",
+                                       "batched_powersgd1"};
+  if (std::find_if(std::begin(kHooks), std::end(kHooks),
+                   [&](const char* h) { return c.hook == h; }) == std::end(kHooks)) {
+    throw UsageError("unknown hook '" + c.hook +
+                     "' (none, fp16, bf16, powersgd1, powersgd2, powersgd4, batched_powersgd1)");
+  }
   c.tag = args.take("--tag").value_or("");
   c.json_path = args.take("--json").value_or("");
   args.expect_empty();
@@ -206,6 +224,18 @@ int limit_openblas_threads(int threads) {
   if (!set || !get) return 0;
   set(threads);
   return get();
+}
+
+// Bytes this host has sent on the interface named by DDP_SOCKET_IFNAME (as
+// bench/netns.sh sets it: the rank's veth inside its namespace), or -1 when
+// unset (loopback: not measured) or unreadable.
+double tx_bytes_now() {
+  const char* ifname = std::getenv("DDP_SOCKET_IFNAME");
+  if (!ifname || !*ifname) return -1;
+  std::ifstream f(std::string("/sys/class/net/") + ifname + "/statistics/tx_bytes");
+  double v = -1;
+  if (!(f >> v)) return -1;
+  return v;
 }
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -289,6 +319,16 @@ int run_train(Args args) {
                      .bucket_cap_mb(cfg.bucket_cap_mb)
                      .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
                      .overlap_communication(cfg.overlap));
+    if (cfg.hook == "fp16") {
+      model->register_comm_hook(pg, ddp::fp16_compress_hook);
+    } else if (cfg.hook == "bf16") {
+      model->register_comm_hook(pg, ddp::bf16_compress_hook);
+    } else if (cfg.hook.rfind("powersgd", 0) == 0) {
+      model->register_comm_hook(ddp::PowerSGDState(pg, cfg.hook.back() - '0', 2),
+                                ddp::powerSGD_hook);
+    } else if (cfg.hook == "batched_powersgd1") {
+      model->register_comm_hook(ddp::PowerSGDState(pg, 1, 2), ddp::batched_powerSGD_hook);
+    }
     ddp_opt = std::make_unique<torch::optim::SGD>(model->parameters(),
                                                   torch::optim::SGDOptions(cfg.lr));
   }
@@ -345,18 +385,26 @@ int run_train(Args args) {
     phases[impl == "ddp" || impl == "local" ? 0 : 1].push_back(impl);
   }
   const int64_t rounds = cfg.warmup + cfg.iters;
+  // Bytes sent on the link during phase 0's timed iterations (ddp and local;
+  // run with --impls ddp to count DDP alone), per timed iteration.
+  double tx_start = -1, tx_per_iter = -1;
   for (const auto& order : phases) {
     if (order.empty()) continue;
     if (std::find(order.begin(), order.end(), "allreduce_buckets") != order.end()) {
       for (int64_t b : model->stats().bucket_bytes) bucket_tensors.push_back(torch::zeros({b / 4}));
     }
     for (int64_t it = 0; it < rounds; ++it) {
+      if (&order == &phases[0] && it == cfg.warmup) tx_start = tx_bytes_now();
       std::vector<std::string> this_round = order;
       if (it % 2) std::reverse(this_round.begin(), this_round.end());
       for (const auto& impl : this_round) {
         Sample s = run_one(impl);
         if (it >= cfg.warmup) samples[impl].push_back(s);
         else samples[impl + "/warmup"].push_back(s);
+      }
+      if (&order == &phases[0] && it + 1 == rounds && tx_start >= 0) {
+        const double end = tx_bytes_now();
+        if (end >= 0) tx_per_iter = (end - tx_start) / static_cast<double>(cfg.iters);
       }
       if (rank == 0 && (it + 1 == cfg.warmup || (it >= cfg.warmup && (it - cfg.warmup + 1) % 5 == 0))) {
         std::string line;
@@ -379,6 +427,14 @@ int run_train(Args args) {
     for (size_t i = 0; i < v.size(); ++i) t.data_ptr<double>()[i] = v[i].total_ms;
     pg->allreduce(t, ddp::ReduceOp::MAX)->wait();
     slowest[impl] = std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  }
+  // Every rank's bytes per iteration (-1: not measured), gathered on rank 0.
+  std::vector<double> tx_ranks;
+  {
+    at::Tensor t = torch::zeros({world}, torch::kDouble);
+    t.data_ptr<double>()[rank] = tx_per_iter;
+    pg->allreduce(t)->wait();
+    tx_ranks.assign(t.data_ptr<double>(), t.data_ptr<double>() + world);
   }
   pg->barrier()->wait();
   if (rank != 0) return 0;
@@ -450,6 +506,17 @@ int run_train(Args args) {
       Json buckets = Json::array();
       for (int64_t b : v.back().stats.bucket_bytes) buckets.push(b);
       row.set("bucket_bytes", std::move(buckets));
+      row.set("hook", cfg.hook);
+      if (std::all_of(tx_ranks.begin(), tx_ranks.end(), [](double x) { return x >= 0; })) {
+        Json tx = Json::array();
+        double sum = 0;
+        for (double x : tx_ranks) {
+          tx.push(x);
+          sum += x;
+        }
+        row.set("tx_bytes_per_iter_ranks", std::move(tx));
+        row.set("tx_bytes_per_iter", sum / static_cast<double>(tx_ranks.size()));
+      }
       line.push_back(format_fixed(summarize(f).median, 1) + " / " +
                      format_fixed(summarize(bc).median, 1) + " / " +
                      format_fixed(summarize(cm).median, 1) + " / " +
@@ -489,6 +556,7 @@ int run_train(Args args) {
     config.set("seed", cfg.seed).set("intra_op_threads", cfg.threads);
     config.set("openblas_threads", blas_threads);
     config.set("gloo_threads", cfg.gloo_threads).set("overlap", cfg.overlap);
+    config.set("hook", cfg.hook);
     config.set("method",
                "two phases, ddp+local then allreduce+allreduce_buckets, each interleaved by "
                "iteration (order reversed every other iteration); an untimed "
