@@ -288,6 +288,7 @@ class Reducer::Impl {
         comm_start_ = Clock::now();
       }
       detail::Bucket& b = buckets_[next_launch_];
+      b.launched = Clock::now();
       if (hook_runner_) {
         std::vector<at::Tensor> params;
         for (size_t i : b.params) params.push_back(params_[i]);
@@ -425,7 +426,12 @@ class Reducer::Impl {
       s.communication_ms = ms(comm_start_, comm_end);
       s.overlapped_ms = std::max(0.0, ms(comm_start_, std::min(comm_end, compute_end)));
     }
-    for (const auto& b : buckets_.all()) s.bucket_bytes.push_back(b.flat.numel() * b.flat.element_size());
+    s.backward_start = backward_start_;
+    for (const auto& b : buckets_.all()) {
+      const int64_t bytes = b.flat.numel() * b.flat.element_size();
+      s.bucket_bytes.push_back(bytes);
+      s.bucket_timings.push_back({bytes, ms(backward_start_, b.launched), ms(backward_start_, b.done)});
+    }
     stats_ = s;
     if (debug_ != detail::DebugLevel::OFF) {
       std::cerr << "ddp[rank " << group_->rank() << "]: " << stats_.summary() << std::endl;

@@ -1,11 +1,22 @@
 // What one training iteration cost, as DDP measured it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ddp {
+
+// One bucket's communication in an iteration, in milliseconds after
+// IterationStats::backward_start.
+struct BucketTiming {
+  int64_t bytes = 0;
+  double launch_ms = 0;  // its allreduce (or communication hook) was started
+  double done_ms = 0;    // its result was ready: the Work's completion time;
+                         // with a communication hook, when finalize saw the
+                         // hook's future complete (an upper bound)
+};
 
 struct IterationStats {
   int64_t iteration = 0;          // synchronized iterations so far, this one included
@@ -16,6 +27,11 @@ struct IterationStats {
   double overlapped_ms = 0;       // part of communication_ms during backward compute
   double finalize_ms = 0;         // end of backward compute to backward() returning
   std::vector<int64_t> bucket_bytes;  // one entry per bucket, in launch order
+  // When backward started (the clock of the timings above), and each
+  // bucket's launch and completion, in launch order: with forward_ms and
+  // backward_compute_ms, the timeline of the iteration (e.g. for a trace).
+  std::chrono::steady_clock::time_point backward_start;
+  std::vector<BucketTiming> bucket_timings;
   bool buckets_rebuilt = false;   // the buckets were rebuilt before this iteration
   int64_t unused_parameters = 0;  // globally unused (find_unused_parameters / static_graph)
   std::vector<std::string> unused_parameter_names;  // filled when DDP_DEBUG=detail

@@ -72,12 +72,14 @@ std::chrono::steady_clock::time_point BucketSet::wait_all(
     Bucket& b = buckets_[k];
     if (b.work) {
       b.work->wait();
-      last = std::max(last, b.work->completion_time());
+      b.done = b.work->completion_time();
+      last = std::max(last, b.done);
       continue;
     }
     at::Tensor reduced =
         wait_for(b.future, group.timeout(), "the communication hook of bucket " + std::to_string(k));
-    last = std::max(last, std::chrono::steady_clock::now());
+    b.done = std::chrono::steady_clock::now();
+    last = std::max(last, b.done);
     if (!reduced.defined() || reduced.numel() != b.flat.numel()) {
       throw InvalidArgument("ddp: rank " + std::to_string(group.rank()) +
                             ": the communication hook returned a tensor of " +

@@ -19,6 +19,7 @@ struct Bucket {
   size_t pending = 0;              // parameters not ready yet this iteration
   WorkPtr work;                    // the allreduce, without a communication hook
   FuturePtr future;                // the hook's result, with one
+  std::chrono::steady_clock::time_point launched, done;  // this iteration
   at::Tensor spare;                // the other buffer (double buffering), and its
   std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap
 };

@@ -301,6 +301,15 @@ void statistics_log(Tap& tap, const ProcessGroupPtr& pg) {
   tap.check(s.iteration == 2 && s.unused_parameters == 4 && s.bucket_count() >= 1 &&
                 s.forward_ms > 0 && s.backward_compute_ms > 0,
             "statistics: iterations, unused parameters, buckets and times", s.summary());
+  bool timings_ok = s.bucket_timings.size() == s.bucket_count();
+  for (size_t b = 0; timings_ok && b < s.bucket_timings.size(); ++b) {
+    const auto& t = s.bucket_timings[b];
+    timings_ok = t.bytes == s.bucket_bytes[b] && t.launch_ms >= 0 && t.done_ms >= t.launch_ms &&
+                 (b == 0 || t.launch_ms >= s.bucket_timings[b - 1].launch_ms);
+  }
+  tap.check(timings_ok && s.backward_start.time_since_epoch().count() != 0,
+            "statistics: each bucket's launch and completion after backward start, in order",
+            s.summary());
 }
 
 }  // namespace
