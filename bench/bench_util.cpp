@@ -1,5 +1,6 @@
 #include "bench_util.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -391,6 +392,16 @@ std::string machine_summary(const std::string& torch_version) {
   return (cpu.empty() ? "unknown CPU" : cpu) + ", " + std::to_string(allowed_cpus()) +
          " CPUs, Linux " + kernel + ", libtorch " + torch_version + ", link: " +
          link_description();
+}
+
+int limit_openblas_threads(int threads) {
+  using SetFn = void (*)(int);
+  using GetFn = int (*)();
+  auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!set || !get) return 0;
+  set(threads);
+  return get();
 }
 
 }  // namespace ddp_bench

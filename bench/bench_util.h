@@ -108,6 +108,14 @@ Json describe_machine(const std::string& torch_version);
 // The one-line summary of describe_machine's result for table captions.
 std::string machine_summary(const std::string& torch_version);
 
+// Debian's libtorch does its matrix products in OpenBLAS (pthreads build),
+// which keeps its own thread pool, one thread per core, whatever
+// torch::set_num_threads says: a rank's sgemm then runs on 2 threads that
+// spin-yield between calls. Limits it too (returns the count set, or 0 when
+// this process has no OpenBLAS). OPENBLAS_NUM_THREADS in the environment has
+// the same effect. Call it next to torch::set_num_threads.
+int limit_openblas_threads(int threads);
+
 // $DDP_BENCH_LINK_RATE_BPS (bits/s of the shaped link, set by netns.sh), or
 // 0 when unknown.
 double link_rate_bits_per_s();
