@@ -101,7 +101,7 @@ std::string markdown_table(const std::vector<std::string>& header,
 
 // What a result means nothing without: CPU model, cores, memory, kernel, OS,
 // libtorch version, compiler, time, and the link between ranks
-// ($DDP_BENCH_LINK, which bench/netns.sh sets; else "loopback" when
+// ($DDP_BENCH_LINK, which bench/netem sets; else "loopback" when
 // MASTER_ADDR is local, else "network"). `torch_version` comes from the
 // caller so that this file does not include libtorch.
 Json describe_machine(const std::string& torch_version);
@@ -116,7 +116,7 @@ std::string machine_summary(const std::string& torch_version);
 // the same effect. Call it next to torch::set_num_threads.
 int limit_openblas_threads(int threads);
 
-// $DDP_BENCH_LINK_RATE_BPS (bits/s of the shaped link, set by netns.sh), or
+// $DDP_BENCH_LINK_RATE_BPS (bits/s of the shaped link, set by bench/netem), or
 // 0 when unknown.
 double link_rate_bits_per_s();
 

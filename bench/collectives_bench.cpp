@@ -13,13 +13,12 @@
 // Unless --iters fixes the count, the warm-up's duration decides how many
 // pairs fit in --budget-s per size (between --min-iters and --max-iters), and
 // rank 0 tells the others.
+#include "c10d_group.h"
 #include "subcommands.h"
 
 #include <ddp/backends/gloo.h>
 #include <ddp/init.h>
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -192,11 +191,7 @@ int run_collectives(Args args) {
 
   // Both groups bind where ddp's rendezvous decided (the address routing to
   // the master, or $DDP_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME).
-  std::string iface;
-  for (const char* var : {"DDP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    if (const char* v = std::getenv(var); v && *v && iface.empty()) iface = v;
-  }
-  const std::string host = init.gloo().hostname();
+  const std::string bind = c10d_bind_description(init);
 
   std::vector<Impl> impls;
   ddp::ProcessGroupPtr ddp_pg;
@@ -206,14 +201,7 @@ int run_collectives(Args args) {
       ddp_pg = ddp::new_process_group(store, rank, world, init);
       impls.push_back({"ddp", [&ddp_pg](at::Tensor& t) { ddp_pg->allreduce(t)->wait(); }});
     } else {
-      auto opts = c10d::ProcessGroupGloo::Options::create();
-      opts->threads = static_cast<int>(cfg.gloo_threads);
-      opts->devices.push_back(
-          !iface.empty() ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)
-          : !host.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(host)
-                          : c10d::ProcessGroupGloo::createDefaultDevice());
-      c10d_pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          c10::make_intrusive<c10d::PrefixStore>("bench/c10d", store), rank, world, opts);
+      c10d_pg = make_c10d_gloo(store, init, static_cast<int>(cfg.gloo_threads));
       impls.push_back({"c10d", [&c10d_pg](at::Tensor& t) {
                          std::vector<at::Tensor> v{t};
                          c10d_pg->allreduce(v)->wait();
@@ -226,9 +214,7 @@ int run_collectives(Args args) {
     std::fprintf(stderr,
                  "collectives: %d ranks, %lld intra-op thread(s), %lld gloo thread(s), bind %s; %s\n",
                  world, static_cast<long long>(cfg.threads),
-                 static_cast<long long>(cfg.gloo_threads),
-                 !iface.empty() ? ("interface " + iface).c_str()
-                 : !host.empty() ? host.c_str() : "default",
+                 static_cast<long long>(cfg.gloo_threads), bind.c_str(),
                  machine_summary(torch_version).c_str());
   }
 
@@ -405,7 +391,7 @@ int run_collectives(Args args) {
     config.set("min_iters", cfg.min_iters).set("max_iters", cfg.max_iters);
     config.set("budget_s", cfg.budget_s).set("warmup", cfg.warmup);
     config.set("intra_op_threads", cfg.threads).set("gloo_threads", cfg.gloo_threads);
-    config.set("bind", !iface.empty() ? "interface " + iface : host.empty() ? "default" : host);
+    config.set("bind", bind);
     config.set("method",
                "interleaved pairs A B, B A, ...; a 1-element allreduce on the same group "
                "before each sample; a sample's time is the slowest rank's; busbw = "

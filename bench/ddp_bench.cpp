@@ -26,6 +26,12 @@ const Subcommand kSubcommands[] = {
      &ddp_bench::run_collectives, &ddp_bench::kCollectivesUsage},
     {"train", "training iterations of DistributedDataParallel, with its limit measured alongside",
      &ddp_bench::run_train, &ddp_bench::kTrainUsage},
+    {"split", "allreduce of 60M floats split into S-element tensors (paper Fig. 2): ddp vs c10d",
+     &ddp_bench::run_split, &ddp_bench::kSplitUsage},
+    {"variants", "the blog's six data-parallel variants with timelines: compute/comm/overlap %",
+     &ddp_bench::run_variants, &ddp_bench::kVariantsUsage},
+    {"models", "the models alone: parameter list with checksums, local step time", &ddp_bench::run_models, &ddp_bench::kModelsUsage},
+    {"converge", "loss per micro-batch on real digits, synchronized every K (no_sync)", &ddp_bench::run_converge, &ddp_bench::kConvergeUsage},
 };
 
 void print_usage(std::FILE* out) {

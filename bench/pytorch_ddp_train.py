@@ -3,7 +3,7 @@
 
 Run once per rank with Debian's python3-torch (/usr/bin/python3), under a
 launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (ddprun
-works; so does bench/netns.sh, which also sets GLOO_SOCKET_IFNAME):
+works; so does bench/netem, which also sets GLOO_SOCKET_IFNAME):
 
     build/tools/ddprun/ddprun --nproc-per-node 2 -- \\
         /usr/bin/python3 bench/pytorch_ddp_train.py --model mlp --world-size 2
@@ -12,7 +12,7 @@ works; so does bench/netns.sh, which also sets GLOO_SOCKET_IFNAME):
 `--redirects 1 --tee 1`: it breaks.)
 
 The models, data, loss, optimizer and method are those of
-bench/train_bench.cpp and bench/train_models.h, defined identically: same
+bench/train_bench.cpp and bench/models/ (models.py here), defined identically: same
 modules in the same registration order (same parameter names, shapes and
 order), default initialization from the same seed, so both sides start from
 the same weights and see the same data. Measurements, interleaved by
@@ -24,11 +24,21 @@ untimed 1-element allreduce, a sample's time the slowest rank's:
     pytorch_local      the same iteration on a plain copy, no communication
     pytorch_allreduce  (not by default) one c10d allreduce of all gradient bytes
 
+With --no-overlap, a communication hook holds every bucket until the last
+one is ready (the end of backward compute) and only then allreduces them all:
+PyTorch's DDP without overlap, as `ddp_bench train --no-overlap`. With
+--timeline, the allreduces go through a communication hook (the allreduce
+PyTorch's default does, in Python) that timestamps each bucket's launch and
+completion, and a hook on every parameter timestamps the last gradient: the
+iteration's timeline, in the format of `ddp_bench train --timeline`
+(bench/timeline.h; bench/eval/timeline.py analyses both).
+
 Rank 0 prints a table and, with --json, writes rows in the format of
 `ddp_bench train --json` (bench/train_summary.py combines both).
 """
 
 import argparse
+from contextlib import nullcontext
 import ctypes
 import json
 import os
@@ -40,7 +50,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+import models as bench_models  # noqa: E402  (bench/models/models.py)
 
 IMPLS = ("pytorch_ddp", "pytorch_local", "pytorch_allreduce")
 HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1")
@@ -64,7 +76,7 @@ def register_hook(ddp, name):
 
 
 def tx_bytes_now():
-    """Bytes sent on GLOO_SOCKET_IFNAME (the rank's veth under bench/netns.sh),
+    """Bytes sent on GLOO_SOCKET_IFNAME (the rank's veth under bench/netem),
     or -1 when unset (loopback: not measured)."""
     name = os.environ.get("GLOO_SOCKET_IFNAME")
     if not name:
@@ -80,70 +92,62 @@ PYTORCH_STATS = ("forward_compute_time", "backward_compute_time", "backward_comm
                  "backward_compute_comm_overlap_time")
 
 
-# --- the models (as bench/train_models.h) ----------------------------------
+# --- timeline and overlap ------------------------------------------------------
 
-def make_mlp(layers=16, width=1024):
-    mods = []
-    for i in range(layers):
-        mods.append(nn.Linear(width, width))
-        if i + 1 < layers:
-            mods.append(nn.ReLU())
-    return nn.Sequential(*mods)  # parameters "0.weight", "0.bias", "2.weight", ...
+class Timeline:
+    """Rank 0's record of timed iterations, as bench/timeline.h writes them:
+    {"iteration", "duration_us", "events": [{"lane", "name", "start_us",
+    "end_us", "blocking"}]}, times in µs after the iteration's start."""
 
+    def __init__(self):
+        self.iterations = []
+        self.current = None
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+    def begin(self, start):
+        self.current = (start, [])
 
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+    def add(self, lane, name, start, end, blocking=False):
+        if self.current is not None:
+            self.current[1].append((lane, name, start, end, blocking))
 
-
-class ResNet18(nn.Module):
-    """ResNet-18 with a CIFAR-style stem (3x3 conv, stride 1, no max-pool)."""
-
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        cin = 64
-        for i, c in enumerate((64, 128, 256, 512)):
-            setattr(self, "layer%d" % (i + 1),
-                    nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
-            cin = c
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
+    def end(self):
+        t0, events = self.current
+        self.current = None
+        us = lambda t: (t - t0) * 1e6  # noqa: E731
+        self.iterations.append({
+            "iteration": len(self.iterations), "duration_us": us(time.perf_counter()),
+            "events": [{"lane": lane, "name": name, "start_us": us(a), "end_us": us(b),
+                        "blocking": blocking} for lane, name, a, b, blocking in events]})
 
 
-def make_model(args):
-    torch.manual_seed(args.seed)
-    return make_mlp() if args.model == "mlp" else ResNet18(10)
+def allreduce_hook(world, group, defer, timeline):
+    """A communication hook doing what PyTorch's default does (average the
+    bucket with one allreduce), optionally deferred to the end of backward
+    compute (`defer`: every bucket waits for the last one) and timestamped
+    into `timeline` (launch to completion of each bucket's allreduce)."""
+    held = []
 
+    def launch(buf, index):
+        t0 = time.perf_counter()
+        fut = dist.all_reduce(buf.div_(world), group=group, async_op=True).get_future()
 
-def make_batch(args, rank):
-    torch.manual_seed(args.seed + 1 + rank)
-    if args.model == "mlp":
-        return torch.randn(args.batch, 1024), torch.randn(args.batch, 1024)
-    return (torch.randn(args.batch, 3, args.image_size, args.image_size),
-            torch.randint(0, 10, (args.batch,), dtype=torch.long))
+        def done(f):
+            timeline.add("comm", "allreduce bucket %d (%d bytes)" % (index, buf.numel() * 4),
+                         t0, time.perf_counter())
+            return f.value()[0]
+        return fut.then(done) if timeline is not None else fut.then(lambda f: f.value()[0])
 
-
-def loss_of(args, out, target):
-    return F.mse_loss(out, target) if args.model == "mlp" else F.cross_entropy(out, target)
+    def hook(state, bucket):
+        if not defer:
+            return launch(bucket.buffer(), bucket.index())
+        result = torch.futures.Future()
+        held.append((bucket.buffer(), bucket.index(), result))
+        if bucket.is_last():
+            for buf, index, res in held:
+                launch(buf, index).then(lambda f, res=res: res.set_result(f.value()))
+            held.clear()
+        return result
+    return hook
 
 
 # --- helpers ----------------------------------------------------------------
@@ -207,14 +211,23 @@ def leave():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, choices=("mlp", "resnet18"))
+    p.add_argument("--model", required=True, choices=bench_models.MODEL_NAMES)
     p.add_argument("--world-size", type=int, required=True,
                    help="number of ranks; must equal $WORLD_SIZE")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--batch", type=int, default=0, help="default: mlp 32, resnet18 8")
-    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--batch", type=int, default=0, help="default: the model's")
+    p.add_argument("--image-size", type=int, default=0, help="resnets (default: the model's)")
+    p.add_argument("--seq-len", type=int, default=0, help="berts (default: the model's)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="allreduce every bucket after backward compute (a deferring hook)")
+    p.add_argument("--process-groups", type=int, default=1,
+                   help="K Gloo groups used round-robin (dist._round_robin_process_groups)")
+    p.add_argument("--sync-every", type=int, default=1,
+                   help="an iteration is K micro-batches, the first K-1 under no_sync")
+    p.add_argument("--timeline", action="store_true",
+                   help="keep each timed DDP iteration's timeline (a timing hook)")
     p.add_argument("--impls", default="pytorch_ddp,pytorch_local",
                    help="any of " + ",".join(IMPLS))
     p.add_argument("--lr", type=float, default=0.01)
@@ -228,8 +241,13 @@ def main():
     p.add_argument("--tag", default="")
     p.add_argument("--json", default="")
     args = p.parse_args()
-    if not args.batch:
-        args.batch = 32 if args.model == "mlp" else 8
+    if args.hook != "none" and (args.no_overlap or args.timeline):
+        p.error("--hook cannot be combined with --no-overlap or --timeline (they use a hook)")
+    if args.process_groups < 1 or args.sync_every < 1:
+        p.error("--process-groups and --sync-every must be at least 1")
+    opts = bench_models.with_defaults({"name": args.model, "batch": args.batch,
+                                       "image_size": args.image_size, "seq_len": args.seq_len,
+                                       "seed": args.seed})
     impls = []
     for name in args.impls.split(","):
         if name not in IMPLS:
@@ -251,24 +269,37 @@ def main():
     dist.init_process_group("gloo")  # env://
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    ddp_net = make_model(args)
-    local_net = make_model(args)
-    x, y = make_batch(args, rank)
+    ddp_net = bench_models.make_model(opts)
+    local_net = bench_models.make_model(opts)
+    x, y = bench_models.make_batch(opts, args.seed + 1 + rank)
     named = list(ddp_net.named_parameters())
     elements = sum(t.numel() for _, t in named)
     if rank == 0:
         print("pytorch_ddp_train: model %s: %d parameter tensors, %d elements (%.1f MiB of "
-              "gradients); batch %d/rank; %d ranks; torch %s, python %s"
-              % (args.model, len(named), elements, elements * 4 / 1048576, args.batch, world,
+              "gradients); %d ranks; torch %s, python %s"
+              % (bench_models.describe(opts), len(named), elements, elements * 4 / 1048576, world,
                  torch.__version__, sys.version.split()[0]), file=sys.stderr, flush=True)
         if args.print_params:
             for i, (n, t) in enumerate(named):
                 print("param %d %s [%s]" % (i, n, ", ".join(str(d) for d in t.shape)))
 
     ddp = None
+    timeline = Timeline() if args.timeline else None
+    last_grad = [0.0]
     if "pytorch_ddp" in impls:
-        ddp = nn.parallel.DistributedDataParallel(ddp_net, bucket_cap_mb=args.bucket_cap_mb)
+        group = None
+        if args.process_groups > 1:
+            group = dist._round_robin_process_groups(
+                [dist.new_group(backend="gloo") for _ in range(args.process_groups)])
+        ddp = nn.parallel.DistributedDataParallel(ddp_net, bucket_cap_mb=args.bucket_cap_mb,
+                                                  process_group=group)
         register_hook(ddp, args.hook)
+        if args.no_overlap or args.timeline:
+            ddp.register_comm_hook(None, allreduce_hook(world, group, args.no_overlap,
+                                                        timeline if rank == 0 else None))
+        if args.timeline:
+            for prm in ddp_net.parameters():  # the backward compute ends at the last
+                prm.register_hook(lambda g: last_grad.__setitem__(0, time.perf_counter()))
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
         # PyTorch's own per-iteration split (the runtime stats of its DDP
         # logger), sampled every iteration instead of every 100th: a few clock
@@ -287,14 +318,31 @@ def main():
             s["total"] = (time.perf_counter() - t0) * 1e3
             return s
         model, opt = (ddp, ddp_opt) if impl == "pytorch_ddp" else (local_net, local_opt)
+        record = recording[0] and impl == "pytorch_ddp" and timeline is not None and rank == 0
+        if record:
+            timeline.begin(t0)
         opt.zero_grad()
         t1 = time.perf_counter()
-        loss = loss_of(args, model(x), y)
-        t2 = time.perf_counter()
-        loss.backward()
-        t3 = time.perf_counter()
+        for micro in range(args.sync_every):  # all but the last under no_sync
+            last = micro + 1 == args.sync_every
+            f0 = time.perf_counter()
+            with (model.no_sync() if impl == "pytorch_ddp" and not last else nullcontext()):
+                loss = bench_models.model_loss(opts, model(x), y)
+                t2 = time.perf_counter()
+                loss.backward()
+            t3 = time.perf_counter()
+            if record:
+                timeline.add("compute", "forward", f0, t2)
+                if last:
+                    timeline.add("compute", "backward", t2, last_grad[0])
+                else:
+                    timeline.add("compute", "backward (no_sync)", t2, t3)
         opt.step()
         t4 = time.perf_counter()
+        if record:
+            timeline.add("compute", "zero_grad", t0, t1)
+            timeline.add("compute", "step", t3, t4)
+            timeline.end()
         s.update(total=(t4 - t0) * 1e3, zero_grad=(t1 - t0) * 1e3, forward=(t2 - t1) * 1e3,
                  backward=(t3 - t2) * 1e3, step=(t4 - t3) * 1e3, loss=loss.item())
         if impl == "pytorch_ddp":
@@ -306,9 +354,11 @@ def main():
     samples = {i: [] for i in impls}
     warm = {i: [] for i in impls}
     tx_start = tx_per_iter = -1.0
+    recording = [False]
     for it in range(args.warmup + args.iters):
         if it == args.warmup:
             tx_start = tx_bytes_now()
+            recording[0] = True
         order = impls if it % 2 == 0 else impls[::-1]
         for impl in order:
             (samples if it >= args.warmup else warm)[impl].append(run_one(impl))
@@ -340,14 +390,14 @@ def main():
         leave()
 
     rows = []
-    print("pytorch_ddp_train %s, %d ranks, batch %d/rank, %d parameters (%d elements)\n"
-          % (args.model, world, args.batch, len(named), elements))
+    print("pytorch_ddp_train %s, %d ranks, %d parameters (%d elements)\n"
+          % (bench_models.describe(opts), world, len(named), elements))
     print("| measurement | median ms | min–max ms | fwd ms (rank 0) | bwd ms (rank 0) | step ms (rank 0) "
           "| PyTorch's stats fwd / bwd compute / comm / overlap ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for impl in impls:
         st = summarize(slowest[impl])
-        row = {"impl": impl, "model": args.model, "world_size": world,
+        row = {"impl": impl, "model": opts.name, "world_size": world,
                "median_ms": st["median"], "min_ms": st["min"], "max_ms": st["max"],
                "mean_ms": st["mean"], "iters": len(slowest[impl]), "samples_ms": slowest[impl]}
         cells = ["", "", ""]
@@ -372,6 +422,8 @@ def main():
             row["gloo_threads"] = log.get("gloo_num_threads")
             row["bucket_bytes"] = [int(x) for x in str(sizes).replace(",", " ").split()]
             row["hook"] = args.hook
+            if timeline is not None:
+                row["timeline"] = timeline.iterations
             if all(x >= 0 for x in tx_ranks):
                 row["tx_bytes_per_iter_ranks"] = tx_ranks
                 row["tx_bytes_per_iter"] = sum(tx_ranks) / len(tx_ranks)
@@ -383,8 +435,11 @@ def main():
     if args.json:
         out = {"benchmark": "train", "side": "pytorch", "tag": args.tag,
                "machine": describe_machine(),
-               "config": {"model": args.model, "world_size": world, "batch_per_rank": args.batch,
-                          "image_size": args.image_size if args.model == "resnet18" else None,
+               "config": {"model": opts.name, "world_size": world,
+                          "batch_per_rank": opts.batch, "image_size": opts.image_size,
+                          "seq_len": opts.seq_len, "model_description": bench_models.describe(opts),
+                          "process_groups": args.process_groups, "sync_every": args.sync_every,
+                          "overlap": not args.no_overlap, "timeline": args.timeline,
                           "bucket_cap_mb": args.bucket_cap_mb, "iters": args.iters,
                           "warmup": args.warmup, "hook": args.hook, "lr": args.lr, "seed": args.seed,
                           "intra_op_threads": args.threads, "openblas_threads": blas_threads,

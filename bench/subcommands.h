@@ -18,4 +18,25 @@ extern const char* const kCollectivesUsage;
 int run_train(Args args);
 extern const char* const kTrainUsage;
 
+// split_bench.cpp: the paper's Fig. 2 (a, b): allreduce of 60M floats split
+// into tensors of S elements, all launched then all waited; ddp vs c10d.
+int run_split(Args args);
+extern const char* const kSplitUsage;
+
+// variants_bench.cpp: the blog's six data-parallel variants (variants.h),
+// timed with per-micro-batch timelines (timeline.h).
+int run_variants(Args args);
+extern const char* const kVariantsUsage;
+
+// models_bench.cpp: the models of bench/models/models.h alone (no launcher):
+// parameter lists with checksums (vs bench/models/models.py), local step time.
+int run_models(Args args);
+extern const char* const kModelsUsage;
+
+// converge_bench.cpp: training loss per micro-batch on scikit-learn's digits,
+// gradients synchronized every K micro-batches (no_sync on the others);
+// bench/pytorch_converge.py is the PyTorch DDP twin (paper Fig. 11).
+int run_converge(Args args);
+extern const char* const kConvergeUsage;
+
 }  // namespace ddp_bench

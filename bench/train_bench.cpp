@@ -1,5 +1,5 @@
 // `ddp_bench train`: training iterations of ddp::DistributedDataParallel on
-// a model (bench/train_models.h), together with the two halves of its limit,
+// a model (bench/models/models.h), together with the two halves of its limit,
 // measured in the same run:
 //
 //   ddp                one DDP iteration: zero_grad, forward, loss, backward
@@ -27,9 +27,13 @@
 // slowest rank's (gathered with a MAX allreduce at the end). The first
 // --warmup samples of each are dropped. DDP's own split of each iteration
 // (model->stats(): forward, backward compute, communication, overlap,
-// finalize) is kept per iteration, on rank 0.
+// finalize) is kept per iteration, on rank 0; with --timeline also the
+// timeline of every timed DDP iteration (compute and each bucket's
+// communication, as timestamps), which bench/eval/timeline.py turns into the
+// blog's columns and Chrome traces.
+#include "models/models.h"
 #include "subcommands.h"
-#include "train_models.h"
+#include "timeline.h"
 
 #include <ddp/ddp.h>
 #include <ddp/hooks.h>
@@ -37,14 +41,13 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace ddp_bench {
@@ -53,7 +56,7 @@ const char* const kTrainUsage = R"(usage: ddp_bench train --model M --world-size
 Run once per rank under a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, e.g.
   ddprun --nproc-per-node 2 ddp_bench train --model mlp --world-size 2
-  bench/netns.sh --rate 1gbit -- build/bench/ddp_bench train --model mlp --world-size 2
+  bench/netem --rate 1g -- build/bench/ddp_bench train --model mlp --world-size 2
 Times training iterations of ddp::DistributedDataParallel ("ddp"), the same
 iteration without DDP ("local"), one allreduce of all gradient bytes
 ("allreduce") and DDP's bucket allreduces alone ("allreduce_buckets"),
@@ -62,15 +65,22 @@ measurements); rank 0 prints a table and writes JSON.
 bench/train_compare.sh runs this against PyTorch's DDP (bench/pytorch_ddp_train.py).
 
 options:
-  --model M            mlp (16 x Linear(1024,1024), ReLU, MSE) or resnet18
-                       (ResNet-18, CIFAR stem, 10 classes, cross-entropy)
+  --model M            mlp (16 x Linear(1024,1024), ReLU, MSE), resnet18 (CIFAR
+                       stem, 10 classes), resnet50, bert_small, bert_base
+                       (bench/models/models.h; cross-entropy)
   --world-size N       number of ranks; must equal $WORLD_SIZE
   --bucket-cap-mb X    DDP bucket size in MiB (default 25)
   --first-bucket-cap-mb X  DDP's first bucket in MiB (default 1)
   --iters K            timed iterations per measurement (default 20)
   --warmup W           untimed iterations per measurement first (default 3)
-  --batch B            samples per rank (default: mlp 32, resnet18 8)
-  --image-size S       resnet18 input is 3 x S x S (default 32)
+  --batch B            samples per rank (default: the model's, models.h)
+  --image-size S       resnets' input is 3 x S x S (default: the model's)
+  --seq-len L          berts' tokens per sample (default: the model's)
+  --process-groups K   K Gloo groups used round-robin (RoundRobinProcessGroup;
+                       default 1)
+  --sync-every K       an iteration is K micro-batches, the first K-1 under
+                       no_sync (gradients accumulate locally), one SGD step at
+                       the end (default 1); times are per iteration
   --impls LIST         any of ddp,local,allreduce,allreduce_buckets
                        (default all; allreduce_buckets needs ddp)
   --lr R               SGD learning rate (default 0.01)
@@ -85,6 +95,9 @@ options:
                        with start_powerSGD_iter=2, error feedback and warm
                        start on (use --warmup >= 3 so that timed iterations
                        are all compressed)
+  --timeline           keep each timed DDP iteration's timeline in the JSON
+                       (events with timestamps: forward, backward compute,
+                       step; each bucket's launch to completion)
   --print-params       rank 0 prints every parameter's name and shape
   --tag TEXT           recorded in the JSON (e.g. the round of a comparison)
   --json PATH          rank 0 writes the results there (with every sample)
@@ -95,14 +108,15 @@ namespace {
 const char* const kImplNames[] = {"ddp", "local", "allreduce", "allreduce_buckets"};
 
 struct Config {
-  std::string model;
+  ModelOptions model;
   int world_size = 0;
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
   int64_t iters = 20;
   int64_t warmup = 3;
-  int64_t batch = 0;
-  int64_t image_size = 32;
+  int64_t process_groups = 1;
+  int64_t sync_every = 1;
+  bool timeline = false;
   std::vector<std::string> impls;
   double lr = 0.01;
   int64_t seed = 0;
@@ -117,11 +131,8 @@ struct Config {
 
 Config parse(Args& args) {
   Config c;
-  c.model = args.take("--model").value_or("");
-  if (c.model.empty()) throw UsageError("--model is required (mlp or resnet18)");
-  if (c.model != "mlp" && c.model != "resnet18") {
-    throw UsageError("unknown model '" + c.model + "' (mlp or resnet18)");
-  }
+  c.model.name = args.take("--model").value_or("");
+  if (c.model.name.empty()) throw UsageError("--model is required, e.g. --model mlp");
   auto ws = args.take_int("--world-size", 1, 1 << 20);
   if (!ws) throw UsageError("--world-size is required (the number of ranks, e.g. 2)");
   c.world_size = static_cast<int>(*ws);
@@ -130,8 +141,12 @@ Config parse(Args& args) {
       args.take_double("--first-bucket-cap-mb", 0.0).value_or(c.first_bucket_cap_mb);
   c.iters = args.take_int("--iters", 1, 1000000).value_or(c.iters);
   c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
-  c.batch = args.take_int("--batch", 1, 1 << 20).value_or(c.model == "mlp" ? 32 : 8);
-  c.image_size = args.take_int("--image-size", 8, 4096).value_or(c.image_size);
+  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
+  c.model.image_size = args.take_int("--image-size", 8, 4096).value_or(0);
+  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
+  c.process_groups = args.take_int("--process-groups", 1, 64).value_or(c.process_groups);
+  c.sync_every = args.take_int("--sync-every", 1, 1 << 20).value_or(c.sync_every);
+  c.timeline = args.take_flag("--timeline");
   std::stringstream impls(args.take("--impls").value_or("ddp,local,allreduce,allreduce_buckets"));
   for (std::string name; std::getline(impls, name, ',');) {
     if (std::find(std::begin(kImplNames), std::end(kImplNames), name) == std::end(kImplNames)) {
@@ -147,6 +162,12 @@ Config parse(Args& args) {
   if (has_buckets && !has_ddp) throw UsageError("allreduce_buckets needs ddp in --impls");
   c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
   c.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(c.seed);
+  c.model.seed = c.seed;
+  try {
+    c.model = with_defaults(c.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");
@@ -173,7 +194,7 @@ void check_world_size(const Config& c) {
     throw std::runtime_error(
         "WORLD_SIZE is not set: run one process per rank under a launcher, e.g. "
         "`ddprun --nproc-per-node " + std::to_string(c.world_size) +
-        " ddp_bench train ...` or bench/netns.sh");
+        " ddp_bench train ...` or bench/netem");
   }
   if (std::string(env) != std::to_string(c.world_size)) {
     throw std::runtime_error("--world-size " + std::to_string(c.world_size) +
@@ -183,51 +204,8 @@ void check_world_size(const Config& c) {
   }
 }
 
-torch::nn::AnyModule make_model(const Config& c) {
-  torch::manual_seed(static_cast<uint64_t>(c.seed));
-  if (c.model == "mlp") return torch::nn::AnyModule(Mlp());
-  return torch::nn::AnyModule(ResNet18(10));
-}
-
-struct Batch {
-  torch::Tensor input, target;
-};
-
-Batch make_batch(const Config& c, int rank) {
-  torch::manual_seed(static_cast<uint64_t>(c.seed + 1 + rank));
-  Batch b;
-  if (c.model == "mlp") {
-    b.input = torch::randn({c.batch, 1024});
-    b.target = torch::randn({c.batch, 1024});
-  } else {
-    b.input = torch::randn({c.batch, 3, c.image_size, c.image_size});
-    b.target = torch::randint(0, 10, {c.batch}, torch::kLong);
-  }
-  return b;
-}
-
-torch::Tensor loss_of(const Config& c, const torch::Tensor& out, const torch::Tensor& target) {
-  return c.model == "mlp" ? torch::mse_loss(out, target) : torch::nn::functional::cross_entropy(out, target);
-}
-
-// Debian's libtorch does its matrix products in OpenBLAS (pthreads build),
-// which keeps its own thread pool, one thread per core, whatever
-// torch::set_num_threads says: a rank's sgemm then runs on 2 threads that
-// spin-yield between calls. Limit it too (returns the count set, or 0 when
-// this process has no OpenBLAS). OPENBLAS_NUM_THREADS in the environment has
-// the same effect.
-int limit_openblas_threads(int threads) {
-  using SetFn = void (*)(int);
-  using GetFn = int (*)();
-  auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (!set || !get) return 0;
-  set(threads);
-  return get();
-}
-
 // Bytes this host has sent on the interface named by DDP_SOCKET_IFNAME (as
-// bench/netns.sh sets it: the rank's veth inside its namespace), or -1 when
+// bench/netem sets it: the rank's veth inside its namespace), or -1 when
 // unset (loopback: not measured) or unreadable.
 double tx_bytes_now() {
   const char* ifname = std::getenv("DDP_SOCKET_IFNAME");
@@ -255,6 +233,22 @@ struct Sample {
   double loss = 0;
 };
 
+// DDP's part of an iteration's timeline, from its statistics: backward
+// compute (backward start to the last gradient hook) and each bucket's
+// communication (launch to completion).
+void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats) {
+  auto at = [&](double ms) {
+    return stats.backward_start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double, std::milli>(ms));
+  };
+  timeline.add("compute", "backward", stats.backward_start, at(stats.backward_compute_ms));
+  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
+    const auto& t = stats.bucket_timings[b];
+    timeline.add("comm", "allreduce bucket " + std::to_string(b) + " (" + format_bytes(t.bytes) + ")",
+                 at(t.launch_ms), at(t.done_ms));
+  }
+}
+
 Json stats_summary(const std::vector<double>& v) {
   Stats s = summarize(v);
   Json j = Json::object();
@@ -272,6 +266,7 @@ int run_train(Args args) {
 
   ddp::InitOptions init;
   init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  init.round_robin_groups(static_cast<int>(cfg.process_groups));
   ddp::ProcessGroupPtr pg = ddp::init_process_group(init);
   const int rank = pg->rank(), world = pg->size();
   const std::string torch_version = TORCH_VERSION;
@@ -281,9 +276,9 @@ int run_train(Args args) {
 
   // The models: identical initial weights (same seed) on every rank and in
   // both the DDP and the local copy.
-  torch::nn::AnyModule ddp_net = make_model(cfg);
-  torch::nn::AnyModule local_net = make_model(cfg);
-  const Batch batch = make_batch(cfg, rank);
+  torch::nn::AnyModule ddp_net = make_model(cfg.model);
+  torch::nn::AnyModule local_net = make_model(cfg.model);
+  const ModelBatch batch = make_batch(cfg.model, static_cast<uint64_t>(cfg.seed + 1 + rank));
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -297,10 +292,9 @@ int run_train(Args args) {
   if (rank == 0) {
     std::fprintf(stderr,
                  "train: model %s: %zu parameter tensors, %lld elements (%.1f MiB of gradients); "
-                 "batch %lld/rank; %d ranks; %s\n",
-                 cfg.model.c_str(), names.size(), static_cast<long long>(elements),
-                 grad_bytes / 1048576.0, static_cast<long long>(cfg.batch), world,
-                 machine_summary(torch_version).c_str());
+                 "%d ranks; %s\n",
+                 describe(cfg.model).c_str(), names.size(), static_cast<long long>(elements),
+                 grad_bytes / 1048576.0, world, machine_summary(torch_version).c_str());
     if (cfg.print_params) {
       for (size_t i = 0; i < names.size(); ++i) {
         std::string s;
@@ -334,6 +328,10 @@ int run_train(Args args) {
   }
   torch::optim::SGD local_opt(local_net.ptr()->parameters(), torch::optim::SGDOptions(cfg.lr));
 
+  // --timeline: rank 0 keeps the timed DDP iterations' timelines.
+  Timeline timeline;
+  bool record_timeline = false;
+
   at::Tensor sync = torch::zeros({1});
   at::Tensor flat = torch::zeros({elements});
   std::vector<at::Tensor> bucket_tensors;  // filled after DDP's first iterations
@@ -346,13 +344,27 @@ int run_train(Args args) {
     if (impl == "ddp" || impl == "local") {
       const bool d = impl == "ddp";
       torch::optim::SGD& opt = d ? *ddp_opt : local_opt;
+      if (d && record_timeline) timeline.begin_iteration();
       opt.zero_grad();
       const auto t1 = Clock::now();
-      torch::Tensor out = d ? model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
-      torch::Tensor loss = loss_of(cfg, out, batch.target);
-      const auto t2 = Clock::now();
-      loss.backward();
-      const auto t3 = Clock::now();
+      Clock::time_point t2, t3;
+      torch::Tensor loss;
+      // --sync-every K: K micro-batches, the first K-1 accumulating locally.
+      for (int64_t micro = 0; micro < cfg.sync_every; ++micro) {
+        const bool last = micro + 1 == cfg.sync_every;
+        const auto f0 = Clock::now();
+        std::optional<ddp::NoSyncGuard> no_sync;
+        if (d && !last) no_sync.emplace(*model);
+        torch::Tensor out = d ? model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
+        loss = model_loss(cfg.model, out, batch.target);
+        t2 = Clock::now();
+        loss.backward();
+        t3 = Clock::now();
+        if (d && record_timeline) {
+          timeline.add("compute", "forward", f0, t2);
+          if (!last) timeline.add("compute", "backward (no_sync)", t2, t3);
+        }
+      }
       opt.step();
       const auto t4 = Clock::now();
       s.total_ms = ms_between(t0, t4);
@@ -360,6 +372,12 @@ int run_train(Args args) {
                       ms_between(t3, t4)};
       s.loss = loss.item<double>();
       if (d) s.stats = model->stats();
+      if (d && record_timeline) {
+        add_ddp_backward(timeline, s.stats);
+        timeline.add("compute", "zero_grad", t0, t1);
+        timeline.add("compute", "step", t3, t4);
+        timeline.end_iteration();
+      }
     } else if (impl == "allreduce") {
       pg->allreduce(flat)->wait();
       s.total_ms = ms_between(t0, Clock::now());
@@ -395,6 +413,7 @@ int run_train(Args args) {
     }
     for (int64_t it = 0; it < rounds; ++it) {
       if (&order == &phases[0] && it == cfg.warmup) tx_start = tx_bytes_now();
+      record_timeline = cfg.timeline && rank == 0 && &order == &phases[0] && it >= cfg.warmup;
       std::vector<std::string> this_round = order;
       if (it % 2) std::reverse(this_round.begin(), this_round.end());
       for (const auto& impl : this_round) {
@@ -452,7 +471,7 @@ int run_train(Args args) {
     std::vector<std::string> line{impl, format_fixed(st.median, 1),
                                   format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1)};
     Json row = Json::object();
-    row.set("impl", impl).set("model", cfg.model).set("world_size", world);
+    row.set("impl", impl).set("model", cfg.model.name).set("world_size", world);
     row.set("median_ms", st.median).set("min_ms", st.min).set("max_ms", st.max);
     row.set("mean_ms", st.mean).set("iters", static_cast<int64_t>(v.size()));
     Json raw = Json::array();
@@ -507,6 +526,7 @@ int run_train(Args args) {
       for (int64_t b : v.back().stats.bucket_bytes) buckets.push(b);
       row.set("bucket_bytes", std::move(buckets));
       row.set("hook", cfg.hook);
+      if (cfg.timeline) row.set("timeline", timeline.to_json());
       if (std::all_of(tx_ranks.begin(), tx_ranks.end(), [](double x) { return x >= 0; })) {
         Json tx = Json::array();
         double sum = 0;
@@ -531,8 +551,8 @@ int run_train(Args args) {
     rows.push(std::move(row));
   }
 
-  std::printf("train %s, %d ranks, batch %lld/rank, %zu parameters (%lld elements, %.1f MiB); %s\n\n%s",
-              cfg.model.c_str(), world, static_cast<long long>(cfg.batch), names.size(),
+  std::printf("train %s, %d ranks, %zu parameters (%lld elements, %.1f MiB); %s\n\n%s",
+              describe(cfg.model).c_str(), world, names.size(),
               static_cast<long long>(elements), grad_bytes / 1048576.0,
               machine_summary(torch_version).c_str(),
               markdown_table({"measurement", "median ms", "min–max ms", "fwd ms (rank 0)",
@@ -549,8 +569,10 @@ int run_train(Args args) {
 
   if (!cfg.json_path.empty()) {
     Json config = Json::object();
-    config.set("model", cfg.model).set("world_size", world).set("batch_per_rank", cfg.batch);
-    if (cfg.model == "resnet18") config.set("image_size", cfg.image_size);
+    config.set("model", cfg.model.name).set("world_size", world).set("batch_per_rank", cfg.model.batch);
+    config.set("image_size", cfg.model.image_size).set("seq_len", cfg.model.seq_len);
+    config.set("model_description", describe(cfg.model));
+    config.set("process_groups", cfg.process_groups).set("sync_every", cfg.sync_every);
     config.set("bucket_cap_mb", cfg.bucket_cap_mb).set("first_bucket_cap_mb", cfg.first_bucket_cap_mb);
     config.set("iters", cfg.iters).set("warmup", cfg.warmup).set("lr", cfg.lr);
     config.set("seed", cfg.seed).set("intra_op_threads", cfg.threads);
@@ -561,7 +583,8 @@ int run_train(Args args) {
                "two phases, ddp+local then allreduce+allreduce_buckets, each interleaved by "
                "iteration (order reversed every other iteration); an untimed "
                "1-element allreduce before each sample; a sample's time is the slowest rank's; "
-               "iteration = zero_grad + forward + loss + backward + SGD step");
+               "iteration = zero_grad + sync_every x (forward + loss + backward, all but the "
+               "last under no_sync) + SGD step");
     Json params = Json::object();
     params.set("count", static_cast<int64_t>(names.size())).set("elements", elements);
     Json list = Json::array();

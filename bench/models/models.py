@@ -1,0 +1,498 @@
+#!/usr/bin/python3
+"""The models of the evaluation harness: the Python twin of bench/models/models.h.
+
+Every model here is defined as its C++ twin (bench/models/mlp.h, resnet.h,
+bert.h): the same modules in the same registration order (so the same
+parameter names, shapes and order) and built in the same order with the
+modules' default initialization, so that the same seed gives the same
+weights in libtorch and PyTorch. bench/models/check_models.sh compares
+
+    python3 bench/models/models.py --print NAME [--seed S]
+    build/bench/ddp_bench models --print NAME [--seed S]
+
+(one line per parameter: "index name [d0, d1, ...] checksum", the checksum
+the sum of its float64 values, then the total). `--time NAME` measures one
+local training step, as `ddp_bench models --time` does.
+
+    mlp         16 x Linear(1024, 1024), ReLU between; MSE loss
+    resnet18    ResNet-18, CIFAR stem (3x3 conv, no max-pool), 10 classes
+    resnet50    torchvision's ResNet-50 (Bottleneck [3, 4, 6, 3], ImageNet
+                stem), 1000 classes; default init, not torchvision's re-init
+    bert_small  BERT encoder + pooler + Linear(hidden, 2): 4 layers, hidden
+                256, 4 heads, FFN 1024, vocab 30522, 512 positions
+    bert_base   the same at BERT-base size (12 layers, 768, 12 heads, 3072)
+
+All but mlp use cross-entropy. BERT runs with dropout 0 (see bert.h).
+
+From another script in bench/:
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+    import models
+    opts = models.with_defaults({"name": "resnet50", "seed": 0})
+    net = models.make_model(opts)
+    x, y = models.make_batch(opts, data_seed=1)
+    loss = models.model_loss(opts, net(x), y)
+
+Use Debian's /usr/bin/python3 (its python3-torch is the libtorch that
+ddp_bench links).
+"""
+
+import argparse
+import ctypes
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODEL_NAMES = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
+
+# Per-rank defaults (0: does not apply). Keep in step with kModels in
+# bench/models/models.cpp.
+DEFAULTS = {
+    "mlp": {"batch": 32, "image_size": 0, "seq_len": 0},
+    "resnet18": {"batch": 8, "image_size": 32, "seq_len": 0},
+    "resnet50": {"batch": 8, "image_size": 128, "seq_len": 0},
+    "bert_small": {"batch": 8, "image_size": 0, "seq_len": 128},
+    "bert_base": {"batch": 2, "image_size": 0, "seq_len": 128},
+}
+
+MLP_WIDTH = 1024
+
+
+class ModelOptions:
+    """As ddp_bench::ModelOptions (0 = the model's default)."""
+
+    FIELDS = ("name", "batch", "image_size", "seq_len", "seed")
+
+    def __init__(self, name="", batch=0, image_size=0, seq_len=0, seed=0):
+        self.name, self.batch, self.image_size = name, int(batch), int(image_size)
+        self.seq_len, self.seed = int(seq_len), int(seed)
+
+    def __repr__(self):
+        return "ModelOptions(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self.FIELDS)
+
+
+def _get(opts, key):
+    if isinstance(opts, dict):
+        v = opts.get(key)
+        if v is None and key == "name":
+            v = opts.get("model")
+    else:
+        v = getattr(opts, key, None)
+        if v is None and key == "name":
+            v = getattr(opts, "model", None)
+    return ("" if key == "name" else 0) if v is None else v
+
+
+def with_defaults(opts):
+    """A ModelOptions with the zeros filled in, from a dict, a ModelOptions or
+    an argparse-like object (fields name (or model), batch, image_size,
+    seq_len, seed; missing ones are 0). ValueError naming the known models
+    for an unknown name."""
+    o = ModelOptions(*(_get(opts, f) for f in ModelOptions.FIELDS))
+    if o.name not in DEFAULTS:
+        raise ValueError("unknown model '%s' (known: %s)" % (o.name, ", ".join(MODEL_NAMES)))
+    for field in ("batch", "image_size", "seq_len"):
+        v = getattr(o, field)
+        if v < 0:
+            raise ValueError("%s: %s must be positive, got %d" % (o.name, field, v))
+        if v == 0:
+            setattr(o, field, DEFAULTS[o.name][field])
+    if o.name.startswith("bert") and o.seq_len > bert_config(o.name)["max_positions"]:
+        raise ValueError("%s: seq_len %d exceeds its %d positions"
+                         % (o.name, o.seq_len, bert_config(o.name)["max_positions"]))
+    return o
+
+
+# --- mlp (bench/models/mlp.h) ----------------------------------------------
+
+def make_mlp(layers=16, width=MLP_WIDTH):
+    mods = []
+    for i in range(layers):
+        mods.append(nn.Linear(width, width))
+        if i + 1 < layers:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)  # parameters "0.weight", "0.bias", "2.weight", ...
+
+
+# --- resnets (bench/models/resnet.h) ----------------------------------------
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 with a CIFAR-style stem (3x3 conv, stride 1, no max-pool)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        cin = 64
+        for i, c in enumerate((64, 128, 256, 512)):
+            setattr(self, "layer%d" % (i + 1),
+                    nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+            cin = c
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
+
+
+class Bottleneck(nn.Module):
+    """torchvision's Bottleneck (stride on the 3x3 conv); the downsample is
+    built after the block's own layers (torchvision builds it first)."""
+
+    expansion = 4
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        out = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.downsample = None
+        if stride != 1 or cin != out:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50() structure and names, default initialization."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        cin = 64
+        for i, (width, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
+            layer = []
+            for b in range(blocks):
+                layer.append(Bottleneck(cin, width, 2 if b == 0 and i > 0 else 1))
+                cin = width * Bottleneck.expansion
+            setattr(self, "layer%d" % (i + 1), nn.Sequential(*layer))
+        self.fc = nn.Linear(512 * Bottleneck.expansion, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
+
+
+def resnet_classes(name):
+    return 1000 if name == "resnet50" else 10
+
+
+# --- berts (bench/models/bert.h) --------------------------------------------
+
+def bert_config(name):
+    c = {"vocab_size": 30522, "hidden": 768, "layers": 12, "heads": 12, "intermediate": 3072,
+         "max_positions": 512, "type_vocab": 2, "classes": 2, "layer_norm_eps": 1e-12,
+         "dropout": 0.0}
+    if name == "bert_small":
+        c.update(layers=4, hidden=256, heads=4, intermediate=1024)
+    return c
+
+
+def _dropout(x, p, training):
+    return F.dropout(x, p, training) if p > 0 else x
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dropout = c["dropout"]
+        self.word_embeddings = nn.Embedding(c["vocab_size"], c["hidden"])
+        self.position_embeddings = nn.Embedding(c["max_positions"], c["hidden"])
+        self.token_type_embeddings = nn.Embedding(c["type_vocab"], c["hidden"])
+        self.LayerNorm = nn.LayerNorm(c["hidden"], eps=c["layer_norm_eps"])
+
+    def forward(self, ids):
+        seq = ids.shape[1]
+        if seq > self.position_embeddings.num_embeddings:
+            raise ValueError("BERT input of %d tokens: at most %d (max positions)"
+                             % (seq, self.position_embeddings.num_embeddings))
+        positions = torch.arange(seq, dtype=torch.long, device=ids.device)
+        types = torch.zeros_like(ids)
+        x = self.word_embeddings(ids) + self.token_type_embeddings(types)
+        x = x + self.position_embeddings(positions)
+        return _dropout(self.LayerNorm(x), self.dropout, self.training)
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        if c["hidden"] % c["heads"]:
+            raise ValueError("BERT hidden size %d is not a multiple of the head count %d"
+                             % (c["hidden"], c["heads"]))
+        self.heads, self.head_dim = c["heads"], c["hidden"] // c["heads"]
+        self.dropout = c["dropout"]
+        self.query = nn.Linear(c["hidden"], c["hidden"])
+        self.key = nn.Linear(c["hidden"], c["hidden"])
+        self.value = nn.Linear(c["hidden"], c["hidden"])
+
+    def forward(self, x):
+        batch, seq = x.shape[0], x.shape[1]
+
+        def heads(t):  # [B, S, H*D] -> [B, H, S, D]
+            return t.view(batch, seq, self.heads, self.head_dim).permute(0, 2, 1, 3)
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        probs = _dropout(torch.softmax(scores, -1), self.dropout, self.training)
+        context = torch.matmul(probs, v)  # [B, H, S, D]
+        return context.permute(0, 2, 1, 3).reshape(batch, seq, self.heads * self.head_dim)
+
+
+class BertSublayerOutput(nn.Module):
+    """dense, dropout, LayerNorm(. + residual): the attention's and the FFN's output."""
+
+    def __init__(self, c, cin):
+        super().__init__()
+        self.dropout = c["dropout"]
+        self.dense = nn.Linear(cin, c["hidden"])
+        self.LayerNorm = nn.LayerNorm(c["hidden"], eps=c["layer_norm_eps"])
+
+    def forward(self, h, residual):
+        return self.LayerNorm(_dropout(self.dense(h), self.dropout, self.training) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.self = BertSelfAttention(c)
+        self.output = BertSublayerOutput(c, c["hidden"])
+
+    def forward(self, x):
+        return self.output(self.self(x), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c["hidden"], c["intermediate"])
+
+    def forward(self, x):
+        return F.gelu(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.attention = BertAttention(c)
+        self.intermediate = BertIntermediate(c)
+        self.output = BertSublayerOutput(c, c["intermediate"])
+
+    def forward(self, x):
+        a = self.attention(x)
+        return self.output(self.intermediate(a), a)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.layer = nn.ModuleList([BertLayer(c) for _ in range(c["layers"])])
+
+    def forward(self, x):
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+
+class BertPooler(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c["hidden"], c["hidden"])
+
+    def forward(self, x):
+        return torch.tanh(self.dense(x[:, 0]))  # the first token ([CLS])
+
+
+class BertForSequenceClassification(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dropout = c["dropout"]
+        self.embeddings = BertEmbeddings(c)
+        self.encoder = BertEncoder(c)
+        self.pooler = BertPooler(c)
+        self.classifier = nn.Linear(c["hidden"], c["classes"])
+
+    def forward(self, ids):  # int64 [batch, seq] -> logits [batch, classes]
+        pooled = self.pooler(self.encoder(self.embeddings(ids)))
+        return self.classifier(_dropout(pooled, self.dropout, self.training))
+
+
+# --- the registry (bench/models/models.cpp) ---------------------------------
+
+def make_model(opts):
+    """torch.manual_seed(seed), then the model, in training mode."""
+    o = with_defaults(opts)
+    torch.manual_seed(o.seed)
+    if o.name == "mlp":
+        return make_mlp(16, MLP_WIDTH)
+    if o.name == "resnet18":
+        return ResNet18(resnet_classes(o.name))
+    if o.name == "resnet50":
+        return ResNet50(resnet_classes(o.name))
+    return BertForSequenceClassification(bert_config(o.name))
+
+
+def make_batch(opts, data_seed):
+    """torch.manual_seed(data_seed), then (input, target) as make_batch in models.h."""
+    o = with_defaults(opts)
+    torch.manual_seed(data_seed)
+    if o.name == "mlp":
+        return torch.randn(o.batch, MLP_WIDTH), torch.randn(o.batch, MLP_WIDTH)
+    if o.name.startswith("resnet"):
+        return (torch.randn(o.batch, 3, o.image_size, o.image_size),
+                torch.randint(0, resnet_classes(o.name), (o.batch,), dtype=torch.long))
+    c = bert_config(o.name)
+    return (torch.randint(0, c["vocab_size"], (o.batch, o.seq_len), dtype=torch.long),
+            torch.randint(0, c["classes"], (o.batch,), dtype=torch.long))
+
+
+def model_loss(opts, out, target):
+    """MSE for mlp, cross-entropy (mean over the batch) for the others."""
+    name = _get(opts, "name")
+    if name == "mlp":
+        return F.mse_loss(out, target)
+    if name not in DEFAULTS:
+        with_defaults(opts)  # the unknown-name error
+    return F.cross_entropy(out, target)
+
+
+def describe(opts):
+    """One line, defaults filled in: "resnet50, batch 4/rank, 3x64x64 images"."""
+    o = with_defaults(opts)
+    s = "%s, batch %d/rank, " % (o.name, o.batch)
+    if o.name == "mlp":
+        return s + "%d features" % MLP_WIDTH
+    if o.name.startswith("resnet"):
+        return s + "3x%dx%d images" % (o.image_size, o.image_size)
+    return s + "%d tokens" % o.seq_len
+
+
+# --- command line -----------------------------------------------------------
+
+def limit_openblas_threads(threads):
+    """Debian's torch multiplies matrices in OpenBLAS (pthreads build), whose
+    own pool torch.set_num_threads does not limit (as ddp_bench does)."""
+    try:
+        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(threads)
+    except (OSError, AttributeError):
+        pass
+
+
+def print_params(o):
+    with torch.no_grad():
+        net = make_model(o)
+        total = 0
+        index = 0
+        for index, (name, p) in enumerate(net.named_parameters()):
+            print("%d %s [%s] %.9e" % (index, name, ", ".join(str(d) for d in p.shape),
+                                       p.double().sum().item()))
+            total += p.numel()
+        print("total %d parameters in %d tensors" % (total, index + 1))
+
+
+def time_step(o, iters, threads, lr):
+    net = make_model(o)
+    elements = sum(p.numel() for p in net.parameters())
+    x, y = make_batch(o, o.seed + 1)
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    total, fwd, bwd, step, losses = [], [], [], [], []
+    for it in range(iters + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        t = time.perf_counter()
+        loss = model_loss(o, net(x), y)
+        f = time.perf_counter() - t
+        t = time.perf_counter()
+        loss.backward()
+        b = time.perf_counter() - t
+        t = time.perf_counter()
+        opt.step()
+        s = time.perf_counter() - t
+        a = time.perf_counter() - t0
+        losses.append(loss.item())
+        if it == 0:
+            continue  # the warm-up
+        total.append(a * 1e3)
+        fwd.append(f * 1e3)
+        bwd.append(b * 1e3)
+        step.append(s * 1e3)
+    print("models.py --time: %s; %d parameters (%.1f MiB); %d thread(s); torch %s"
+          % (describe(o), elements, elements * 4 / 1048576, threads, torch.__version__))
+    print("step median %.1f ms (min %.1f, max %.1f; %d after 1 warm-up): forward+loss %.1f, "
+          "backward %.1f, SGD step %.1f ms; loss %.4f -> %.4f"
+          % (statistics.median(total), min(total), max(total), len(total),
+             statistics.median(fwd), statistics.median(bwd), statistics.median(step),
+             losses[0], losses[-1]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--print", dest="print_name", metavar="NAME",
+                   help="one line per parameter: index name [shape] checksum, then the total")
+    g.add_argument("--time", dest="time_name", metavar="NAME",
+                   help="one local training step: median of --iters after 1 warm-up")
+    g.add_argument("--list", action="store_true", help="each model with its defaults")
+    p.add_argument("--seed", type=int, default=0, help="weights' seed (data: seed+1)")
+    p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--image-size", type=int, default=0)
+    p.add_argument("--seq-len", type=int, default=0)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch.set_num_threads and OpenBLAS's pool (default 1)")
+    p.add_argument("--lr", type=float, default=0.01)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    limit_openblas_threads(args.threads)
+    if args.list:
+        for name in MODEL_NAMES:
+            print(describe({"name": name}))
+        return
+    try:
+        o = with_defaults({"name": args.print_name or args.time_name, "batch": args.batch,
+                           "image_size": args.image_size, "seq_len": args.seq_len,
+                           "seed": args.seed})
+    except ValueError as e:
+        p.error(str(e))
+    if args.print_name:
+        print_params(o)
+    else:
+        time_step(o, args.iters, args.threads, args.lr)
+
+
+if __name__ == "__main__":
+    main()

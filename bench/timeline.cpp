@@ -1,0 +1,292 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace ddp_bench {
+
+// --- intervals ----------------------------------------------------------------
+
+namespace intervals {
+
+Set make_union(std::vector<Interval> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return !(i.first < i.second); }),
+          v.end());
+  std::sort(v.begin(), v.end());
+  Set out;
+  for (const auto& i : v) {
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+Set difference(const Set& a, const Set& b) {
+  Set out;
+  size_t j = 0;
+  for (auto [lo, hi] : a) {
+    while (j < b.size() && b[j].second <= lo) ++j;  // b's intervals wholly before this one
+    double cur = lo;
+    for (size_t k = j; k < b.size() && b[k].first < hi; ++k) {
+      if (b[k].first > cur) out.push_back({cur, b[k].first});
+      cur = std::max(cur, b[k].second);
+      if (cur >= hi) break;
+    }
+    if (cur < hi) out.push_back({cur, hi});
+  }
+  return out;
+}
+
+Set intersection(const Set& a, const Set& b) {
+  Set out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double lo = std::max(a[i].first, b[j].first);
+    const double hi = std::min(a[i].second, b[j].second);
+    if (lo < hi) out.push_back({lo, hi});
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return out;
+}
+
+Set clip(const Set& a, double lo, double hi) { return intersection(a, Set{{lo, hi}}); }
+
+double measure(const Set& a) {
+  double m = 0;
+  for (const auto& i : a) m += i.second - i.first;
+  return m;
+}
+
+}  // namespace intervals
+
+// --- recording ------------------------------------------------------------------
+
+void Timeline::begin_iteration() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = Clock::now();
+  if (open_) {
+    current_.duration_us = micros_between(current_.start, now);
+    done_.push_back(std::move(current_));
+  }
+  current_ = TimelineIteration{};
+  current_.iteration = static_cast<int64_t>(done_.size());
+  current_.start = now;
+  open_ = true;
+}
+
+void Timeline::add(const std::string& lane, const std::string& name, Clock::time_point start,
+                   Clock::time_point end, bool blocking) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!open_) return;
+  current_.events.push_back({lane, name, micros_between(current_.start, start),
+                             micros_between(current_.start, end), blocking});
+}
+
+void Timeline::end_iteration() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!open_) return;
+  current_.duration_us = micros_between(current_.start, Clock::now());
+  std::stable_sort(current_.events.begin(), current_.events.end(),
+                   [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_us < b.start_us; });
+  done_.push_back(std::move(current_));
+  current_ = TimelineIteration{};
+  open_ = false;
+}
+
+bool Timeline::recording() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_;
+}
+
+std::vector<TimelineIteration> Timeline::iterations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void Timeline::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_.clear();
+  current_ = TimelineIteration{};
+  open_ = false;
+}
+
+Json Timeline::to_json() const {
+  Json out = Json::array();
+  for (const auto& it : iterations()) {
+    Json events = Json::array();
+    for (const auto& e : it.events) {
+      Json j = Json::object();
+      j.set("lane", e.lane).set("name", e.name).set("start_us", e.start_us);
+      j.set("end_us", e.end_us).set("blocking", e.blocking);
+      events.push(std::move(j));
+    }
+    Json j = Json::object();
+    j.set("iteration", it.iteration).set("duration_us", it.duration_us);
+    j.set("events", std::move(events));
+    out.push(std::move(j));
+  }
+  return out;
+}
+
+// --- metrics (definitions in timeline.h) ------------------------------------------
+
+TimelineMetrics timeline_metrics(const std::vector<TimelineIteration>& iterations) {
+  using namespace intervals;
+  TimelineMetrics m;
+  int64_t calls = 0;
+  double call_us = 0;
+  for (const auto& it : iterations) {
+    std::vector<Interval> compute, blocking, comm;
+    for (const auto& e : it.events) {
+      const Interval i{e.start_us, e.end_us};
+      if (e.lane == "compute") {
+        compute.push_back(i);
+      } else if (e.lane == "comm") {
+        comm.push_back(i);
+        if (e.blocking) blocking.push_back(i);
+        if (e.name.rfind("allreduce", 0) == 0) {
+          ++calls;
+          call_us += e.end_us - e.start_us;
+        }
+      }
+    }
+    const double t = it.duration_us;
+    const Set c = clip(make_union(compute), 0, t);
+    const Set b = clip(make_union(blocking), 0, t);
+    const Set mset = clip(make_union(comm), 0, t);
+    const Set cstar = difference(c, b);
+    const double busy = measure(cstar), non_compute = measure(difference(mset, cstar));
+    m.total_us += t;
+    m.compute_us += busy;
+    m.non_compute_us += non_compute;
+    m.idle_us += t - busy - non_compute;
+    m.overlap_us += measure(intersection(cstar, mset));
+    m.comm_us += measure(mset);
+  }
+  m.iterations = static_cast<int64_t>(iterations.size());
+  if (m.total_us > 0) {
+    m.compute_pct = 100 * m.compute_us / m.total_us;
+    m.non_compute_pct = 100 * m.non_compute_us / m.total_us;
+    m.idle_pct = 100 * m.idle_us / m.total_us;
+    m.comm_overhead_pct = 100 * m.comm_us / m.total_us;
+  }
+  if (m.comm_us > 0) m.overlap_pct = 100 * m.overlap_us / m.comm_us;
+  if (m.iterations > 0) {
+    m.allreduce_calls_per_iteration = static_cast<double>(calls) / m.iterations;
+    m.allreduce_ms_per_iteration = call_us / 1000 / m.iterations;
+  }
+  return m;
+}
+
+Json to_json(const TimelineMetrics& m) {
+  Json j = Json::object();
+  j.set("compute_pct", m.compute_pct).set("non_compute_pct", m.non_compute_pct);
+  j.set("idle_pct", m.idle_pct).set("overlap_pct", m.overlap_pct);
+  j.set("comm_overhead_pct", m.comm_overhead_pct);
+  j.set("allreduce_calls_per_iteration", m.allreduce_calls_per_iteration);
+  j.set("allreduce_ms_per_iteration", m.allreduce_ms_per_iteration);
+  j.set("iterations", m.iterations).set("total_ms", m.total_us / 1000);
+  j.set("compute_ms", m.compute_us / 1000).set("non_compute_ms", m.non_compute_us / 1000);
+  j.set("idle_ms", m.idle_us / 1000).set("overlap_ms", m.overlap_us / 1000);
+  j.set("comm_ms", m.comm_us / 1000);
+  return j;
+}
+
+// --- Chrome trace ---------------------------------------------------------------
+
+Json chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title) {
+  Json events = Json::array();
+  auto meta = [&](const char* what, int pid, int tid, const std::string& name, bool with_tid) {
+    Json args = Json::object();
+    args.set("name", name);
+    Json j = Json::object();
+    j.set("name", what).set("ph", "M").set("pid", pid);
+    if (with_tid) j.set("tid", tid);
+    j.set("args", std::move(args));
+    events.push(std::move(j));
+  };
+  auto sort_index = [&](int pid, int tid) {
+    Json args = Json::object();
+    args.set("sort_index", tid);
+    Json j = Json::object();
+    j.set("name", "thread_sort_index").set("ph", "M").set("pid", pid).set("tid", tid);
+    j.set("args", std::move(args));
+    events.push(std::move(j));
+  };
+  for (const auto& r : ranks) {
+    meta("process_name", r.rank, 0, "rank " + std::to_string(r.rank), false);
+    meta("thread_name", r.rank, 0, "compute", true);
+    sort_index(r.rank, 0);
+    std::vector<double> row_end;  // comm rows: where each one is free again
+    for (const auto& e : r.iteration.events) {
+      int tid = 0;
+      if (e.lane != "compute") {
+        size_t row = 0;
+        while (row < row_end.size() && row_end[row] > e.start_us) ++row;
+        if (row == row_end.size()) {
+          row_end.push_back(e.end_us);
+          meta("thread_name", r.rank, static_cast<int>(row) + 1,
+               row == 0 ? e.lane : e.lane + " " + std::to_string(row + 1), true);
+          sort_index(r.rank, static_cast<int>(row) + 1);
+        }
+        row_end[row] = e.end_us;
+        tid = static_cast<int>(row) + 1;
+      }
+      Json j = Json::object();
+      j.set("name", e.name).set("cat", e.lane).set("ph", "X").set("pid", r.rank).set("tid", tid);
+      j.set("ts", e.start_us + r.offset_us).set("dur", std::max(0.0, e.end_us - e.start_us));
+      if (e.lane != "compute") {
+        Json args = Json::object();
+        args.set("blocking", e.blocking);
+        j.set("args", std::move(args));
+      }
+      events.push(std::move(j));
+    }
+  }
+  Json other = Json::object();
+  other.set("title", title);
+  Json out = Json::object();
+  out.set("traceEvents", std::move(events)).set("displayTimeUnit", "ms");
+  out.set("otherData", std::move(other));
+  return out;
+}
+
+// --- text form ------------------------------------------------------------------
+
+std::string serialize(const TimelineIteration& it) {
+  std::ostringstream out;
+  out.precision(15);
+  out << it.iteration << '\t' << it.duration_us << '\n';
+  for (const auto& e : it.events) {
+    out << e.lane << '\t' << e.name << '\t' << e.start_us << '\t' << e.end_us << '\t'
+        << (e.blocking ? 1 : 0) << '\n';
+  }
+  return out.str();
+}
+
+TimelineIteration deserialize(const std::string& text) {
+  TimelineIteration it;
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) return it;
+  {
+    std::istringstream head(line);
+    head >> it.iteration >> it.duration_us;
+  }
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::string field;
+    std::istringstream fields(line);
+    while (std::getline(fields, field, '\t')) f.push_back(field);
+    if (f.size() != 5) throw std::runtime_error("timeline: malformed event line '" + line + "'");
+    it.events.push_back({f[0], f[1], std::stod(f[2]), std::stod(f[3]), f[4] == "1"});
+  }
+  return it;
+}
+
+}  // namespace ddp_bench

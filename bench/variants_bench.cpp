@@ -1,0 +1,476 @@
+// `ddp_bench variants`: the blog's table (reference/six-ddp-variants-blog.txt)
+// in C++: five hand-written data-parallel variants and ddp's
+// DistributedDataParallel (bench/variants.h) train the same model on the
+// same data, and each micro-batch's timeline (bench/timeline.h) gives the
+// blog's columns: compute %, non-compute %, idle %, overlap %, communication
+// overhead %, allreduce calls and ms per micro-batch.
+//
+// Method. Every variant trains its own copy of the model (same seed, so
+// the same initial weights; rank r's micro-batch m of each window uses data
+// seed 1000·seed + 1 + r·accum + m). A window is --accum micro-batches (one
+// optimizer step for the accumulating variants; `simple` steps after every
+// micro-batch), preceded by an untimed 1-element allreduce so that the ranks
+// start it together. A round runs --iters micro-batches of every variant,
+// the variants in order, reversed every other round; --warmup rounds first
+// are untimed. A sample is one window's time divided by --accum (ms per
+// micro-batch), the slowest rank's. The timeline metrics are rank 0's, over
+// all timed micro-batches. Afterwards every variant's final parameters are
+// compared across ranks (checksums: sum, sum of squares and a
+// position-weighted sum per tensor, MAX against MIN allreduce: must be
+// equal) and, for the accumulating variants, against simple_ga's
+// (max |Δ| over all ranks; same arithmetic up to summation order, so 0 or
+// tiny: flagged above 1e-3 of how far training moved simple_ga's
+// parameters). A failed check makes the exit status 1.
+#include "subcommands.h"
+#include "timeline.h"
+#include "variants.h"
+
+#include <ddp/init.h>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+namespace ddp_bench {
+
+const char* const kVariantsUsage = R"(usage: ddp_bench variants [options]
+Run once per rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the
+environment), e.g. ddprun --nproc-per-node 2 ddp_bench variants --model resnet18.
+The blog's six data-parallel variants (reference/six-ddp-variants-blog.txt)
+on ddp's Gloo group, timed and traced per micro-batch:
+  simple     blocking allreduce per gradient after backward, every micro-batch
+  simple_ga  the same every --accum micro-batches (gradient accumulation)
+  hook_ga    + per-parameter gradient hooks doing the blocking allreduce
+  async_ga   + the hooks launch asynchronous allreduces, waited after backward
+  bucket_ga  + gradients copied into flat buckets, an async allreduce per bucket
+  ddp        ddp::DistributedDataParallel with no_sync() between syncs
+Rank 0 prints ms per micro-batch and compute / non-compute / idle / overlap /
+communication-overhead % with allreduce calls and ms per micro-batch
+(definitions in bench/timeline.h), then checks that every variant's final
+parameters agree across ranks (exit status 1 if not).
+
+options:
+  --model M          mlp, resnet18, resnet50, bert_small, bert_base
+                     (bench/models/models.h; default mlp)
+  --batch B          samples per rank and micro-batch (default: the model's)
+  --image-size S     resnets: 3 x S x S inputs (default: the model's)
+  --seq-len L        berts: tokens per sample (default: the model's)
+  --seed S           model weights' seed (default 0)
+  --variants LIST    any of simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp
+                     (default all six, in that order)
+  --iters K          timed micro-batches per variant and round, a multiple of
+                     --accum (default 8)
+  --rounds R         timed rounds (default 3): variants interleaved round by
+                     round, the order reversed every other round
+  --warmup W         untimed rounds first (default 1)
+  --accum A          micro-batches per optimizer step of the accumulating
+                     variants (default 2)
+  --bucket-cap-mb X  bucket_ga's and ddp's bucket size in MiB (default 25)
+  --lr R             SGD learning rate (default 0.01)
+  --threads T        intra-op threads per rank (default 1): torch::set_num_threads
+                     and OpenBLAS's pool
+  --gloo-threads G   worker threads of the Gloo group (default 1)
+  --json PATH        rank 0 writes results, metrics and rank 0's timelines of
+                     the timed micro-batches there
+  --trace-dir DIR    rank 0 writes DIR/<variant>.trace.json: every rank's first
+                     timed synchronizing micro-batch as a Chrome trace
+                     (chrome://tracing, ui.perfetto.dev; pid = rank, times in
+                     µs from the start of its window on each rank)
+Every variant holds its own model, gradients and buffers at once: mind the
+memory with resnet50 and bert_base (or pass fewer --variants).
+)";
+
+namespace {
+
+struct Config {
+  ModelOptions model;
+  std::vector<std::string> variants;
+  int64_t iters = 8, rounds = 3, warmup = 1, accum = 2;
+  double bucket_cap_mb = 25, lr = 0.01;
+  int64_t threads = 1, gloo_threads = 1;
+  std::string json_path, trace_dir;
+};
+
+Config parse(Args& args) {
+  Config c;
+  c.model.name = args.take("--model").value_or("mlp");
+  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
+  c.model.image_size = args.take_int("--image-size", 1, 1 << 16).value_or(0);
+  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
+  c.model.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(0);
+  try {
+    c.model = with_defaults(c.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::stringstream list(args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
+  const auto& known = variant_names();
+  for (std::string name; std::getline(list, name, ',');) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw UsageError("unknown variant '" + name +
+                       "' (simple, simple_ga, hook_ga, async_ga, bucket_ga, ddp)");
+    }
+    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end()) c.variants.push_back(name);
+  }
+  if (c.variants.empty()) throw UsageError("--variants is empty");
+  c.accum = args.take_int("--accum", 1, 1 << 20).value_or(c.accum);
+  c.iters = args.take_int("--iters", 1, 1 << 20).value_or(c.iters);
+  if (c.iters % c.accum != 0) {
+    throw UsageError("--iters " + std::to_string(c.iters) + " is not a multiple of --accum " +
+                     std::to_string(c.accum));
+  }
+  c.rounds = args.take_int("--rounds", 1, 1 << 20).value_or(c.rounds);
+  c.warmup = args.take_int("--warmup", 0, 1 << 20).value_or(c.warmup);
+  c.bucket_cap_mb = args.take_double("--bucket-cap-mb", 0.0).value_or(c.bucket_cap_mb);
+  c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
+  c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
+  c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
+  c.json_path = args.take("--json").value_or("");
+  c.trace_dir = args.take("--trace-dir").value_or("");
+  args.expect_empty();
+  return c;
+}
+
+// One variant's run: the variant, its optimizer, its timeline, its samples.
+struct Run {
+  std::string name;
+  Timeline timeline;
+  std::unique_ptr<DataParallelVariant> variant;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::vector<double> samples_ms;  // per window: ms per micro-batch (slowest rank after the run)
+  // The first timed synchronizing micro-batch, for --trace-dir.
+  int64_t trace_iteration = -1;
+  double trace_offset_us = 0;  // its start, from its window's start
+  // Checks.
+  bool ranks_agree = false;
+  double checksum_spread = 0;
+  double diff_vs_ref = -1;  // max |Δ| against simple_ga's parameters (-1: not compared)
+  double ref_scale = 0;     // max |Δ| of simple_ga's parameters from the initial ones
+};
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Every rank's `text`, on every rank (allgather of the lengths, then of the
+// bytes padded to the longest).
+std::vector<std::string> gather_strings(ddp::ProcessGroup& pg, const std::string& text) {
+  const int world = pg.size();
+  std::vector<at::Tensor> lengths;
+  for (int r = 0; r < world; ++r) lengths.push_back(torch::zeros({1}, torch::kLong));
+  pg.allgather(lengths, torch::full({1}, static_cast<int64_t>(text.size()), torch::kLong))->wait();
+  int64_t longest = 0;
+  for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
+  at::Tensor mine = torch::zeros({longest}, torch::kByte);
+  std::memcpy(mine.data_ptr<uint8_t>(), text.data(), text.size());
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(torch::zeros({longest}, torch::kByte));
+  pg.allgather(all, mine)->wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
+// Per parameter tensor: sum, sum of squares, and sum of p[i]·(i mod 13 + 1)
+// (a permutation of elements changes it), in float64.
+at::Tensor checksums(const std::vector<torch::Tensor>& params) {
+  std::vector<at::Tensor> parts;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    at::Tensor x = p.detach().flatten().to(torch::kDouble);
+    at::Tensor w = torch::arange(x.numel(), torch::kLong).remainder(13).add(1).to(torch::kDouble);
+    parts.push_back(torch::stack({x.sum(), (x * x).sum(), (x * w).sum()}));
+  }
+  return torch::cat(parts).contiguous();
+}
+
+std::string pct(double v) { return format_fixed(v, 1); }
+
+}  // namespace
+
+int run_variants(Args args) {
+  const Config cfg = parse(args);
+  torch::set_num_threads(static_cast<int>(cfg.threads));
+  const int blas_threads = limit_openblas_threads(static_cast<int>(cfg.threads));
+
+  ddp::InitOptions init;
+  init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  ddp::ProcessGroupPtr pg = ddp::init_process_group(init);
+  const int rank = pg->rank(), world = pg->size();
+  const std::string torch_version = TORCH_VERSION;
+
+  // The data: --accum micro-batches per rank, reused every window.
+  std::vector<ModelBatch> batches;
+  for (int64_t m = 0; m < cfg.accum; ++m) {
+    batches.push_back(make_batch(cfg.model, static_cast<uint64_t>(cfg.model.seed * 1000 + 1 +
+                                                                  rank * cfg.accum + m)));
+  }
+  const LossFn loss_fn = [&](const torch::Tensor& out, const torch::Tensor& target) {
+    return model_loss(cfg.model, out, target);
+  };
+
+  // The variants, each on its own copy of the model (same seed: same weights).
+  std::vector<std::unique_ptr<Run>> runs;
+  for (const auto& name : cfg.variants) {
+    auto run = std::make_unique<Run>();
+    run->name = name;
+    VariantOptions vo;
+    vo.group = pg;
+    vo.accum = cfg.accum;
+    vo.bucket_cap_mb = cfg.bucket_cap_mb;
+    vo.timeline = &run->timeline;
+    run->variant = make_variant(name, vo);
+    run->variant->prepare(make_model(cfg.model));
+    run->optimizer = std::make_unique<torch::optim::SGD>(run->variant->parameters(),
+                                                         torch::optim::SGDOptions(cfg.lr));
+    runs.push_back(std::move(run));
+  }
+  const auto& params0 = runs.front()->variant->parameters();
+  int64_t elements = 0;
+  for (const auto& p : params0) elements += p.numel();
+  if (rank == 0) {
+    std::fprintf(stderr,
+                 "variants: %s: %zu parameter tensors, %lld elements (%.1f MiB of gradients); "
+                 "%d ranks; accum %lld; %s\n",
+                 describe(cfg.model).c_str(), params0.size(), static_cast<long long>(elements),
+                 elements * 4 / 1048576.0, world, static_cast<long long>(cfg.accum),
+                 machine_summary(torch_version).c_str());
+  }
+
+  at::Tensor one = torch::zeros({1});
+  // One window: --accum micro-batches of `run`.
+  auto run_window = [&](Run& run, bool timed) {
+    pg->allreduce(one)->wait();  // start together
+    const auto w0 = Clock::now();
+    const int64_t steps = run.variant->accumulation_steps();
+    for (int64_t m = 0; m < cfg.accum; ++m) {
+      if (timed) run.timeline.begin_iteration();
+      const bool sync = (m + 1) % steps == 0;
+      if (m % steps == 0) {
+        const auto t0 = Clock::now();
+        run.optimizer->zero_grad();
+        run.timeline.add("compute", "zero_grad", t0, Clock::now());
+      }
+      run.variant->train_step(batches[m], loss_fn, sync);
+      if (sync) {
+        run.variant->finish_sync();
+        const auto t0 = Clock::now();
+        run.optimizer->step();
+        run.timeline.add("compute", "step", t0, Clock::now());
+      }
+      if (timed) {
+        run.timeline.end_iteration();
+        if (sync && run.trace_iteration < 0) {
+          const auto its = run.timeline.iterations();
+          run.trace_iteration = static_cast<int64_t>(its.size()) - 1;
+          run.trace_offset_us = micros_between(w0, its.back().start);
+        }
+      }
+    }
+    if (timed) run.samples_ms.push_back(ms_between(w0, Clock::now()) / cfg.accum);
+  };
+
+  const int64_t windows = cfg.iters / cfg.accum;
+  for (int64_t r = 0; r < cfg.warmup + cfg.rounds; ++r) {
+    const bool timed = r >= cfg.warmup;
+    std::vector<Run*> order;
+    for (auto& run : runs) order.push_back(run.get());
+    if (r % 2) std::reverse(order.begin(), order.end());
+    for (Run* run : order) {
+      for (int64_t w = 0; w < windows; ++w) run_window(*run, timed);
+    }
+    if (rank == 0) {
+      std::string line;
+      for (auto& run : runs) {
+        if (timed) line += "  " + run->name + " " + format_fixed(run->samples_ms.back(), 1) + " ms";
+      }
+      std::fprintf(stderr, "variants: %s %lld/%lld done%s\n", timed ? "round" : "warm-up round",
+                   static_cast<long long>(timed ? r - cfg.warmup + 1 : r + 1),
+                   static_cast<long long>(timed ? cfg.rounds : cfg.warmup), line.c_str());
+    }
+  }
+
+  // The slowest rank's samples.
+  for (auto& run : runs) {
+    at::Tensor t = torch::from_blob(run->samples_ms.data(),
+                                    {static_cast<int64_t>(run->samples_ms.size())}, torch::kDouble);
+    pg->allreduce(t, ddp::ReduceOp::MAX)->wait();
+  }
+
+  // Checks: the same parameters on every rank; the accumulating variants
+  // against simple_ga.
+  const Run* ref = nullptr;
+  for (auto& run : runs) {
+    if (run->name == "simple_ga") ref = run.get();
+  }
+  // How far training moved simple_ga's parameters: the scale of a real
+  // difference (the initial ones again from the same seed).
+  double trained = 0;
+  if (ref) {
+    torch::NoGradGuard no_grad;
+    torch::nn::AnyModule initial = make_model(cfg.model);
+    const auto& now = ref->variant->parameters();
+    size_t i = 0;
+    for (const auto& item : initial.ptr()->named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      trained = std::max(trained, (now[i++] - item.value()).abs().max().item<double>());
+    }
+  }
+  for (auto& run : runs) {
+    at::Tensor c = checksums(run->variant->parameters());
+    at::Tensor hi = c.clone(), lo = c.clone();
+    pg->allreduce(hi, ddp::ReduceOp::MAX)->wait();
+    pg->allreduce(lo, ddp::ReduceOp::MIN)->wait();
+    run->ranks_agree = torch::equal(hi, lo);
+    run->checksum_spread = (hi - lo).abs().max().item<double>();
+    if (ref && run->name != "simple") {
+      torch::NoGradGuard no_grad;
+      double diff = 0;
+      const auto& mine = run->variant->parameters();
+      const auto& theirs = ref->variant->parameters();
+      for (size_t i = 0; i < mine.size(); ++i) {
+        diff = std::max(diff, (mine[i] - theirs[i]).abs().max().item<double>());
+      }
+      at::Tensor d = torch::tensor({diff, trained}, torch::kDouble);
+      pg->allreduce(d, ddp::ReduceOp::MAX)->wait();
+      run->diff_vs_ref = d[0].item<double>();
+      run->ref_scale = d[1].item<double>();
+    }
+  }
+
+  // --trace-dir: every rank's first timed synchronizing micro-batch.
+  std::vector<std::vector<RankIteration>> traces(runs.size());
+  if (!cfg.trace_dir.empty()) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& run = *runs[i];
+      std::string text;
+      if (run.trace_iteration >= 0) {
+        TimelineIteration it = run.timeline.iterations()[static_cast<size_t>(run.trace_iteration)];
+        for (auto& e : it.events) {
+          e.start_us += run.trace_offset_us;
+          e.end_us += run.trace_offset_us;
+        }
+        text = serialize(it);
+      }
+      auto all = gather_strings(*pg, text);
+      for (int r = 0; r < world; ++r) {
+        if (!all[r].empty()) traces[i].push_back({r, 0.0, deserialize(all[r])});
+      }
+    }
+  }
+  pg->barrier()->wait();
+  if (rank != 0) return 0;
+
+  // --- report (rank 0) -------------------------------------------------------
+  bool failed = false;
+  std::vector<std::vector<std::string>> table;
+  Json rows = Json::array();
+  for (const auto& run : runs) {
+    const Stats st = summarize(run->samples_ms);
+    const TimelineMetrics m = timeline_metrics(run->timeline.iterations());
+    // Summation order may differ (ranks > 2): a real difference is a
+    // visible fraction of how far training moved the parameters.
+    const bool diff_bad = run->diff_vs_ref > 1e-3 * run->ref_scale;
+    failed = failed || !run->ranks_agree || diff_bad;
+    std::string diff_text = "–";
+    if (run->diff_vs_ref >= 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2g", run->diff_vs_ref);
+      diff_text = buf;
+    }
+    table.push_back({run->name, std::to_string(run->variant->accumulation_steps()),
+                     format_fixed(st.median, 1), format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1),
+                     pct(m.compute_pct), pct(m.non_compute_pct), pct(m.idle_pct), pct(m.overlap_pct),
+                     pct(m.comm_overhead_pct), format_fixed(m.allreduce_calls_per_iteration, 1),
+                     format_fixed(m.allreduce_ms_per_iteration, 1),
+                     run->ranks_agree ? "yes" : "NO", diff_text + (diff_bad ? " DIFFERS" : "")});
+    Json row = Json::object();
+    row.set("variant", run->name).set("accumulation_steps", run->variant->accumulation_steps());
+    row.set("median_ms", st.median).set("min_ms", st.min).set("max_ms", st.max);
+    Json samples = Json::array();
+    for (double v : run->samples_ms) samples.push(v);
+    row.set("samples_ms", std::move(samples));
+    row.set("metrics", to_json(m));
+    row.set("ranks_agree", run->ranks_agree).set("checksum_spread", run->checksum_spread);
+    if (run->diff_vs_ref >= 0) {
+      row.set("max_abs_diff_vs_simple_ga", run->diff_vs_ref);
+      row.set("simple_ga_max_update", run->ref_scale);  // the scale it is judged against
+    }
+    row.set("timeline", run->timeline.to_json());
+    rows.push(std::move(row));
+  }
+
+  std::printf("variants: %s, %zu parameter tensors (%.1f MiB), %d ranks, accum %lld, bucket cap %s MiB; "
+              "per micro-batch, slowest rank, %lld samples of %lld micro-batches; metrics: rank 0, "
+              "%lld timed micro-batches (bench/timeline.h); %s\n\n%s",
+              describe(cfg.model).c_str(), params0.size(), elements * 4 / 1048576.0, world,
+              static_cast<long long>(cfg.accum), format_fixed(cfg.bucket_cap_mb, 1).c_str(),
+              static_cast<long long>(cfg.rounds * windows), static_cast<long long>(cfg.accum),
+              static_cast<long long>(cfg.rounds * cfg.iters), machine_summary(torch_version).c_str(),
+              markdown_table({"variant", "accum", "median ms", "min–max ms", "compute %",
+                              "non-compute %", "idle %", "overlap %", "comm overhead %",
+                              "allreduce calls", "allreduce ms", "ranks agree",
+                              "max abs Δ vs simple_ga"},
+                             table,
+                             {false, true, true, true, true, true, true, true, true, true, true,
+                              false, true})
+                  .c_str());
+  std::printf("\nfinal parameters: %s\n",
+              failed ? "CHECK FAILED (a variant's parameters differ across ranks or from simple_ga's)"
+                     : "every variant's agree across ranks (checksums equal); the accumulating "
+                       "variants match simple_ga's");
+  std::fflush(stdout);
+
+  if (!cfg.trace_dir.empty()) {
+    std::filesystem::create_directories(cfg.trace_dir);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::string path = cfg.trace_dir + "/" + runs[i]->name + ".trace.json";
+      write_file(path, chrome_trace(traces[i], runs[i]->name + ": first timed synchronizing "
+                                                               "micro-batch, " +
+                                                    describe(cfg.model))
+                           .dump(1));
+    }
+    std::fprintf(stderr, "variants: wrote %zu traces to %s\n", runs.size(), cfg.trace_dir.c_str());
+  }
+
+  if (!cfg.json_path.empty()) {
+    Json config = Json::object();
+    config.set("model", cfg.model.name).set("model_description", describe(cfg.model));
+    config.set("batch_per_rank", cfg.model.batch).set("image_size", cfg.model.image_size);
+    config.set("seq_len", cfg.model.seq_len).set("seed", cfg.model.seed);
+    config.set("parameter_tensors", static_cast<int64_t>(params0.size())).set("elements", elements);
+    config.set("world_size", world).set("accum", cfg.accum).set("iters", cfg.iters);
+    config.set("rounds", cfg.rounds).set("warmup", cfg.warmup);
+    config.set("bucket_cap_mb", cfg.bucket_cap_mb).set("lr", cfg.lr);
+    config.set("intra_op_threads", cfg.threads).set("openblas_threads", blas_threads);
+    config.set("gloo_threads", cfg.gloo_threads);
+    Json names = Json::array();
+    for (const auto& n : cfg.variants) names.push(n);
+    config.set("variants", std::move(names));
+    config.set("method",
+               "each variant its own model copy (same seed); a window = accum micro-batches after "
+               "an untimed 1-element allreduce; rounds of iters micro-batches per variant, order "
+               "reversed every other round, warmup rounds untimed; sample = window time / accum, "
+               "slowest rank; metrics from rank 0's timeline of the timed micro-batches, "
+               "definitions in bench/timeline.h");
+    Json out = Json::object();
+    out.set("benchmark", "variants");
+    out.set("machine", describe_machine(torch_version));
+    out.set("config", std::move(config));
+    out.set("rows", std::move(rows));
+    out.set("parameters_check_passed", !failed);
+    write_file(cfg.json_path, out.dump(1));
+    std::fprintf(stderr, "variants: wrote %s\n", cfg.json_path.c_str());
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace ddp_bench
