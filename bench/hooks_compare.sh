@@ -27,7 +27,7 @@ usage: bench/hooks_compare.sh [--link loopback|RATE] [--models LIST] [--hooks LI
                               [--out DIR] [--build DIR] [--python PATH]
                               [--try-pytorch-batched]
 
-  --link L       loopback (default) or a tc rate (1gbit): bench/netns.sh, 2 ranks
+  --link L       loopback (default) or a tc rate (1gbit) or preset (1g): bench/netem, 2 ranks
   --models LIST  mlp,resnet18 (default both)
   --hooks LIST   none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1 (default all)
   --rounds R     alternating rounds per model and hook (default 2)
@@ -84,7 +84,7 @@ export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824
 if [[ "$link" == loopback ]]; then
   launch=("$snap/ddprun" --nproc-per-node 2 --)
 else
-  launch=("$repo/bench/netns.sh" --rate "$link" --ddprun "$snap/ddprun" --)
+  launch=("$repo/bench/netem" --rate "$link" --ddprun "$snap/ddprun" --)
 fi
 runs="$out/hooks-runs/$link"  # each run's JSON, kept
 mkdir -p "$out" "$runs" || die "cannot create $runs"

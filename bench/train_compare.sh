@@ -5,7 +5,7 @@
 #
 #   round 1: ours, PyTorch; round 2: PyTorch, ours; round 3: ours, PyTorch; ...
 #
-# Each run launches its ranks (ddprun on loopback, bench/netns.sh on a shaped
+# Each run launches its ranks (ddprun on loopback, bench/netem on a shaped
 # veth link), does --warmup iterations, then --iters timed ones. The C++ run
 # also measures the limit in the same run (local compute alone, the allreduce
 # of all gradient bytes alone). bench/train_summary.py then pools the rounds,
@@ -28,7 +28,7 @@ usage: bench/train_compare.sh [--link loopback|RATE] [--models LIST] [--rounds R
 
   --link L          loopback (default), or a tc rate such as 1gbit or 10gbit:
                     2 ranks in network namespaces joined by a veth pair shaped
-                    to that rate (bench/netns.sh)
+                    to that rate (bench/netem; presets 1g, 10g, 25g too)
   --models LIST     mlp,resnet18 (default both)
   --rounds R        alternating rounds per model (default 8)
   --iters K         timed iterations per run (default 10)
@@ -113,7 +113,7 @@ if [[ "$link" == loopback ]]; then
   launch=("$ddprun" --nproc-per-node "$world" --)
 else
   [[ "$world" == 2 ]] || die "a shaped link (--link $link) runs exactly 2 ranks, one per namespace"
-  launch=("$repo/bench/netns.sh" --rate "$link" --ddprun "$ddprun" --)
+  launch=("$repo/bench/netem" --rate "$link" --ddprun "$ddprun" --)
 fi
 
 if ((keep_runs)); then runs="$out/train-runs/$link"; else runs="$snap/runs"; fi
