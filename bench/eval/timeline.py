@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Timelines of training iterations: the blog's columns, and Chrome traces.
+
+A timeline is what `ddp_bench train --timeline`, `ddp_bench variants` and
+`bench/pytorch_ddp_train.py --timeline` write for each timed iteration
+(bench/timeline.h describes the format):
+
+    {"iteration": k, "duration_us": T,
+     "events": [{"lane": "compute" | "comm", "name": ..., "start_us": a,
+                 "end_us": b, "blocking": bool}, ...]}
+
+times in µs after the iteration's start. The columns, exactly as
+bench/timeline.h defines them (bench/timeline.cpp prints them for the C++
+runs; the report checks that both agree). Events are clipped to the
+iteration [0, T]:
+
+    C* = union of the compute events, minus the blocking communication
+         events (the training thread waits in them)
+    M  = union of the communication events (launch to completion)
+    compute %        |C*| / T
+    non-compute %    |M minus C*| / T   communication nothing hides
+    idle %           100 - compute % - non-compute %
+    overlap %        |C* ∩ M| / |M|     share of communication hidden by compute
+    comm overhead %  |M| / T
+    allreduce calls  communication events named "allreduce..." per iteration
+    allreduce ms     their summed durations (unclipped) per iteration
+
+T and the lengths are summed over the iterations given.
+
+    bench/eval/timeline.py RUN.json [--row NAME] [--iteration K] [--trace OUT.json]
+
+prints the columns of every row with a timeline in RUN.json and, with
+--trace, writes iteration K (default 0) of the row as a Chrome trace (Trace
+Event Format; open in chrome://tracing or https://ui.perfetto.dev).
+"""
+
+import argparse
+import json
+import sys
+
+
+def union(intervals):
+    """Sorted, merged copy of [(start, end), ...]."""
+    out = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def length(intervals):
+    return sum(b - a for a, b in intervals)
+
+
+def intersect(x, y):
+    """Intersection of two merged interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(x, y):
+    """x minus y, both merged interval lists."""
+    out = []
+    for a, b in x:
+        cur = a
+        for c, d in y:
+            if d <= cur or c >= b:
+                continue
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def metrics(iterations):
+    """The columns over `iterations` (a list of timelines)."""
+    total = comp = noncomp = overlap = comm = calls = call_us = 0.0
+    for it in iterations:
+        ev = it["events"]
+        t = it["duration_us"]
+        span = lambda e: (max(e["start_us"], 0.0), min(e["end_us"], t))  # noqa: E731
+        m = union(span(e) for e in ev if e["lane"] == "comm")
+        blocking = union(span(e) for e in ev if e["lane"] == "comm" and e.get("blocking"))
+        c = subtract(union(span(e) for e in ev if e["lane"] == "compute"), blocking)
+        total += it["duration_us"]
+        comp += length(c)
+        noncomp += length(subtract(m, c))
+        overlap += length(intersect(c, m))
+        comm += length(m)
+        calls_here = [e for e in ev if e["lane"] == "comm" and e["name"].startswith("allreduce")]
+        calls += len(calls_here)
+        call_us += sum(e["end_us"] - e["start_us"] for e in calls_here)
+    n = max(len(iterations), 1)
+    pct = lambda x: 100.0 * x / total if total else 0.0  # noqa: E731
+    return {"compute_pct": pct(comp), "non_compute_pct": pct(noncomp),
+            "idle_pct": 100.0 - pct(comp) - pct(noncomp),
+            "overlap_pct": 100.0 * overlap / comm if comm else 0.0,
+            "comm_overhead_pct": pct(comm), "allreduce_calls": calls / n,
+            "allreduce_ms": call_us / n / 1e3, "iteration_ms": total / n / 1e3}
+
+
+def chrome_trace(iteration, process_name, rank=0):
+    """One iteration as a Chrome trace (a dict to json.dump), laid out as
+    bench/timeline.cpp's: compute on tid 0, communication on tids 1, 2, ...
+    (a new row whenever collectives overlap)."""
+    events = [{"ph": "M", "pid": rank, "name": "process_name", "args": {"name": process_name}},
+              {"ph": "M", "pid": rank, "tid": 0, "name": "thread_name",
+               "args": {"name": "compute"}}]
+    row_free = []  # per comm row: when its last event ends
+    for e in sorted(iteration["events"], key=lambda e: e["start_us"]):
+        dur = max(e["end_us"] - e["start_us"], 0)
+        tid = 0
+        if e["lane"] == "comm":
+            row = next((i for i, end in enumerate(row_free) if end <= e["start_us"]), None)
+            if row is None:
+                row = len(row_free)
+                row_free.append(0)
+                events.append({"ph": "M", "pid": rank, "tid": row + 1, "name": "thread_name",
+                               "args": {"name": "communication %d" % (row + 1)}})
+            row_free[row] = e["end_us"]
+            tid = row + 1
+        events.append({"ph": "X", "pid": rank, "tid": tid, "name": e["name"], "ts": e["start_us"],
+                       "dur": dur, "cat": e["lane"], "args": {"blocking": bool(e.get("blocking"))}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"iteration": iteration["iteration"],
+                          "duration_us": iteration["duration_us"]}}
+
+
+def rows_with_timelines(run):
+    """(name, timeline) of each row of a run's JSON that carries one."""
+    for row in run.get("rows", []):
+        if row.get("timeline"):
+            yield row.get("variant") or row.get("impl"), row["timeline"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run", help="a run's JSON (ddp_bench train/variants, pytorch_ddp_train.py)")
+    p.add_argument("--row", help="the row (impl or variant) for --trace (default: the first)")
+    p.add_argument("--iteration", type=int, default=0, help="which timed iteration to trace")
+    p.add_argument("--trace", help="write that iteration as a Chrome trace here")
+    args = p.parse_args()
+    with open(args.run) as f:
+        run = json.load(f)
+    rows = list(rows_with_timelines(run))
+    if not rows:
+        sys.exit("timeline.py: %s has no timeline (run with --timeline, or ddp_bench variants)"
+                 % args.run)
+    print("| row | compute % | non-compute % | idle % | overlap % | comm overhead % "
+          "| allreduce calls | allreduce ms | iteration ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, tl in rows:
+        m = metrics(tl)
+        print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |" % (
+            name, m["compute_pct"], m["non_compute_pct"], m["idle_pct"], m["overlap_pct"],
+            m["comm_overhead_pct"], m["allreduce_calls"], m["allreduce_ms"], m["iteration_ms"]))
+    if args.trace:
+        name, tl = next(((n, t) for n, t in rows if args.row in (None, n)), (None, None))
+        if tl is None:
+            sys.exit("timeline.py: no row %r with a timeline (rows: %s)"
+                     % (args.row, ", ".join(n for n, _ in rows)))
+        if not 0 <= args.iteration < len(tl):
+            sys.exit("timeline.py: --iteration %d: the row has %d timed iterations"
+                     % (args.iteration, len(tl)))
+        side = run.get("side", run.get("benchmark", ""))
+        with open(args.trace, "w") as f:
+            json.dump(chrome_trace(tl[args.iteration], "%s %s" % (side, name)), f)
+        print("timeline.py: wrote %s (%s, iteration %d)" % (args.trace, name, args.iteration),
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
