@@ -64,6 +64,19 @@ PRESETS = {
         "variants_model": "bert_small", "variants_iters": 4,
         "hooks_model": "mlp", "hooks": ["none", "fp16", "bf16", "powersgd4"],
     },
+    # Every experiment once, as small as it goes: checks the harness, not the numbers.
+    "smoke": {
+        "links": ["loopback", "10g"],
+        "rounds": 1, "iters": 2, "warmup": 1,
+        "split_total": "1M", "split_sizes": "64K,1M", "split_rounds": 1,
+        "breakdown_models": ["mlp"], "bucket_models": ["mlp"], "bucket_links": ["10g"],
+        "buckets_mb": [0, 25],
+        "scaling_model": "mlp", "world_sizes": [1, 3],
+        "nosync_model": "mlp", "sync_every": [1, 2], "converge_steps": 16,
+        "rr_model": "mlp", "process_groups": [1, 3],
+        "variants_model": "mlp", "variants_iters": 2,
+        "hooks_model": "mlp", "hooks": ["none", "bf16"],
+    },
     "full": {
         "links": ["loopback", "10g", "1g"],
         "rounds": 3, "iters": 10, "warmup": 3,
