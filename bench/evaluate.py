@@ -382,7 +382,8 @@ def main():
         git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", REPO, "status", "--short", "--", "src", "include",
-                                "bench"], capture_output=True, text=True).stdout.strip()
+                                "bench", ":!bench/results"],
+                               capture_output=True, text=True).stdout.strip()
         log(ctx, "preset %s, experiments %s, links %s; git %s%s" % (
             args.preset, ",".join(map(str, wanted)), ",".join(preset["links"]), git,
             " with uncommitted changes" if dirty else ""))
