@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and matplotlib
 PRESETS = {
     "quick": {
         "links": ["loopback", "10g"],
+        "run_timeout_s": 120,
         "rounds": 1, "iters": 6, "warmup": 2,
         "split_total": "6M", "split_sizes": "4K,16K,64K,256K,1M,6M", "split_rounds": 2,
         "breakdown_models": ["mlp", "resnet18", "bert_small"],
@@ -67,6 +69,7 @@ PRESETS = {
     # Every experiment once, as small as it goes: checks the harness, not the numbers.
     "smoke": {
         "links": ["loopback", "10g"],
+        "run_timeout_s": 60,
         "rounds": 1, "iters": 2, "warmup": 1,
         "split_total": "1M", "split_sizes": "64K,1M", "split_rounds": 1,
         "breakdown_models": ["mlp"], "bucket_models": ["mlp"], "bucket_links": ["10g"],
@@ -79,6 +82,7 @@ PRESETS = {
     },
     "full": {
         "links": ["loopback", "10g", "1g"],
+        "run_timeout_s": 900,
         "rounds": 3, "iters": 10, "warmup": 3,
         "split_total": "60M", "split_sizes": "1K,4K,16K,64K,256K,1M,4M,16M,60M",
         "split_rounds": 5,
@@ -102,6 +106,29 @@ def log(ctx, text):
     print(line, file=sys.stderr, flush=True)
     with open(os.path.join(ctx.out, "log.txt"), "a") as f:
         f.write(line + "\n")
+
+
+def run_bounded(cmd, env, timeout_s):
+    """Runs cmd in its own process group; past timeout_s the whole group gets
+    SIGTERM (bench/netem and ddprun clean up on it), then SIGKILL. Returns
+    (status, stdout and stderr); a hung run's status is 124, as timeout(1)'s."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                out, _ = proc.communicate(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                out = ""
+        return 124, (out or "") + "\nevaluate: no result after %d s: stopped (hung?)" % timeout_s
 
 
 def snapshot(build, into):
@@ -154,20 +181,19 @@ class Context:
                                                  json.dumps(params, sort_keys=True), rnd)
         log(self, "%s (load %s)" % (label, open("/proc/loadavg").read().split()[0]))
         t0 = time.time()
-        proc = subprocess.run(full, env=self.env, capture_output=True, text=True,
-                              timeout=self.preset.get("run_timeout_s", 900))
+        returncode, text = run_bounded(full, self.env, self.preset["run_timeout_s"])
         entry = {"experiment": experiment, "link": link, "side": side, "model": model,
                  "params": params, "round": rnd, "json": rel, "seconds": round(time.time() - t0, 1)}
-        output = (proc.stdout + proc.stderr).strip().splitlines()
+        output = text.strip().splitlines()
         with open(os.path.join(self.out, "log.txt"), "a") as f:
             f.write("\n".join(l for l in output if not l.startswith("[rank 1"))[-20000:] + "\n")
-        if proc.returncode == 0 and os.path.exists(json_path):
+        if returncode == 0 and os.path.exists(json_path):
             entry["status"] = "ok"
         else:
             self.failures += 1
             entry.update(status="failed", json=None,
-                         error="\n".join(output[-12:]) or "exit status %d" % proc.returncode)
-            log(self, "%s FAILED (status %d): %s" % (label, proc.returncode,
+                         error="\n".join(output[-12:]) or "exit status %d" % returncode)
+            log(self, "%s FAILED (status %d): %s" % (label, returncode,
                                                      output[-1] if output else ""))
         self.runs.append(entry)
         with open(os.path.join(self.out, "runs.json"), "w") as f:
@@ -344,6 +370,9 @@ def main():
     p.add_argument("--models", help="override every experiment's models (comma-separated)")
     p.add_argument("--out", help="results directory (default bench/results/eval-<preset>)")
     p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--add", action="store_true",
+                   help="add these runs to an existing results directory (e.g. the big models "
+                        "to a quick run) instead of starting it afresh; the report covers all")
     p.add_argument("--docs", default=os.path.join(REPO, "docs", "benchmarks.md"),
                    help="markdown file whose evaluation section is replaced ('' for none)")
     args = p.parse_args()
@@ -366,10 +395,19 @@ def main():
     if not set(wanted) <= set(EXPERIMENTS):
         p.error("experiments are 1..8")
     args.out = args.out or os.path.join(REPO, "bench", "results", "eval-" + args.preset)
-    if os.path.exists(os.path.join(args.out, "runs")):
+    previous = None
+    if args.add:
+        try:
+            with open(os.path.join(args.out, "meta.json")) as f:
+                previous = json.load(f)
+            with open(os.path.join(args.out, "runs.json")) as f:
+                previous_runs = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit("evaluate: --add needs a finished evaluation in %s: %s" % (args.out, e))
+    elif os.path.exists(os.path.join(args.out, "runs")):
         shutil.rmtree(os.path.join(args.out, "runs"))
     os.makedirs(args.out, exist_ok=True)
-    open(os.path.join(args.out, "log.txt"), "w").close()
+    open(os.path.join(args.out, "log.txt"), "a" if args.add else "w").close()
     if subprocess.run([PYTHON, "-c", "import torch.distributed, matplotlib"],
                       capture_output=True).returncode != 0:
         sys.exit("evaluate: %s cannot import torch.distributed and matplotlib: run "
@@ -378,6 +416,8 @@ def main():
     snap = tempfile.mkdtemp(prefix="evaluate.")
     try:
         ctx = Context(args, preset, snap)
+        if previous:
+            ctx.runs = previous_runs
         started = time.time()
         git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True).stdout.strip()
@@ -401,6 +441,17 @@ def main():
                 exp_converge(ctx)
         meta["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         meta["seconds"] = round(time.time() - started)
+        if previous:  # the first run's description, and what was added when
+            note = "added %s: experiments %s, models %s, links %s, git %s, %d s" % (
+                meta["started_utc"], ",".join(map(str, wanted)), args.models or "the preset's",
+                ",".join(preset["links"]), meta["git"], meta["seconds"])
+            previous["model_check"].update(meta["model_check"])
+            previous["experiments"] = sorted(set(previous["experiments"]) | set(wanted))
+            previous["links"] += [l for l in preset["links"] if l not in previous["links"]]
+            previous["notes"].append(note)
+            previous["finished_utc"] = meta["finished_utc"]
+            previous["seconds"] = previous.get("seconds", 0) + meta["seconds"]
+            meta = previous
         for entry in ctx.runs:  # the machine, from the first run that recorded it
             if entry["status"] == "ok":
                 with open(os.path.join(args.out, entry["json"])) as f:
@@ -410,7 +461,7 @@ def main():
                     break
         with open(os.path.join(args.out, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
-        log(ctx, "%d runs, %d failed, %d s" % (len(ctx.runs), ctx.failures, meta["seconds"]))
+        log(ctx, "%d runs, %d failed, %d s" % (len(ctx.runs), ctx.failures, round(time.time() - started)))
     finally:
         shutil.rmtree(snap, ignore_errors=True)
     report = [PYTHON, os.path.join(REPO, "bench", "eval", "report.py"), args.out]
