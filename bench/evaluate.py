@@ -154,6 +154,7 @@ class Context:
         self.out = args.out
         self.preset = preset
         self.bench, self.ddprun = snapshot(args.build, snap)
+        self.scratch = snap  # removed at the end
         self.env = dict(os.environ)
         self.env["LD_LIBRARY_PATH"] = snap + (":" + self.env["LD_LIBRARY_PATH"]
                                               if self.env.get("LD_LIBRARY_PATH") else "")
@@ -281,7 +282,7 @@ def exp_converge(ctx):
     """Fig. 11: loss against micro-batch on sklearn's digits, on loopback (the
     link does not change the loss)."""
     p = ctx.preset
-    data = os.path.join(ctx.out, "runs", "digits.csv")
+    data = os.path.join(ctx.scratch, "digits.csv")
     if not os.path.exists(data):
         proc = subprocess.run(["bash", os.path.join(REPO, "bench", "digits_csv.sh"), data],
                               capture_output=True, text=True)
