@@ -634,6 +634,10 @@ def scaling_base(cells, link, model, side):
         return None, ""
     if sizes[0] == 1:
         return med(cells[(link, model, 1)][side]["samples"]), "its 1-rank latency"
+    # One rank has no link: the evaluation runs it on loopback only.
+    one = next((c[side] for k, c in cells.items() if k[1:] == (model, 1) and side in c), None)
+    if one:
+        return med(one["samples"]), "its 1-rank latency (one rank uses no link)"
     local = med(cells[(link, model, sizes[0])][side]["impl_samples"].get(LOCAL_IMPL[side], []))
     return local, "no 1-rank run: its local iteration at %d ranks" % sizes[0] if local else ""
 
