@@ -50,6 +50,9 @@ using Clock = std::chrono::steady_clock;
 inline double micros_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 struct Stats {
   double median = 0, min = 0, max = 0, mean = 0;

@@ -118,7 +118,8 @@ def run_bounded(cmd, env, timeout_s):
         out, _ = proc.communicate(timeout=timeout_s)
         return proc.returncode, out
     except subprocess.TimeoutExpired:
-        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        # bench/netem's teardown after SIGTERM takes up to ~13 s (namespaces).
+        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -166,18 +167,19 @@ class Context:
         self.runs = []
         self.failures = 0
 
-    def launcher(self, link, world):
-        """The command prefix that starts `world` ranks on `link`."""
+    def launcher(self, link, world, bridge=False):
+        """The command prefix that starts `world` ranks on `link` (`bridge`:
+        joined by a bridge even when 2, as for more)."""
         if link == "loopback" or world == 1:
             return [self.ddprun, "--nproc-per-node", str(world), "--"]
         return [os.path.join(REPO, "bench", "netem"), "--rate", link, "--nodes", str(world),
-                "--ddprun", self.ddprun, "--"]
+                "--ddprun", self.ddprun] + (["--bridge"] if bridge else []) + ["--"]
 
     def run(self, experiment, link, side, model, params, rnd, cmd, json_path, world=2,
-            launch=True):
+            launch=True, bridge=False):
         """Runs one configuration; records it in runs.json whatever happens."""
         rel = os.path.relpath(json_path, self.out)
-        full = (self.launcher(link, world) if launch else []) + cmd
+        full = (self.launcher(link, world, bridge) if launch else []) + cmd
         label = "exp %d %s %s %s %s round %d" % (experiment, link, side, model,
                                                  json.dumps(params, sort_keys=True), rnd)
         log(self, "%s (load %s)" % (label, open("/proc/loadavg").read().split()[0]))
@@ -188,18 +190,21 @@ class Context:
         output = text.strip().splitlines()
         with open(os.path.join(self.out, "log.txt"), "a") as f:
             f.write("\n".join(l for l in output if not l.startswith("[rank 1"))[-20000:] + "\n")
-        if returncode == 0 and os.path.exists(json_path):
+        self.record(entry, returncode == 0 and os.path.exists(json_path),
+                    "\n".join(output[-12:]) or "exit status %d" % returncode, label)
+        return entry["status"] == "ok"
+
+    def record(self, entry, ok, error, label):
+        """Adds a run to runs.json, failed ones with their error."""
+        if ok:
             entry["status"] = "ok"
         else:
             self.failures += 1
-            entry.update(status="failed", json=None,
-                         error="\n".join(output[-12:]) or "exit status %d" % returncode)
-            log(self, "%s FAILED (status %d): %s" % (label, returncode,
-                                                     output[-1] if output else ""))
+            entry.update(status="failed", json=None, error=error)
+            log(self, "%s FAILED: %s" % (label, error.splitlines()[-1] if error else ""))
         self.runs.append(entry)
         with open(os.path.join(self.out, "runs.json"), "w") as f:
             json.dump(self.runs, f, indent=1)
-        return entry["status"] == "ok"
 
     def path(self, experiment, link, name):
         d = os.path.join(self.out, "runs", "exp%d-%s" % (experiment, EXPERIMENTS[experiment]), link)
@@ -207,7 +212,7 @@ class Context:
         return os.path.join(d, name + ".json")
 
     def train_pair(self, experiment, link, model, params, ddp_args, pytorch_args, world=2,
-                   iters=None, warmup=None, ddp_impls="ddp,local,allreduce"):
+                   iters=None, warmup=None, ddp_impls="ddp,local,allreduce", bridge=False):
         """ddp_bench train and pytorch_ddp_train.py on one configuration, the
         sides alternating round by round."""
         p = self.preset
@@ -226,7 +231,8 @@ class Context:
                     cmd = [PYTHON, os.path.join(REPO, "bench", "pytorch_ddp_train.py")] + common + \
                         ["--impls", impls] + pytorch_args
                 self.run(experiment, link, side, model, params, rnd,
-                         cmd + ["--tag", "round %d" % rnd, "--json", out], out, world=world)
+                         cmd + ["--tag", "round %d" % rnd, "--json", out], out, world=world,
+                         bridge=bridge)
         self.alternation += 1
 
     alternation = 0
@@ -245,8 +251,10 @@ def exp_split(ctx, link):
 def exp_breakdown(ctx, link):
     for model in ctx.preset["breakdown_models"]:
         ctx.train_pair(2, link, model, {"overlap": True}, [], [])
-        ctx.train_pair(2, link, model, {"overlap": False}, ["--no-overlap"], ["--no-overlap"],
-                       ddp_impls="ddp")
+        # With timelines: PyTorch's logger cannot time a deferring hook's
+        # communication (report.py takes it from the timeline); ours for symmetry.
+        ctx.train_pair(2, link, model, {"overlap": False}, ["--no-overlap", "--timeline"],
+                       ["--no-overlap", "--timeline"], ddp_impls="ddp")
 
 
 def exp_buckets(ctx, link):
@@ -263,8 +271,9 @@ def exp_scaling(ctx, link):
     for world in ctx.preset["world_sizes"]:
         if world == 1 and link != "loopback":
             continue  # one rank has no link; the loopback run is the baseline
+        # A bridge at every size: the same topology from 2 ranks on.
         ctx.train_pair(4, link, model, {"world_size": world}, [], [], world=world,
-                       ddp_impls="ddp")
+                       ddp_impls="ddp", bridge=True)
 
 
 def exp_nosync(ctx, link):
@@ -272,7 +281,8 @@ def exp_nosync(ctx, link):
     model = p["nosync_model"]
     for k in p["sync_every"]:
         arg = ["--sync-every", str(k)]
-        # About the same number of micro-batches for every K.
+        # Fewer iterations for larger K (an iteration is K micro-batches), at
+        # least 2: the time per K stays within about twice K=1's.
         iters = max(2, p["iters"] // k)
         ctx.train_pair(5, link, model, {"sync_every": k}, arg, arg, iters=iters,
                        warmup=1, ddp_impls="ddp")
@@ -285,9 +295,13 @@ def exp_converge(ctx):
     data = os.path.join(ctx.scratch, "digits.csv")
     if not os.path.exists(data):
         proc = subprocess.run(["bash", os.path.join(REPO, "bench", "digits_csv.sh"), data],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
-            log(ctx, "experiment 5 (loss): no digits data: " + proc.stderr.strip())
+            for side in ("ddp", "pytorch"):
+                ctx.record({"experiment": 5, "link": "loopback", "side": side,
+                            "model": "digits_mlp", "params": {"kind": "converge"}, "round": 1,
+                            "json": None, "seconds": 0}, False,
+                           "no digits data: " + proc.stderr.strip(), "exp 5 loss (digits)")
             return
     ks = ",".join(str(k) for k in p["sync_every"])
     common = ["--data", data, "--sync-every", ks, "--steps", str(p["converge_steps"])]

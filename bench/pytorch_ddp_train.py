@@ -323,6 +323,7 @@ def main():
             timeline.begin(t0)
         opt.zero_grad()
         t1 = time.perf_counter()
+        forward = backward = 0.0  # summed over the micro-batches
         for micro in range(args.sync_every):  # all but the last under no_sync
             last = micro + 1 == args.sync_every
             f0 = time.perf_counter()
@@ -331,6 +332,8 @@ def main():
                 t2 = time.perf_counter()
                 loss.backward()
             t3 = time.perf_counter()
+            forward += t2 - f0
+            backward += t3 - t2
             if record:
                 timeline.add("compute", "forward", f0, t2)
                 if last:
@@ -343,8 +346,8 @@ def main():
             timeline.add("compute", "zero_grad", t0, t1)
             timeline.add("compute", "step", t3, t4)
             timeline.end()
-        s.update(total=(t4 - t0) * 1e3, zero_grad=(t1 - t0) * 1e3, forward=(t2 - t1) * 1e3,
-                 backward=(t3 - t2) * 1e3, step=(t4 - t3) * 1e3, loss=loss.item())
+        s.update(total=(t4 - t0) * 1e3, zero_grad=(t1 - t0) * 1e3, forward=forward * 1e3,
+                 backward=backward * 1e3, step=(t4 - t3) * 1e3, loss=loss.item())
         if impl == "pytorch_ddp":
             # Set at this iteration's forward: the previous iteration's (ns).
             d = ddp._get_ddp_logging_data()

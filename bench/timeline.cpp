@@ -1,5 +1,7 @@
 #include "timeline.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
@@ -287,6 +289,26 @@ TimelineIteration deserialize(const std::string& text) {
     it.events.push_back({f[0], f[1], std::stod(f[2]), std::stod(f[3]), f[4] == "1"});
   }
   return it;
+}
+
+void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
+                      Clock::time_point backward_returned) {
+  auto at = [&](double ms) {
+    return stats.backward_start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double, std::milli>(ms));
+  };
+  const auto compute_end = at(stats.backward_compute_ms);
+  timeline.add("compute", "backward", stats.backward_start, compute_end);
+  auto last_done = compute_end;
+  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
+    const auto& t = stats.bucket_timings[b];
+    timeline.add("comm", "allreduce bucket " + std::to_string(b) + " (" + format_bytes(t.bytes) + ")",
+                 at(t.launch_ms), at(t.done_ms));
+    last_done = std::max(last_done, at(t.done_ms));
+  }
+  if (backward_returned > last_done) {
+    timeline.add("compute", "finalize (copy back)", last_done, backward_returned);
+  }
 }
 
 }  // namespace ddp_bench

@@ -61,6 +61,8 @@
 
 #include "bench_util.h"
 
+#include <ddp/statistics.h>
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -138,6 +140,16 @@ struct RankIteration {
   TimelineIteration iteration;
 };
 Json chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title);
+
+// DDP's part of a synchronizing iteration, from its statistics
+// (ddp::IterationStats: backward_start, backward_compute_ms, bucket_timings):
+// "backward" compute from backward's start to the last gradient hook, one
+// "allreduce bucket K (size)" per bucket from launch to completion, and from
+// the last completion to `backward_returned` "finalize (copy back)" compute
+// (the averaged gradients written back; it includes the small status
+// allreduce). The same for ddp_bench train and variants.
+void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
+                      Clock::time_point backward_returned);
 
 // One iteration as plain text and back (to gather ranks' iterations over a
 // process group as bytes). Names must not contain tabs or newlines.

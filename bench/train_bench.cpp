@@ -216,10 +216,6 @@ double tx_bytes_now() {
   return v;
 }
 
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 // One iteration's own split, as the bench sees it (ms).
 struct Split {
   double zero_grad = 0, forward = 0, backward = 0, step = 0;
@@ -232,22 +228,6 @@ struct Sample {
   ddp::IterationStats stats;
   double loss = 0;
 };
-
-// DDP's part of an iteration's timeline, from its statistics: backward
-// compute (backward start to the last gradient hook) and each bucket's
-// communication (launch to completion).
-void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats) {
-  auto at = [&](double ms) {
-    return stats.backward_start + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double, std::milli>(ms));
-  };
-  timeline.add("compute", "backward", stats.backward_start, at(stats.backward_compute_ms));
-  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
-    const auto& t = stats.bucket_timings[b];
-    timeline.add("comm", "allreduce bucket " + std::to_string(b) + " (" + format_bytes(t.bytes) + ")",
-                 at(t.launch_ms), at(t.done_ms));
-  }
-}
 
 Json stats_summary(const std::vector<double>& v) {
   Stats s = summarize(v);
@@ -348,6 +328,7 @@ int run_train(Args args) {
       opt.zero_grad();
       const auto t1 = Clock::now();
       Clock::time_point t2, t3;
+      double forward_ms = 0, backward_ms = 0;  // summed over the micro-batches
       torch::Tensor loss;
       // --sync-every K: K micro-batches, the first K-1 accumulating locally.
       for (int64_t micro = 0; micro < cfg.sync_every; ++micro) {
@@ -360,6 +341,8 @@ int run_train(Args args) {
         t2 = Clock::now();
         loss.backward();
         t3 = Clock::now();
+        forward_ms += ms_between(f0, t2);
+        backward_ms += ms_between(t2, t3);
         if (d && record_timeline) {
           timeline.add("compute", "forward", f0, t2);
           if (!last) timeline.add("compute", "backward (no_sync)", t2, t3);
@@ -368,12 +351,11 @@ int run_train(Args args) {
       opt.step();
       const auto t4 = Clock::now();
       s.total_ms = ms_between(t0, t4);
-      s.split = Split{ms_between(t0, t1), ms_between(t1, t2), ms_between(t2, t3),
-                      ms_between(t3, t4)};
+      s.split = Split{ms_between(t0, t1), forward_ms, backward_ms, ms_between(t3, t4)};
       s.loss = loss.item<double>();
       if (d) s.stats = model->stats();
       if (d && record_timeline) {
-        add_ddp_backward(timeline, s.stats);
+        add_ddp_backward(timeline, s.stats, t3);
         timeline.add("compute", "zero_grad", t0, t1);
         timeline.add("compute", "step", t3, t4);
         timeline.end_iteration();

@@ -310,10 +310,6 @@ class Ddp : public DataParallelVariant {
       return;
     }
     const ddp::IterationStats s = ddp_->stats();
-    auto at = [&](double ms) {
-      return s.backward_start +
-             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
-    };
     // Before the module's forward, DDP broadcasts rank 0's buffers
     // (broadcast_buffers, on by default as in PyTorch): blocking.
     const auto module_forward = forward_return_ - std::chrono::duration_cast<Clock::duration>(
@@ -321,17 +317,7 @@ class Ddp : public DataParallelVariant {
     if (has_buffers_ && module_forward > forward_call_) {
       record("comm", "broadcast buffers", forward_call_, module_forward, /*blocking=*/true);
     }
-    const auto compute_end = at(s.backward_compute_ms);
-    record("compute", "backward", s.backward_start, compute_end);
-    auto last_done = compute_end;
-    for (size_t b = 0; b < s.bucket_timings.size(); ++b) {
-      const auto& t = s.bucket_timings[b];
-      record("comm", "allreduce bucket " + std::to_string(b) + " (" + mib(t.bytes) + ")",
-             at(t.launch_ms), at(t.done_ms));
-      last_done = std::max(last_done, at(t.done_ms));
-    }
-    // After the last bucket: averaged gradients copied back from the buckets.
-    if (t1 > last_done) record("compute", "finalize (copy back)", last_done, t1);
+    if (options_.timeline) add_ddp_backward(*options_.timeline, s, t1);
   }
 
  private:

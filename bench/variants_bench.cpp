@@ -153,10 +153,6 @@ struct Run {
   double ref_scale = 0;     // max |Δ| of simple_ga's parameters from the initial ones
 };
 
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 // Every rank's `text`, on every rank (allgather of the lengths, then of the
 // bytes padded to the longest).
 std::vector<std::string> gather_strings(ddp::ProcessGroup& pg, const std::string& text) {

@@ -9,7 +9,9 @@
 namespace ddp {
 
 // One bucket's communication in an iteration, in milliseconds after
-// IterationStats::backward_start.
+// IterationStats::backward_start. A bucket can be launched before backward
+// starts (one holding only parameters that find_unused_parameters found
+// unused at forward): its launch_ms is then negative.
 struct BucketTiming {
   int64_t bytes = 0;
   double launch_ms = 0;  // its allreduce (or communication hook) was started
