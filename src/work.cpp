@@ -46,7 +46,11 @@ std::chrono::steady_clock::time_point Work::completion_time() const {
 void Work::on_complete(std::function<void()> callback) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
+    // Until the completing thread has run every callback, a new one joins
+    // its queue: callbacks run in the order they were added, even when one
+    // is added from another thread while the earlier ones are running
+    // (backends chain the next Work's completion this way).
+    if (!settled_) {
       callbacks_.push_back(std::move(callback));
       return;
     }
@@ -64,10 +68,15 @@ void Work::finish(std::exception_ptr error) {
     error_ = std::move(error);
     callbacks.swap(callbacks_);
   }
-  for (auto& callback : callbacks) callback();
-  {
+  for (;;) {
+    for (auto& callback : callbacks) callback();
+    callbacks.clear();
     std::lock_guard<std::mutex> lock(mutex_);
-    settled_ = true;
+    if (callbacks_.empty()) {
+      settled_ = true;
+      break;
+    }
+    callbacks.swap(callbacks_);  // added while the others ran
   }
   done_cv_.notify_all();
 }

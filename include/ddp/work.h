@@ -6,10 +6,10 @@
 // - wait(timeout) blocks at most `timeout` (default: the timeout of the group
 //   that issued it); a Work still running then raises TimeoutError naming the
 //   operation. It never blocks forever.
-// - Callbacks added with on_complete() run exactly once, on the thread that
-//   completes the Work (a backend worker), or at once on the caller's thread
-//   if it is already complete. wait() returns only after the callbacks added
-//   before completion have run. Keep them short; they must not throw, nor
+// - Callbacks added with on_complete() run exactly once, in the order they
+//   were added, on the thread that completes the Work (a backend worker), or
+//   at once on the caller's thread once that thread has run them all.
+//   wait() returns only after every callback added before then has run. Keep them short; they must not throw, nor
 //   wait() on the Work they belong to.
 // - Thread-safe: any thread may wait, poll, or add callbacks.
 #pragma once
