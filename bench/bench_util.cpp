@@ -79,14 +79,14 @@ void Args::expect_empty() const {
 
 // --- sizes ------------------------------------------------------------------
 
-int64_t parse_bytes(const std::string& text) {
+std::optional<int64_t> parse_scaled(const std::string& text, int64_t k) {
   std::string digits = text;
   int64_t unit = 1;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'k': case 'K': unit = int64_t{1} << 10; break;
-      case 'm': case 'M': unit = int64_t{1} << 20; break;
-      case 'g': case 'G': unit = int64_t{1} << 30; break;
+      case 'k': case 'K': unit = k; break;
+      case 'm': case 'M': unit = k * k; break;
+      case 'g': case 'G': unit = k * k * k; break;
       default: break;
     }
     if (unit != 1) digits.pop_back();
@@ -97,6 +97,11 @@ int64_t parse_bytes(const std::string& text) {
     if (used == digits.size() && v > 0 && v <= (int64_t{1} << 40) / unit) return v * unit;
   } catch (const std::exception&) {
   }
+  return std::nullopt;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  if (auto bytes = parse_scaled(text, 1024)) return *bytes;
   throw UsageError("'" + text + "' is not a byte size like 4096, 4K, 1M or 1G");
 }
 

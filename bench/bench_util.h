@@ -37,6 +37,9 @@ class Args {
   std::vector<std::string> args_;
 };
 
+// A positive integer with an optional suffix k/K, m/M or g/G worth `k`,
+// k^2, k^3; at most 2^40 in all. nullopt for anything else.
+std::optional<int64_t> parse_scaled(const std::string& text, int64_t k);
 // "4096", "4K", "64k", "1M", "256M", "1G" (binary multiples) -> bytes.
 int64_t parse_bytes(const std::string& text);
 // "4K,64K,1M" -> {4096, 65536, 1048576}.
@@ -52,6 +55,11 @@ inline double micros_between(Clock::time_point a, Clock::time_point b) {
 }
 inline double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+inline double ms_since(Clock::time_point t) { return ms_between(t, Clock::now()); }
+// t moved by `ms` milliseconds (negative: earlier).
+inline Clock::time_point plus_ms(Clock::time_point t, double ms) {
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
 struct Stats {

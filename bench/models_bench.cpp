@@ -45,10 +45,6 @@ models: mlp, resnet18, resnet50, bert_small, bert_base
 
 namespace {
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 int print_params(const ModelOptions& o) {
   torch::NoGradGuard no_grad;
   auto model = make_model(o);

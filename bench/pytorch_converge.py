@@ -174,10 +174,10 @@ def main():
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    from pytorch_ddp_train import describe_machine, leave, limit_openblas_threads
+    from pytorch_ddp_train import bench_models, describe_machine, leave
 
     torch.set_num_threads(args.threads)
-    blas_threads = limit_openblas_threads(args.threads)
+    blas_threads = bench_models.limit_openblas_threads(args.threads)
     xs, ys = load_digits(args.data)
     x_all = torch.tensor(xs, dtype=torch.float64).to(torch.float32)
     y_all = torch.tensor(ys, dtype=torch.int64)

@@ -39,7 +39,6 @@ Rank 0 prints a table and, with --json, writes rows in the format of
 
 import argparse
 from contextlib import nullcontext
-import ctypes
 import json
 import os
 import platform
@@ -182,18 +181,6 @@ def describe_machine():
     return m
 
 
-def limit_openblas_threads(threads):
-    """As bench/train_bench.cpp: Debian's torch multiplies matrices in
-    OpenBLAS (pthreads build), whose own thread pool torch.set_num_threads
-    does not limit. Returns the count set, or 0 without OpenBLAS."""
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")  # the copy torch already loaded
-        lib.openblas_set_num_threads(threads)
-        return lib.openblas_get_num_threads()
-    except (OSError, AttributeError):
-        return 0
-
-
 def leave():
     """Ends this rank once all ranks are done, without tearing anything down.
 
@@ -265,7 +252,7 @@ def main():
                  "ranks: they must be equal" % (args.world_size, env_ws))
 
     torch.set_num_threads(args.threads)
-    blas_threads = limit_openblas_threads(args.threads)
+    blas_threads = bench_models.limit_openblas_threads(args.threads)
     dist.init_process_group("gloo")  # env://
     rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -26,7 +26,6 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -64,23 +63,7 @@ namespace {
 
 // "60M" -> 60000000; K, M, G are decimal (1e3, 1e6, 1e9).
 int64_t parse_count(const std::string& text) {
-  std::string digits = text;
-  int64_t mult = 1;
-  if (!digits.empty() && std::isalpha(static_cast<unsigned char>(digits.back()))) {
-    switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
-      case 'K': mult = 1000; break;
-      case 'M': mult = 1000 * 1000; break;
-      case 'G': mult = 1000 * 1000 * 1000; break;
-      default: throw UsageError("bad element count '" + text + "' (e.g. 4096, 4K, 16M)");
-    }
-    digits.pop_back();
-  }
-  try {
-    size_t used = 0;
-    long long v = std::stoll(digits, &used);
-    if (used == digits.size() && v > 0 && v <= (int64_t{1} << 40) / mult) return v * mult;
-  } catch (const std::exception&) {
-  }
+  if (auto count = parse_scaled(text, 1000)) return *count;
   throw UsageError("bad element count '" + text + "' (a positive integer, e.g. 4096, 4K, 16M)");
 }
 
@@ -156,10 +139,6 @@ void check_pattern(const at::Tensor& flat, const std::string& impl, int64_t spli
       throw std::runtime_error(msg.str());
     }
   }
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 struct Row {

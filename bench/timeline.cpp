@@ -1,7 +1,5 @@
 #include "timeline.h"
 
-#include <chrono>
-
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
@@ -293,10 +291,7 @@ TimelineIteration deserialize(const std::string& text) {
 
 void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
                       Clock::time_point backward_returned) {
-  auto at = [&](double ms) {
-    return stats.backward_start + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double, std::milli>(ms));
-  };
+  auto at = [&](double ms) { return plus_ms(stats.backward_start, ms); };
   const auto compute_end = at(stats.backward_compute_ms);
   timeline.add("compute", "backward", stats.backward_start, compute_end);
   auto last_done = compute_end;

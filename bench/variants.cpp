@@ -312,8 +312,7 @@ class Ddp : public DataParallelVariant {
     const ddp::IterationStats s = ddp_->stats();
     // Before the module's forward, DDP broadcasts rank 0's buffers
     // (broadcast_buffers, on by default as in PyTorch): blocking.
-    const auto module_forward = forward_return_ - std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double, std::milli>(s.forward_ms));
+    const auto module_forward = plus_ms(forward_return_, -s.forward_ms);
     if (has_buffers_ && module_forward > forward_call_) {
       record("comm", "broadcast buffers", forward_call_, module_forward, /*blocking=*/true);
     }

@@ -405,11 +405,14 @@ def describe(opts):
 
 def limit_openblas_threads(threads):
     """Debian's torch multiplies matrices in OpenBLAS (pthreads build), whose
-    own pool torch.set_num_threads does not limit (as ddp_bench does)."""
+    own thread pool torch.set_num_threads does not limit (ddp_bench does the
+    same: bench_util.h). Returns the count set, or 0 without OpenBLAS."""
     try:
-        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(threads)
+        lib = ctypes.CDLL("libopenblas.so.0")  # the copy torch already loaded
+        lib.openblas_set_num_threads(threads)
+        return lib.openblas_get_num_threads()
     except (OSError, AttributeError):
-        pass
+        return 0
 
 
 def print_params(o):
