@@ -5,7 +5,7 @@
 
 #include <ddp/ddp.h>
 
-#include "detail/checked_process_group.h"
+#include "collectives/checked_process_group.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

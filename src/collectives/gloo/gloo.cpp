@@ -14,10 +14,10 @@
 
 #include <ddp/errors.h>
 
-#include "detail/arrival.h"
-#include "detail/gloo_collectives.h"
-#include "detail/gloo_store.h"
-#include "detail/network.h"
+#include "rendezvous/arrival.h"
+#include "collectives/gloo/collectives.h"
+#include "collectives/gloo/store.h"
+#include "collectives/gloo/network.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>

@@ -18,11 +18,11 @@
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
 
-#include "detail/autograd_hooks.h"
-#include "detail/bucket_set.h"
-#include "detail/env.h"
-#include "detail/hook_runner.h"
-#include "detail/model_sync.h"
+#include "reducer/autograd_hooks.h"
+#include "reducer/bucket_set.h"
+#include "rendezvous/env.h"
+#include "hooks/hook_runner.h"
+#include "module/model_sync.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

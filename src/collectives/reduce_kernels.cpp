@@ -1,7 +1,7 @@
 // The loops are plain so that the compiler vectorizes them for float, double
 // and the integer types; Half and BFloat16 go through float, as c10's own
 // arithmetic on them does. Outputs may alias an input (Gloo reduces in place).
-#include "detail/reduce_kernels.h"
+#include "collectives/reduce_kernels.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

@@ -1,4 +1,4 @@
-#include "detail/hook_runner.h"
+#include "hooks/hook_runner.h"
 
 #include <ddp/errors.h>
 

@@ -1,4 +1,4 @@
-#include "detail/autograd_hooks.h"
+#include "reducer/autograd_hooks.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>

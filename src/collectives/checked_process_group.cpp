@@ -1,4 +1,4 @@
-#include "detail/checked_process_group.h"
+#include "collectives/checked_process_group.h"
 
 #include <ddp/errors.h>
 

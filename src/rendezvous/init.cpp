@@ -5,10 +5,10 @@
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>
 
-#include "detail/arrival.h"
-#include "detail/checked_process_group.h"
-#include "detail/env.h"
-#include "detail/network.h"
+#include "rendezvous/arrival.h"
+#include "collectives/checked_process_group.h"
+#include "rendezvous/env.h"
+#include "collectives/gloo/network.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

@@ -3,7 +3,7 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 
-#include "detail/model_sync.h"
+#include "module/model_sync.h"
 
 #include <c10/core/GradMode.h>
 

@@ -7,9 +7,9 @@
 // neighbour and receives chunk (r-s-2) mod n from its left one, reducing it
 // into its own copy; after n-1 steps chunk r on rank r holds all n
 // contributions.
-#include "detail/gloo_collectives.h"
+#include "collectives/gloo/collectives.h"
 
-#include "detail/reduce_kernels.h"
+#include "collectives/reduce_kernels.h"
 
 #include <ATen/ATen.h>
 #include <gloo/allgather.h>

@@ -1,4 +1,4 @@
-#include "detail/network.h"
+#include "collectives/gloo/network.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,8 +1,8 @@
-#include "detail/bucket_set.h"
+#include "reducer/bucket_set.h"
 
 #include <ddp/errors.h>
 
-#include "detail/hook_runner.h"
+#include "hooks/hook_runner.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

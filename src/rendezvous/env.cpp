@@ -1,4 +1,4 @@
-#include "detail/env.h"
+#include "rendezvous/env.h"
 
 #include <ddp/errors.h>
 

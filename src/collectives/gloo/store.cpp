@@ -1,4 +1,4 @@
-#include "detail/gloo_store.h"
+#include "collectives/gloo/store.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

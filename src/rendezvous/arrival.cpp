@@ -1,4 +1,4 @@
-#include "detail/arrival.h"
+#include "rendezvous/arrival.h"
 
 #include <ddp/errors.h>
 

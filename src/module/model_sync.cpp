@@ -1,4 +1,4 @@
-#include "detail/model_sync.h"
+#include "module/model_sync.h"
 
 #include <ddp/errors.h>
 

@@ -1,0 +1,77 @@
+// The ordered task queue of a backend: operations are queued by the caller,
+// run on `threads` worker threads, and their Works complete in issue order
+// (collectives/issue_order.h). Each task has a tag, its issue number, which
+// backends use to match messages across ranks when several run at once.
+//
+// Failures follow the ProcessGroup contract: a task whose body returns a
+// CommunicationError breaks the queue; every later task fails without
+// running, citing the first failure.
+#pragma once
+
+#include <ddp/work.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddp::detail {
+
+class TaskQueue {
+ public:
+  // Runs one operation: returns null on success, else the error its Work
+  // completes with. Must not throw.
+  using Body = std::function<std::exception_ptr(uint32_t tag, const Work& work)>;
+
+  // `where` names this process in Work descriptions ("rank 1 of 2 [gloo]");
+  // `timeout` is every Work's default wait timeout.
+  TaskQueue(std::string where, std::chrono::milliseconds timeout, int threads);
+  // Runs what is queued, then joins the workers (see stop()).
+  ~TaskQueue();
+  TaskQueue(const TaskQueue&) = delete;
+  TaskQueue& operator=(const TaskQueue&) = delete;
+
+  // Queues `body` and returns its Work, described as
+  // "<kind> #<tag> (<detail>) on <where>".
+  WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                  Body body);
+
+  // Runs the tasks already queued, then joins the workers. An owner whose
+  // bodies use its members calls this first in its destructor. Idempotent.
+  void stop();
+
+  // "" while healthy; else the message of the failure that broke the queue.
+  std::string broken_reason() const;
+
+ private:
+  struct Task {
+    uint32_t tag;
+    WorkPtr work;
+    WorkPtr previous;  // null for the first
+    Body body;
+  };
+  void work_loop();
+  std::exception_ptr run(Task& task);
+
+  const std::string where_;
+  const std::chrono::milliseconds timeout_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable queue_cv_;  // signalled on enqueue and stop
+  std::deque<Task> queue_;            // guarded by mutex_
+  uint32_t next_tag_ = 0;             // guarded by mutex_
+  WorkPtr last_;                      // guarded by mutex_: the last Work issued
+  bool stopping_ = false;             // guarded by mutex_
+  std::string broken_reason_;         // guarded by mutex_: "" while healthy
+  std::vector<std::thread> workers_;  // started in the constructor, joined by stop()
+};
+
+}  // namespace ddp::detail
