@@ -1,5 +1,7 @@
 #include "c10d_group.h"
 
+#include <ddp/backends/gloo.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <cstdlib>
@@ -19,14 +21,14 @@ std::string interface_from_env() {
 std::string c10d_bind_description(const ddp::InitOptions& init) {
   const std::string iface = interface_from_env();
   if (!iface.empty()) return "interface " + iface;
-  return init.gloo().hostname().empty() ? "default" : init.gloo().hostname();
+  return ddp::gloo_default_hostname(ddp::rendezvous_master_host(init));
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_c10d_gloo(const ddp::StorePtr& store,
                                                           const ddp::InitOptions& init,
                                                           int threads, const std::string& prefix) {
   const std::string iface = interface_from_env();
-  const std::string& host = init.gloo().hostname();
+  const std::string host = ddp::gloo_default_hostname(ddp::rendezvous_master_host(init));
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->threads = threads;
   opts->devices.push_back(!iface.empty() ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)

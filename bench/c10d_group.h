@@ -3,8 +3,7 @@
 // group binds, so that both implementations use the same store, the same
 // interface and the same number of worker threads.
 //
-//   ddp::InitOptions init;
-//   init.gloo().threads(g);
+//   ddp::InitOptions init = ddp_bench::init_options(g);
 //   ddp::StorePtr store = ddp::rendezvous(init);
 //   auto ours = ddp::new_process_group(store, init.rank(), init.world_size(), init);
 //   auto theirs = ddp_bench::make_c10d_gloo(store, init, g);
@@ -22,9 +21,9 @@
 namespace ddp_bench {
 
 // Where a c10d group made by make_c10d_gloo binds: "interface X" for
-// $DDP_SOCKET_IFNAME (else $GLOO_SOCKET_IFNAME), else the host name or
-// address ddp's rendezvous chose (init.gloo().hostname(): the local address
-// that routes to the master), else "default" (c10d's own choice).
+// $DDP_SOCKET_IFNAME (else $GLOO_SOCKET_IFNAME), else where ddp's Gloo
+// binds by default (ddp::gloo_default_hostname: the local address that
+// routes to the rendezvous master).
 std::string c10d_bind_description(const ddp::InitOptions& init);
 
 // A c10d::ProcessGroupGloo with `threads` worker threads on `store` under

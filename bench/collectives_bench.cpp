@@ -184,8 +184,7 @@ int run_collectives(Args args) {
   const Config cfg = parse(args);
   torch::set_num_threads(static_cast<int>(cfg.threads));
 
-  ddp::InitOptions init;
-  init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  ddp::InitOptions init = ddp_bench::init_options(static_cast<int>(cfg.gloo_threads));
   ddp::StorePtr store = ddp::rendezvous(init);
   const int rank = init.rank(), world = init.world_size();
 

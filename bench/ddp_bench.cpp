@@ -6,11 +6,27 @@
 // A new subcommand is a new file plus one line in kSubcommands.
 #include "subcommands.h"
 
+#include <ddp/backends/gloo.h>
+#include <ddp/init.h>
+
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
+
+namespace ddp_bench {
+
+ddp::InitOptions init_options(int gloo_threads) {
+  ddp::InitOptions init;
+  if (ddp::resolve_backend_name(init.backend()) == "gloo") {
+    init.backend_options(
+        std::make_shared<ddp::GlooOptions>(ddp::GlooOptions().threads(gloo_threads)));
+  }
+  return init;
+}
+
+}  // namespace ddp_bench
 
 namespace {
 

@@ -156,8 +156,7 @@ int run_split(Args args) {
 
   // ddp's group as ddp::init_process_group makes it (rendezvous, then the
   // group), keeping the store for c10d's group.
-  ddp::InitOptions init;
-  init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  ddp::InitOptions init = ddp_bench::init_options(static_cast<int>(cfg.gloo_threads));
   ddp::StorePtr store = ddp::rendezvous(init);
   const int rank = init.rank(), world = init.world_size();
   ddp::ProcessGroupPtr ddp_pg = ddp::new_process_group(store, rank, world, init);

@@ -6,7 +6,16 @@
 
 #include "bench_util.h"
 
+namespace ddp {
+struct InitOptions;
+}
+
 namespace ddp_bench {
+
+// ddp's InitOptions for a benchmark (ddp_bench.cpp): the backend ddp would
+// choose ($DDP_BACKEND, else gloo), with `gloo_threads` worker threads when
+// that is gloo.
+ddp::InitOptions init_options(int gloo_threads);
 
 // collectives_bench.cpp: allreduce, ddp against c10d's ProcessGroupGloo.
 int run_collectives(Args args);

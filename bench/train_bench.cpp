@@ -244,8 +244,7 @@ int run_train(Args args) {
   torch::set_num_threads(static_cast<int>(cfg.threads));
   const int blas_threads = limit_openblas_threads(static_cast<int>(cfg.threads));
 
-  ddp::InitOptions init;
-  init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  ddp::InitOptions init = ddp_bench::init_options(static_cast<int>(cfg.gloo_threads));
   init.round_robin_groups(static_cast<int>(cfg.process_groups));
   ddp::ProcessGroupPtr pg = ddp::init_process_group(init);
   const int rank = pg->rank(), world = pg->size();

@@ -197,8 +197,7 @@ int run_variants(Args args) {
   torch::set_num_threads(static_cast<int>(cfg.threads));
   const int blas_threads = limit_openblas_threads(static_cast<int>(cfg.threads));
 
-  ddp::InitOptions init;
-  init.gloo().threads(static_cast<int>(cfg.gloo_threads));
+  ddp::InitOptions init = ddp_bench::init_options(static_cast<int>(cfg.gloo_threads));
   ddp::ProcessGroupPtr pg = ddp::init_process_group(init);
   const int rank = pg->rank(), world = pg->size();
   const std::string torch_version = TORCH_VERSION;

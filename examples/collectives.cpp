@@ -28,7 +28,8 @@ ddp::InitOptions parse(int argc, char** argv) {
     if (flag == "--init-method") o.init_method(value);
     else if (flag == "--rank") o.rank(std::stoi(value));
     else if (flag == "--world-size") o.world_size(std::stoi(value));
-    else if (flag == "--threads") o.gloo().threads(std::stoi(value));
+    else if (flag == "--threads")
+      o.backend_options(std::make_shared<ddp::GlooOptions>(ddp::GlooOptions().threads(std::stoi(value))));
     else if (flag == "--round-robin") o.round_robin_groups(std::stoi(value));
     else throw ddp::InvalidArgument("collectives: unknown flag " + flag);
   }

@@ -1,6 +1,7 @@
 // The ddp library: distributed data-parallel training for libtorch.
 #pragma once
 
+#include <ddp/backend.h>
 #include <ddp/backends/gloo.h>
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>

@@ -16,11 +16,15 @@
 // Errors name the variable or option and the expected form (InvalidArgument);
 // an unreachable master or a port in use names the address.
 //
+// Backends (include/ddp/backend.h) are chosen by name: InitOptions::backend,
+// else $DDP_BACKEND, else "gloo". A backend that needs no store (mpi) skips
+// the store rendezvous and takes rank and size from its own launcher.
+//
 // DDP_DEBUG=detail wraps the group so that each collective's fingerprint
 // (kind, op, dtype, sizes) is compared across ranks before it runs.
 #pragma once
 
-#include <ddp/backends/gloo.h>
+#include <ddp/backend.h>
 #include <ddp/process_group.h>
 #include <ddp/store.h>
 
@@ -32,8 +36,9 @@
 namespace ddp {
 
 struct InitOptions {
-  // "gloo" (the CPU backend).
-  TORCH_ARG(std::string, backend) = "gloo";
+  // The backend's registered name ("gloo", "mpi", ...; ddp::backend_names()
+  // lists this build's). Default "": $DDP_BACKEND when set, else "gloo".
+  TORCH_ARG(std::string, backend) = "";
   // "env://", "tcp://host:port" or "file:///path". Default "env://".
   TORCH_ARG(std::string, init_method) = "env://";
   // This process's rank; -1 (default) reads it from the environment.
@@ -45,11 +50,13 @@ struct InitOptions {
   // How long the first rank waits for the last. Default 5 minutes;
   // $DDP_RENDEZVOUS_TIMEOUT_S overrides it.
   TORCH_ARG(std::chrono::milliseconds, rendezvous_timeout) = std::chrono::minutes(5);
-  // K > 1 composes K Gloo groups round-robin (RoundRobinProcessGroup).
-  // Default 1.
+  // K > 1 composes K groups of the backend round-robin
+  // (RoundRobinProcessGroup). Default 1.
   TORCH_ARG(int, round_robin_groups) = 1;
-  // Options of each Gloo group (its timeout is replaced by `timeout`).
-  TORCH_ARG(GlooOptions, gloo) = {};
+  // The backend's own options, of its type (GlooOptions for "gloo", ...);
+  // their timeout is replaced by `timeout`. Default null: the backend's
+  // defaults.
+  TORCH_ARG(BackendOptionsPtr, backend_options) = nullptr;
 };
 
 // Where this process stands, as read from the environment.
@@ -72,8 +79,14 @@ LaunchInfo launch_info_from_env();
 // all ranks arrived. The rank and size used are returned through the options.
 StorePtr rendezvous(InitOptions& options);
 
+// The host of the rendezvous master named by `options` (MASTER_ADDR for
+// env://, the host of tcp://host:port); "" for file:// or when unset.
+std::string rendezvous_master_host(const InitOptions& options);
+
 // Rendezvous, then the group; also becomes the default group. Calling it
-// twice without destroy_process_group() is an error.
+// twice without destroy_process_group() is an error. For a backend that
+// needs no store, its own world replaces the rendezvous; a rank or world
+// size given in the options or by another launcher's variables must agree.
 ProcessGroupPtr init_process_group(InitOptions options = {});
 
 // The group init_process_group() made; InvalidArgument if there is none.
@@ -84,7 +97,9 @@ void destroy_process_group();
 
 // Builds a group of `options.backend` on an existing store (no rendezvous
 // wait): what init_process_group uses, and what tests use on a HashStore.
-// Applies round_robin_groups and the DDP_DEBUG wrapper.
+// Each round-robin member gets the store under its own prefix ("group<i>/").
+// Applies round_robin_groups and the DDP_DEBUG wrapper. `store` may be null
+// for a backend that needs none.
 ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
                                   const InitOptions& options = {});
 

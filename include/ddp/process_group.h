@@ -11,8 +11,10 @@
 //   disagreement raises CollectiveMismatch on every rank.
 // - Operations issued from one thread complete in issue order; many may be in
 //   flight at once.
-// - Tensors: dense, contiguous, on the CPU, of dtype float32, float64,
-//   float16, bfloat16, int32, int64 or uint8; zero elements is allowed.
+// - Tensors: dense and contiguous, zero elements allowed; which devices and
+//   dtypes a group takes is its backend's to say (unsupported_reason). The
+//   CPU backends (gloo, mpi, shm) take CPU tensors of dtype float32, float64,
+//   float16, bfloat16, int32, int64 or uint8.
 // - After a communication failure the group is broken: the failed Work and all
 //   later ones raise CommunicationError (or TimeoutError) with the first cause.
 // - Thread-safe: operations may be issued from several threads, but then the
@@ -58,6 +60,10 @@ class ProcessGroup {
   // Default timeout of every Work this group issues.
   std::chrono::milliseconds timeout() const { return timeout_; }
   virtual std::string backend_name() const = 0;
+  // Why this group cannot take `tensor` (its device or dtype), naming the
+  // backend and what to do; "" when it can. Every operation checks each of
+  // its tensors with it. Default: "" (any tensor).
+  virtual std::string unsupported_reason(const at::Tensor& tensor) const;
 
   // In place: every rank's `tensor` becomes the reduction over all ranks. AVG
   // is defined for floating dtypes only (use SUM on integers and divide).

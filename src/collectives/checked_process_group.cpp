@@ -18,6 +18,10 @@ std::string CheckedProcessGroup::backend_name() const {
   return inner_->backend_name() + "+checked";
 }
 
+std::string CheckedProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return inner_->unsupported_reason(tensor);
+}
+
 std::string CheckedProcessGroup::describe(const Fingerprint& f) {
   std::string s = std::string(to_string(f.kind)) + "(";
   if (f.op >= 0) s += std::string(to_string(static_cast<ReduceOp>(f.op))) + ", ";

@@ -14,6 +14,7 @@ class CheckedProcessGroup : public ProcessGroup {
   explicit CheckedProcessGroup(ProcessGroupPtr inner);
 
   std::string backend_name() const override;
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;

@@ -53,6 +53,8 @@ ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout
 
 ProcessGroup::~ProcessGroup() = default;
 
+std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return ""; }
+
 std::string ProcessGroup::where() const {
   return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
          " [" + backend_name() + "]";
@@ -60,19 +62,10 @@ std::string ProcessGroup::where() const {
 
 namespace {
 
-bool supported_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kInt: case at::kLong: case at::kByte:
-      return true;
-    default:
-      return false;
-  }
-}
-
 class Checker {
  public:
-  Checker(std::string where, const char* op) : where_(std::move(where)), op_(op) {}
+  Checker(const ProcessGroup& group, std::string where, const char* op)
+      : group_(group), where_(std::move(where)), op_(op) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw InvalidArgument("ddp: " + where_ + ": " + op_ + ": " + what);
@@ -80,16 +73,10 @@ class Checker {
 
   void tensor(const at::Tensor& t, const std::string& name) const {
     if (!t.defined()) fail(name + " is an undefined tensor");
-    if (!t.device().is_cpu()) {
-      fail(name + " is on " + t.device().str() +
-           "; the gloo backend takes CPU tensors (move it with .cpu())");
-    }
     if (t.layout() != at::kStrided) fail(name + " must be a dense (strided) tensor");
     if (!t.is_contiguous()) fail(name + " must be contiguous; call .contiguous() first");
-    if (!supported_dtype(t.scalar_type())) {
-      fail(name + " has dtype " + std::string(c10::toString(t.scalar_type())) +
-           "; supported: Float, Double, Half, BFloat16, Int, Long, Byte");
-    }
+    std::string why = group_.unsupported_reason(t);
+    if (!why.empty()) fail(name + " " + why);
   }
 
   void same(const at::Tensor& t, const at::Tensor& ref, const std::string& name,
@@ -119,6 +106,7 @@ class Checker {
   }
 
  private:
+  const ProcessGroup& group_;
   std::string where_;
   const char* op_;
 };
@@ -130,7 +118,7 @@ std::string nth(const char* name, size_t i) {
 }  // namespace
 
 WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
-  Checker check(where(), "allreduce");
+  Checker check(*this, where(), "allreduce");
   check.tensor(tensor, "tensor");
   check.op(op, tensor);
   return do_allreduce(std::move(tensor), op);
@@ -138,7 +126,7 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
 
 WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
                                           ReduceOp op) {
-  Checker check(where(), "allreduce_coalesced");
+  Checker check(*this, where(), "allreduce_coalesced");
   if (tensors.empty()) check.fail("no tensors given");
   for (size_t i = 0; i < tensors.size(); ++i) {
     check.tensor(tensors[i], nth("tensors", i));
@@ -154,7 +142,7 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
-  Checker check(where(), "broadcast");
+  Checker check(*this, where(), "broadcast");
   check.tensor(tensor, "tensor");
   if (root < 0 || root >= size()) {
     check.fail("root " + std::to_string(root) + " is outside [0, " +
@@ -164,7 +152,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
 }
 
 WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
-  Checker check(where(), "allgather");
+  Checker check(*this, where(), "allgather");
   check.tensor(input, "input");
   check.count(outputs.size(), size(), "outputs");
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -176,7 +164,7 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
 
 WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                                      ReduceOp op) {
-  Checker check(where(), "reduce_scatter");
+  Checker check(*this, where(), "reduce_scatter");
   check.tensor(output, "output");
   check.count(inputs.size(), size(), "inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -2,6 +2,8 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/issue_order.h"
+
 #include <algorithm>
 #include <functional>
 
@@ -21,15 +23,6 @@ std::chrono::milliseconds largest_timeout(const std::vector<ProcessGroupPtr>& gr
     if (g) timeout = std::max(timeout, g->timeout());
   }
   return timeout;
-}
-
-// Runs `fn` once `previous` has completed (at once when there is none).
-void after(const WorkPtr& previous, std::function<void()> fn) {
-  if (previous) {
-    previous->on_complete(std::move(fn));
-  } else {
-    fn();
-  }
 }
 
 }  // namespace
@@ -54,6 +47,10 @@ std::string RoundRobinProcessGroup::backend_name() const {
   return "round_robin(" + std::to_string(groups_.size()) + "x" + groups_[0]->backend_name() + ")";
 }
 
+std::string RoundRobinProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return groups_[0]->unsupported_reason(tensor);
+}
+
 template <typename Issue>
 WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -62,7 +59,7 @@ WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
   auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
   // Complete `outer` once `inner` and every earlier Work have completed.
   inner->on_complete([inner, outer, previous = last_] {
-    after(previous, [inner, outer] { outer->finish(inner->exception()); });
+    detail::finish_after(previous, outer, inner->exception());
   });
   last_ = outer;
   return outer;
@@ -101,7 +98,7 @@ WorkPtr RoundRobinProcessGroup::do_barrier() {
   for (auto& w : inner) {
     w->on_complete([w, outer, remaining, previous, inner_works = inner] {
       if (--*remaining != 0) return;
-      after(previous, [outer, inner_works] {
+      detail::after(previous, [outer, inner_works] {
         std::exception_ptr error;
         for (auto& x : inner_works) {
           if (!error) error = x->exception();

@@ -5,10 +5,9 @@
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>
 
-#include "rendezvous/arrival.h"
 #include "collectives/checked_process_group.h"
+#include "rendezvous/arrival.h"
 #include "rendezvous/env.h"
-#include "collectives/gloo/network.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -152,15 +151,10 @@ StorePtr rendezvous(InitOptions& o) {
   }
   const std::string& method = o.init_method();
   StorePtr store;
-  std::string master_host;
   if (method == "env://") {
-    Endpoint master = master_from_env();
-    master_host = master.host;
-    store = make_tcp_store(master, o);
+    store = make_tcp_store(master_from_env(), o);
   } else if (method.rfind("tcp://", 0) == 0) {
-    Endpoint master = parse_endpoint(method.substr(6), "init_method tcp://");
-    master_host = master.host;
-    store = make_tcp_store(master, o);
+    store = make_tcp_store(parse_endpoint(method.substr(6), "init_method tcp://"), o);
   } else if (method.rfind("file://", 0) == 0 && method.size() > 7) {
     store = c10::make_intrusive<c10d::FileStore>(method.substr(7), o.world_size());
     store->setTimeout(o.rendezvous_timeout());
@@ -168,33 +162,43 @@ StorePtr rendezvous(InitOptions& o) {
     throw InvalidArgument("ddp: init_method '" + method +
                           "' is not one of env://, tcp://host:port, file:///path");
   }
-  // Bind where the master is reachable from, unless told otherwise.
-  if (!master_host.empty() && o.gloo().interface().empty() && o.gloo().hostname().empty() &&
-      detail::socket_interface_from_env().empty()) {
-    std::string local = detail::local_address_towards(master_host);
-    if (!local.empty()) o.gloo().hostname(local);
-  }
   detail::wait_for_all_ranks(store, o.rank(), o.world_size(), o.rendezvous_timeout(),
                              "rendezvous");
   return store;
 }
 
+std::string rendezvous_master_host(const InitOptions& o) {
+  const std::string& method = o.init_method();
+  if (method == "env://") return detail::env_string("MASTER_ADDR").value_or("");
+  if (method.rfind("tcp://", 0) == 0) {
+    return parse_endpoint(method.substr(6), "init_method tcp://").host;
+  }
+  return "";
+}
+
 ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
                                   const InitOptions& options) {
-  if (options.backend() != "gloo") {
-    throw InvalidArgument("ddp: backend '" + options.backend() +
-                          "' is not available; available: gloo");
-  }
+  const Backend& backend = find_backend(resolve_backend_name(options.backend()));
   if (options.round_robin_groups() < 1) {
     throw InvalidArgument("ddp: InitOptions::round_robin_groups must be >= 1, got " +
                           std::to_string(options.round_robin_groups()));
   }
-  GlooOptions gloo = options.gloo();
-  gloo.timeout(options.timeout());
+  if (backend.needs_store && !store) {
+    throw InvalidArgument("ddp: the " + backend.name +
+                          " backend needs a store; new_process_group got none");
+  }
+  BackendSetup setup;
+  setup.rank = rank;
+  setup.world_size = world_size;
+  setup.timeout = options.timeout();
+  setup.master_host = rendezvous_master_host(options);
+  setup.options = options.backend_options();
   std::vector<ProcessGroupPtr> groups;
   for (int i = 0; i < options.round_robin_groups(); ++i) {
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
-    groups.push_back(std::make_shared<GlooProcessGroup>(prefixed, rank, world_size, gloo));
+    setup.index = i;
+    setup.store = StorePtr();
+    if (store) setup.store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
+    groups.push_back(backend.create(setup));
   }
   ProcessGroupPtr group = groups.size() == 1
                               ? groups[0]
@@ -205,6 +209,30 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
   return group;
 }
 
+namespace {
+
+// A backend that needs no store knows its world from its own launcher; what
+// the options or another launcher's variables say must agree with it.
+void adopt_backend_world(const Backend& backend, InitOptions& o) {
+  BackendWorld world = backend.world();
+  LaunchInfo info = launch_info_from_env();
+  const int rank = o.rank() >= 0 ? o.rank() : info.rank;
+  const int size = o.world_size() >= 0 ? o.world_size() : info.world_size;
+  if ((rank >= 0 && rank != world.rank) || (size >= 0 && size != world.world_size)) {
+    throw InvalidArgument(
+        "ddp: the " + backend.name + " backend sees rank " + std::to_string(world.rank) +
+        " of " + std::to_string(world.world_size) + ", but the options or the launcher's "
+        "variables" + (info.source.empty() ? "" : " (" + info.source + ")") + " say rank " +
+        std::to_string(rank) + " of " + std::to_string(size) + ". Start the job with the " +
+        backend.name + " backend's own launcher (mpirun or srun for mpi), or choose "
+        "another backend (DDP_BACKEND=gloo) under ddprun and torchrun.");
+  }
+  o.rank(world.rank);
+  o.world_size(world.world_size);
+}
+
+}  // namespace
+
 ProcessGroupPtr init_process_group(InitOptions options) {
   {
     std::lock_guard<std::mutex> lock(default_mutex);
@@ -213,7 +241,13 @@ ProcessGroupPtr init_process_group(InitOptions options) {
                             "destroy_process_group() first");
     }
   }
-  StorePtr store = rendezvous(options);
+  const Backend& backend = find_backend(resolve_backend_name(options.backend()));
+  StorePtr store;
+  if (backend.needs_store) {
+    store = rendezvous(options);
+  } else {
+    adopt_backend_world(backend, options);
+  }
   auto group = new_process_group(store, options.rank(), options.world_size(), options);
   std::lock_guard<std::mutex> lock(default_mutex);
   default_group = group;

@@ -55,6 +55,7 @@ expect "missing MASTER_ADDR" 1 "MASTER_ADDR is not set" -- env -u MASTER_ADDR RA
 expect "malformed MASTER_PORT" 1 "MASTER_PORT='http' is not an integer" -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=http "$demo"
 expect "rank outside the world" 1 "RANK=2 is outside \[0, WORLD_SIZE=2\)" -- env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$demo"
 expect "RANK without WORLD_SIZE" 1 "RANK is set but WORLD_SIZE is not" -- env -u WORLD_SIZE RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$demo"
+expect "unknown DDP_BACKEND" 1 "backend 'bogus' is not available in this build.*Available: .*gloo" -- env DDP_BACKEND=bogus RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" "$demo"
 expect "bad DDP_DEBUG" 1 "DDP_DEBUG='loud' is not one of off, info, detail" -- env DDP_DEBUG=loud RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" "$demo"
 port=$(free_port)
 expect "rendezvous timeout counts arrivals" 1 "1 of 2 ranks arrived \(missing: 1\)" \

@@ -53,8 +53,8 @@ TEST(ProcessGroup, ManyInFlightCompleteInIssueOrder) {
 
 TEST(ProcessGroup, SeveralWorkerThreadsKeepIssueOrder) {
   spawn(4, [](int rank, StorePtr store) {
-    InitOptions options;
-    options.gloo().threads(4);
+    auto options = InitOptions().backend_options(std::make_shared<GlooOptions>(
+        GlooOptions().threads(4)));
     many_in_flight(make_group(store, rank, 4, options), 64);
   });
 }
@@ -83,8 +83,8 @@ TEST(ProcessGroup, RoundRobinRejectsGroupsOfDifferentRanks) {
 TEST(ProcessGroup, BcubeAlgorithmGivesTheSameSums) {
   for (int size : {2, 4, 5}) {
     spawn(size, [size](int rank, StorePtr store) {
-      InitOptions options;
-      options.gloo().algorithm(GlooOptions::Algorithm::BCUBE);
+      auto options = InitOptions().backend_options(std::make_shared<GlooOptions>(
+          GlooOptions().algorithm(GlooOptions::Algorithm::BCUBE)));
       auto pg = make_group(store, rank, size, options);
       at::Tensor t = at::arange(100000, at::kDouble) * (rank + 1);
       pg->allreduce(t)->wait();

@@ -13,6 +13,7 @@
 //   is broken from then on (see process_group.h).
 #pragma once
 
+#include <ddp/backend.h>
 #include <ddp/process_group.h>
 #include <ddp/store.h>
 
@@ -24,7 +25,8 @@
 
 namespace ddp {
 
-struct GlooOptions {
+// Pass as InitOptions::backend_options (a shared_ptr) with backend "gloo".
+struct GlooOptions : BackendOptions {
   enum class Algorithm {
     RING,   // bandwidth-optimal ring (reduce-scatter + allgather)
     BCUBE,  // Gloo's BCube: fewer steps, better for small messages
@@ -37,15 +39,24 @@ struct GlooOptions {
   // Network interface to bind to, e.g. "eth0". Default: $DDP_SOCKET_IFNAME,
   // else $GLOO_SOCKET_IFNAME, else `hostname` below.
   TORCH_ARG(std::string, interface) = "";
-  // Host name or address to bind to when no interface is named. Default: the
-  // local address that routes to the master, else this machine's host name
-  // when it resolves to a local address, else 127.0.0.1.
+  // Host name or address to bind to when no interface is named. Default:
+  // gloo_default_hostname(master): the local address that routes to the
+  // rendezvous master, else this machine's host name when it resolves to a
+  // local address, else 127.0.0.1.
   TORCH_ARG(std::string, hostname) = "";
   // Gloo's allreduce algorithm. Default RING.
   TORCH_ARG(Algorithm, algorithm) = Algorithm::RING;
-  // Default timeout of every collective and of the connection set-up.
+  // Default timeout of every collective and of the connection set-up. In a
+  // group built by name (init_process_group), InitOptions::timeout.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
 };
+
+// Where a Gloo group binds when neither an interface (option or
+// $DDP_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME) nor a host name is given: the
+// local address whose route reaches `master_host` (the rendezvous master),
+// else this machine's host name when it resolves to a local address, else
+// 127.0.0.1. "" for `master_host` skips the route.
+std::string gloo_default_hostname(const std::string& master_host);
 
 class GlooProcessGroup : public ProcessGroup {
  public:
@@ -56,6 +67,8 @@ class GlooProcessGroup : public ProcessGroup {
   ~GlooProcessGroup() override;
 
   std::string backend_name() const override { return "gloo"; }
+  // CPU tensors of dtype Float, Double, Half, BFloat16, Int, Long or Byte.
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
   const GlooOptions& options() const;
 
  protected:

@@ -22,6 +22,8 @@ class RoundRobinProcessGroup : public ProcessGroup {
   explicit RoundRobinProcessGroup(std::vector<ProcessGroupPtr> groups);
 
   std::string backend_name() const override;
+  // The members' rule (they are of one backend).
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
   const std::vector<ProcessGroupPtr>& groups() const { return groups_; }
 
  protected:

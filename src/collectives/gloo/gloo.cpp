@@ -1,9 +1,9 @@
 // The Gloo backend.
 //
-// Each collective becomes a Task tagged with its issue number (Gloo matches
+// Each collective becomes a task of the ordered task queue
+// (collectives/task_queue.h), tagged with its issue number: Gloo matches
 // messages across ranks by tag, so tasks may run on several worker threads at
-// once). A finished task completes its Work only after the previous Work
-// completed, which keeps completion in issue order without blocking a worker.
+// once while their Works still complete in issue order.
 //
 // Failures: Gloo reports a broken connection with the peer's address; the
 // ranks publish their connection addresses at set-up, so an error can name
@@ -14,10 +14,12 @@
 
 #include <ddp/errors.h>
 
-#include "rendezvous/arrival.h"
+#include "collectives/cpu_tensors.h"
 #include "collectives/gloo/collectives.h"
-#include "collectives/gloo/store.h"
 #include "collectives/gloo/network.h"
+#include "collectives/gloo/store.h"
+#include "collectives/task_queue.h"
+#include "rendezvous/arrival.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -25,8 +27,6 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <cctype>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -36,12 +36,6 @@ namespace ddp {
 namespace gloo_ops = detail::gloo_ops;
 
 namespace {
-
-std::string describe(const char* kind, uint32_t tag, const std::string& detail,
-                     const std::string& where) {
-  return std::string(kind) + " #" + std::to_string(tag) +
-         (detail.empty() ? "" : " (" + detail + ")") + " on " + where;
-}
 
 std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
   std::string s = op ? std::string(op) + ", " : "";
@@ -82,44 +76,25 @@ class GlooProcessGroup::Impl {
     }
     context_ = context;
     learn_peer_addresses();
-    for (int i = 0; i < options_.threads(); ++i) workers_.emplace_back([this] { work_loop(); });
+    queue_ = std::make_unique<detail::TaskQueue>(owner.where(), owner.timeout(),
+                                                 options_.threads());
   }
 
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    queue_cv_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
+  ~Impl() { queue_->stop(); }  // the tasks use context_ and store_
 
-  // Queues `body(tag)` and returns its Work.
+  // Queues `body` and returns its Work.
   WorkPtr enqueue(const char* kind, const std::string& detail,
                   std::vector<at::Tensor> outputs,
                   std::function<void(const gloo_ops::Call&)> body) {
-    WorkPtr work;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      const uint32_t tag = next_tag_++;
-      work = std::make_shared<Work>(describe(kind, tag, detail, owner_.where()),
-                                    owner_.timeout(), std::move(outputs));
-      queue_.push_back(Task{tag, work, last_, std::move(body)});
-      last_ = work;
-    }
-    queue_cv_.notify_one();  // outside the lock: the worker can take it at once
-    return work;
+    return queue_->enqueue(kind, detail, std::move(outputs),
+                           [this, body = std::move(body)](uint32_t tag, const Work& work) {
+                             return run(tag, work, body);
+                           });
   }
 
   const GlooOptions& options() const { return options_; }
 
  private:
-  struct Task {
-    uint32_t tag;
-    WorkPtr work;
-    WorkPtr previous;  // null for the first
-    std::function<void(const gloo_ops::Call&)> body;
-  };
 
   std::shared_ptr<gloo::transport::Device> make_device() {
     gloo::transport::tcp::attr attr;
@@ -175,55 +150,28 @@ class GlooProcessGroup::Impl {
     }
   }
 
-  void work_loop() {
-    for (;;) {
-      Task task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error = run(task);
-      auto work = task.work;
-      if (task.previous) {
-        task.previous->on_complete([work, error] { work->finish(error); });
-      } else {
-        work->finish(error);
-      }
-    }
-  }
-
-  std::exception_ptr run(Task& task) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (broken_) {
-        return std::make_exception_ptr(CommunicationError(
-            "ddp: " + task.work->description() +
-            " not run: the group is broken by an earlier failure: " + broken_reason_));
-      }
-    }
+  std::exception_ptr run(uint32_t tag, const Work& work,
+                         const std::function<void(const gloo_ops::Call&)>& body) {
     try {
-      gloo_ops::Call call{context_, task.tag, options_.timeout(), options_.algorithm()};
-      task.body(call);
+      body(gloo_ops::Call{context_, tag, options_.timeout(), options_.algorithm()});
       return nullptr;
     } catch (const gloo::Exception& e) {
-      return fail(task, e.what());
+      return fail(work, e.what());
     } catch (const CommunicationError&) {
       return std::current_exception();
     } catch (const std::exception& e) {
       return std::make_exception_ptr(
-          Error("ddp: " + task.work->description() + " failed: " + e.what()));
+          Error("ddp: " + work.description() + " failed: " + e.what()));
     }
   }
 
-  // Breaks the group, names the peer, and tells the other ranks.
-  std::exception_ptr fail(const Task& task, const std::string& gloo_error) {
+  // Names the peer, tells the other ranks, and closes the connections (the
+  // queue breaks on the CommunicationError returned).
+  std::exception_ptr fail(const Work& work, const std::string& gloo_error) {
     std::string cause = explain(gloo_error);
     std::string report = "rank " + std::to_string(owner_.rank()) + ": " + cause;
     std::string first = report_failure(report);
-    std::string message = "ddp: " + task.work->description() + " failed: " + cause;
+    std::string message = "ddp: " + work.description() + " failed: " + cause;
     if (cause == gloo_error) {  // the error did not name the peer: who went silent?
       std::string silent = silent_ranks(std::chrono::seconds(2));
       if (!silent.empty()) {
@@ -232,13 +180,6 @@ class GlooProcessGroup::Impl {
       }
     }
     if (!first.empty() && first != report) message += " (first failure reported: " + first + ")";
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!broken_) {
-        broken_ = true;
-        broken_reason_ = message;
-      }
-    }
     context_->closeConnections();
     if (gloo_error.find("Timed out") != std::string::npos) {
       return std::make_exception_ptr(TimeoutError(
@@ -309,17 +250,8 @@ class GlooProcessGroup::Impl {
   const StorePtr store_;
   const GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
-  std::map<std::string, int> peer_by_address_;  // written before workers start
-
-  std::mutex mutex_;
-  std::condition_variable queue_cv_;  // signalled on enqueue and stop
-  std::deque<Task> queue_;            // guarded by mutex_
-  uint32_t next_tag_ = 0;             // guarded by mutex_
-  WorkPtr last_;                      // guarded by mutex_
-  bool stopping_ = false;             // guarded by mutex_
-  bool broken_ = false;               // guarded by mutex_
-  std::string broken_reason_;         // guarded by mutex_
-  std::vector<std::thread> workers_;
+  std::map<std::string, int> peer_by_address_;  // written before the queue starts
+  std::unique_ptr<detail::TaskQueue> queue_;     // last: stopped first
 };
 
 GlooProcessGroup::GlooProcessGroup(StorePtr store, int rank, int size, GlooOptions options)
@@ -334,6 +266,10 @@ GlooProcessGroup::GlooProcessGroup(StorePtr store, int rank, int size, GlooOptio
 GlooProcessGroup::~GlooProcessGroup() = default;
 
 const GlooOptions& GlooProcessGroup::options() const { return impl_->options(); }
+
+std::string GlooProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return detail::cpu_tensor_unsupported_reason(tensor, "gloo");
+}
 
 WorkPtr GlooProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},

@@ -1,0 +1,12 @@
+// The backends built into this library, each defined in its own folder under
+// src/collectives/. A new backend adds its entry function here and to the
+// list in registry.cpp; nothing above the collective layer changes.
+#pragma once
+
+#include <ddp/backend.h>
+
+namespace ddp::detail {
+
+Backend gloo_backend();  // collectives/gloo/backend.cpp
+
+}  // namespace ddp::detail

@@ -1,0 +1,59 @@
+// The registry's entry for Gloo: a GlooProcessGroup on the rendezvous store,
+// bound where the master is reachable from unless told otherwise.
+#include <ddp/backends/gloo.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/builtin_backends.h"
+#include "collectives/gloo/network.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace ddp {
+
+std::string gloo_default_hostname(const std::string& master_host) {
+  if (!master_host.empty()) {
+    std::string local = detail::local_address_towards(master_host);
+    if (!local.empty()) return local;
+  }
+  return detail::bindable_hostname();
+}
+
+namespace detail {
+namespace {
+
+GlooOptions options_for(const BackendSetup& setup) {
+  GlooOptions options;
+  if (setup.options) {
+    auto* gloo = dynamic_cast<const GlooOptions*>(setup.options.get());
+    if (!gloo) {
+      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                            ": InitOptions::backend_options are not GlooOptions, but the "
+                            "backend is gloo; pass std::make_shared<ddp::GlooOptions>(...)");
+    }
+    options = *gloo;
+  }
+  options.timeout(setup.timeout);
+  if (options.interface().empty() && options.hostname().empty() &&
+      socket_interface_from_env().empty()) {
+    options.hostname(gloo_default_hostname(setup.master_host));
+  }
+  return options;
+}
+
+}  // namespace
+
+Backend gloo_backend() {
+  Backend b;
+  b.name = "gloo";
+  b.summary = "TCP through Gloo, between any hosts";
+  b.needs_store = true;
+  b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
+    return std::make_shared<GlooProcessGroup>(setup.store, setup.rank, setup.world_size,
+                                              options_for(setup));
+  };
+  return b;
+}
+
+}  // namespace detail
+}  // namespace ddp

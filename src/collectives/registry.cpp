@@ -1,0 +1,94 @@
+// The backend registry: built-in backends are registered on first use, so a
+// program sees the same list whatever the order of static initialisation.
+#include <ddp/backend.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/builtin_backends.h"
+#include "rendezvous/env.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace ddp {
+namespace {
+
+// Backends ddp knows of but this build may lack, and what brings them.
+const std::map<std::string, std::string>& known_optional_backends() {
+  static const std::map<std::string, std::string> known = {
+      {"mpi", "it needs Open MPI at build time (Debian: libopenmpi-dev, openmpi-bin; "
+              "scripts/install-deps.sh installs them), then a rebuild"},
+  };
+  return known;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, Backend> backends;  // guarded by mutex
+};
+
+void add(Registry& registry, Backend backend) {
+  if (backend.name.empty()) throw InvalidArgument("ddp: register_backend: the name is empty");
+  if (!backend.create) {
+    throw InvalidArgument("ddp: register_backend('" + backend.name + "'): no create function");
+  }
+  if (!backend.needs_store && !backend.world) {
+    throw InvalidArgument("ddp: register_backend('" + backend.name +
+                          "'): a backend that needs no store must say its world");
+  }
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  auto name = backend.name;
+  if (!registry.backends.emplace(name, std::move(backend)).second) {
+    throw InvalidArgument("ddp: register_backend: a backend named '" + name +
+                          "' is already registered");
+  }
+}
+
+Registry& registry() {
+  static Registry* instance = [] {
+    auto* r = new Registry;  // never destroyed: groups may outlive static destruction
+    add(*r, detail::gloo_backend());
+    return r;
+  }();
+  return *instance;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+void register_backend(Backend backend) { add(registry(), std::move(backend)); }
+
+const Backend& find_backend(const std::string& name) {
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.backends.find(name);
+    if (it != r.backends.end()) return it->second;  // entries are never removed
+  }
+  std::string message = "ddp: backend '" + name + "' is not available in this build";
+  auto known = known_optional_backends().find(name);
+  if (known != known_optional_backends().end()) message += ": " + known->second;
+  throw InvalidArgument(message + ". Available: " + joined(backend_names()) +
+                        " (InitOptions::backend or DDP_BACKEND)");
+}
+
+std::vector<std::string> backend_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, backend] : r.backends) names.push_back(name);
+  return names;  // std::map keeps them sorted
+}
+
+std::string resolve_backend_name(const std::string& requested) {
+  if (!requested.empty()) return requested;
+  return detail::env_string("DDP_BACKEND").value_or("gloo");
+}
+
+}  // namespace ddp

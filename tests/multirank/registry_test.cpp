@@ -1,0 +1,144 @@
+// The backend registry: names, errors, DDP_BACKEND, options of the wrong
+// type, and a backend registered from outside the library working with
+// round-robin groups and the debug wrapper like a built-in one.
+#include "spawn.h"
+
+#include <ddp/ddp.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace ddp::testing {
+namespace {
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no InvalidArgument)";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Sets an environment variable for the scope of one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) {
+      unsetenv(name_);
+    } else {
+      setenv(name_, old_.c_str(), 1);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+TEST(Registry, ListsTheBuiltInBackends) {
+  auto names = backend_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "gloo"), names.end());
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+}
+
+TEST(Registry, UnknownNameListsTheAvailableOnes) {
+  std::string m = message_of([] { find_backend("nccl-please"); });
+  EXPECT_TRUE(contains(m, "backend 'nccl-please' is not available")) << m;
+  EXPECT_TRUE(contains(m, "Available: ")) << m;
+  EXPECT_TRUE(contains(m, "gloo")) << m;
+}
+
+TEST(Registry, MpiIsEitherBuiltOrExplainsWhatBuildsIt) {
+  auto names = backend_names();
+  if (std::find(names.begin(), names.end(), "mpi") != names.end()) {
+    EXPECT_EQ(find_backend("mpi").name, "mpi");
+  } else {
+    std::string m = message_of([] { find_backend("mpi"); });
+    EXPECT_TRUE(contains(m, "needs Open MPI at build time")) << m;
+  }
+}
+
+TEST(Registry, EnvironmentChoosesTheDefaultButNotOverAnExplicitName) {
+  {
+    ScopedEnv env("DDP_BACKEND", "no-such-backend");
+    EXPECT_EQ(resolve_backend_name(""), "no-such-backend");
+    EXPECT_EQ(resolve_backend_name("gloo"), "gloo");
+    StorePtr store = c10::make_intrusive<c10d::HashStore>();
+    std::string m = message_of([&] { make_group(store, 0, 1); });
+    EXPECT_TRUE(contains(m, "'no-such-backend' is not available")) << m;
+  }
+  unsetenv("DDP_BACKEND");
+  EXPECT_EQ(resolve_backend_name(""), "gloo");
+}
+
+struct NotGlooOptions : BackendOptions {};
+
+TEST(Registry, OptionsOfAnotherBackendAreRefused) {
+  StorePtr store = c10::make_intrusive<c10d::HashStore>();
+  auto options = InitOptions().backend("gloo").backend_options(std::make_shared<NotGlooOptions>());
+  std::string m = message_of([&] { make_group(store, 0, 1, options); });
+  EXPECT_TRUE(contains(m, "are not GlooOptions")) << m;
+}
+
+TEST(Registry, RegisteringTwiceOrWithoutCreateIsRefused) {
+  Backend b;
+  b.name = "gloo";
+  b.create = [](const BackendSetup&) -> ProcessGroupPtr { return nullptr; };
+  EXPECT_TRUE(contains(message_of([&] { register_backend(b); }), "already registered"));
+  Backend empty;
+  empty.name = "nothing-to-create";
+  EXPECT_TRUE(contains(message_of([&] { register_backend(empty); }), "no create function"));
+}
+
+// A fourth backend from outside the library: Gloo under another name, with
+// a tensor rule of its own (no float32; the debug wrapper's int64
+// fingerprints must still pass).
+class NoFloat32Group : public RoundRobinProcessGroup {
+ public:
+  using RoundRobinProcessGroup::RoundRobinProcessGroup;
+  std::string backend_name() const override { return "no-float32"; }
+  std::string unsupported_reason(const at::Tensor& t) const override {
+    return t.scalar_type() != at::kFloat ? "" : "is float32; no-float32 takes any other dtype";
+  }
+};
+
+TEST(Registry, AnOutsideBackendWorksWithRoundRobinAndTheDebugWrapper) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Backend b;
+    b.name = "no-float32";
+    b.summary = "gloo under another name, refusing float32 (a test)";
+    b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
+      BackendSetup inner = setup;
+      inner.options = nullptr;
+      return std::make_shared<NoFloat32Group>(
+          std::vector<ProcessGroupPtr>{find_backend("gloo").create(inner)});
+    };
+    register_backend(b);
+  });
+  ScopedEnv debug("DDP_DEBUG", "detail");
+  spawn(3, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 3, InitOptions().backend("no-float32").round_robin_groups(2)
+                                             .timeout(std::chrono::seconds(60)));
+    EXPECT_EQ(pg->backend_name(), "round_robin(2xno-float32)+checked");
+    at::Tensor t = at::full({10}, rank + 1.0, at::kDouble);
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::equal(t, at::full({10}, 6.0, at::kDouble)));
+    std::string m = message_of([&] { pg->allreduce(at::ones({2}, at::kFloat)); });
+    EXPECT_TRUE(contains(m, "tensor is float32; no-float32 takes")) << m;
+  });
+}
+
+}  // namespace
+}  // namespace ddp::testing
