@@ -3,6 +3,7 @@
 
 #include <ddp/backend.h>
 #include <ddp/backends/gloo.h>
+#include <ddp/backends/hierarchical.h>
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>
 #include <ddp/hooks.h>

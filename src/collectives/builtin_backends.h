@@ -7,6 +7,8 @@
 
 namespace ddp::detail {
 
-Backend gloo_backend();  // collectives/gloo/backend.cpp
+Backend gloo_backend();          // collectives/gloo/backend.cpp
+Backend hierarchical_backend();  // collectives/hierarchical/backend.cpp
+Backend auto_backend();          // collectives/hierarchical/backend.cpp
 
 }  // namespace ddp::detail

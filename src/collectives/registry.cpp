@@ -49,6 +49,8 @@ Registry& registry() {
   static Registry* instance = [] {
     auto* r = new Registry;  // never destroyed: groups may outlive static destruction
     add(*r, detail::gloo_backend());
+    add(*r, detail::hierarchical_backend());
+    add(*r, detail::auto_backend());
     return r;
   }();
   return *instance;

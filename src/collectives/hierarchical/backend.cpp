@@ -1,0 +1,72 @@
+// The registry's entries "hierarchical" (always the composition) and "auto"
+// (the default: shared memory within one host, the cross-host backend when
+// every host has one rank, the composition otherwise).
+#include <ddp/backends/hierarchical.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/builtin_backends.h"
+#include "collectives/hierarchical/topology.h"
+#include "collectives/host_identity.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+namespace ddp::detail {
+namespace {
+
+HierarchicalOptions options_for(const BackendSetup& setup, const char* name) {
+  if (!setup.options) return {};
+  auto* options = dynamic_cast<const HierarchicalOptions*>(setup.options.get());
+  if (!options) {
+    throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                          ": InitOptions::backend_options are not HierarchicalOptions, but the "
+                          "backend is " + name + "; pass std::make_shared<ddp::HierarchicalOptions>"
+                          "(...), whose local_options and cross_options hold each part's own");
+  }
+  return *options;
+}
+
+std::vector<std::string> hosts(const BackendSetup& setup) {
+  return hosts_of_ranks(setup.store, "hosts/", setup.rank, setup.world_size, setup.timeout);
+}
+
+// A group of `name` on the same ranks, under its own store prefix.
+ProcessGroupPtr plain(const BackendSetup& setup, const std::string& name,
+                      const BackendOptionsPtr& options) {
+  BackendSetup sub = setup;
+  sub.store = c10::make_intrusive<c10d::PrefixStore>(name, setup.store);
+  sub.options = options;
+  return find_backend(name).create(sub);
+}
+
+}  // namespace
+
+Backend hierarchical_backend() {
+  Backend b;
+  b.name = "hierarchical";
+  b.summary = "shared memory within each host, an inter-host backend across (always)";
+  b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
+    return std::make_shared<HierarchicalProcessGroup>(setup, hosts(setup),
+                                                      options_for(setup, "hierarchical"));
+  };
+  return b;
+}
+
+Backend auto_backend() {
+  Backend b;
+  b.name = "auto";
+  b.summary = "shm within one host, gloo across hosts, hierarchical when both (the default)";
+  b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
+    HierarchicalOptions options = options_for(setup, "auto");
+    auto labels = hosts(setup);
+    Topology t = topology_of(labels, setup.rank);
+    if (t.host_count == 1) return plain(setup, options.local_backend(), options.local_options());
+    if (t.uniform && t.local_size == 1) {
+      return plain(setup, options.cross_backend(), options.cross_options());
+    }
+    return std::make_shared<HierarchicalProcessGroup>(setup, labels, options);
+  };
+  return b;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,317 @@
+// The hierarchical group (include/ddp/backends/hierarchical.h).
+//
+// An all-reduce is a chain of stages, each on its own group, each issued
+// from the completion callback of the stage before. A group's Works complete
+// in issue order, so every group receives its stages in the order the
+// all-reduces were issued, on every rank: that is what makes the chain safe
+// to pipeline. The outer Works complete in issue order (issue_order.h).
+#include <ddp/backends/hierarchical.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/hierarchical/topology.h"
+#include "collectives/issue_order.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <mutex>
+
+namespace ddp {
+
+class HierarchicalProcessGroup::Impl {
+ public:
+  Impl(HierarchicalProcessGroup& owner, const BackendSetup& setup,
+       const std::vector<std::string>& host_of_rank, HierarchicalOptions options)
+      : owner_(owner),
+        options_(std::move(options)),
+        topology_(detail::topology_of(host_of_rank, setup.rank)) {
+    const Backend& local = find_backend(options_.local_backend());
+    const Backend& cross = find_backend(options_.cross_backend());
+    if (!local.needs_store || !cross.needs_store) {
+      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                            ": the hierarchical group builds its sub-groups on the store; "
+                            "backend '" + (local.needs_store ? cross.name : local.name) +
+                            "' needs none and cannot be a part of it");
+    }
+    const auto& t = topology_;
+    const std::string host = std::to_string(t.host_index);
+    // Every rank builds its groups in this order (each build waits for the
+    // group's other members), so no two ranks wait on each other crosswise.
+    first_local_ = build(local, setup, options_.local_options(), "local_a/" + host, t.local_rank,
+                         t.local_size);
+    second_local_ = build(local, setup, options_.local_options(), "local_b/" + host, t.local_rank,
+                          t.local_size);
+    if (t.uniform) {
+      cross_ = build(cross, setup, options_.cross_options(),
+                     "cross/" + std::to_string(t.local_rank), t.host_index, t.host_count);
+    } else if (t.local_rank == 0) {
+      cross_ = build(cross, setup, options_.cross_options(), "leaders", t.host_index,
+                     t.host_count);
+    }
+    flat_ = build(cross, setup, options_.cross_options(), "flat", setup.rank, setup.world_size);
+  }
+
+  // Waits (bounded) for the operations in flight: their later stages use
+  // the sub-groups, which are destroyed after this.
+  ~Impl() {
+    WorkPtr last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last = last_;
+    }
+    try {
+      if (last) last->wait();
+    } catch (...) {  // its error went to its owner
+    }
+  }
+
+  std::string name() const {
+    return "hierarchical(" + options_.local_backend() + "+" + options_.cross_backend() + ")";
+  }
+
+  std::string unsupported_reason(const at::Tensor& t) const {
+    std::string why = first_local_->unsupported_reason(t);
+    return why.empty() ? flat_->unsupported_reason(t) : why;
+  }
+
+  const detail::Topology& topology() const { return topology_; }
+
+  // All-reduces `flat` (a contiguous 1-d view); `epilogue` runs on the
+  // result before the Work completes (copy-backs of coalesced tensors).
+  WorkPtr allreduce(const std::string& what, std::vector<at::Tensor> outputs, at::Tensor flat,
+                    ReduceOp op, std::function<void()> epilogue = nullptr) {
+    auto [outer, previous] = issue("allreduce", what, std::move(outputs));
+    if (auto error = broken()) {
+      detail::finish_after(previous, outer, error);
+      return outer;
+    }
+    auto op_state = std::make_shared<Reduction>();
+    op_state->outer = outer;
+    op_state->previous = previous;
+    op_state->flat = flat;
+    op_state->op = op;
+    op_state->epilogue = std::move(epilogue);
+    if (flat.numel() == 0) {
+      finish(op_state, nullptr);
+    } else if (topology_.uniform) {
+      start_sliced(op_state);
+    } else {
+      start_leaders(op_state);
+    }
+    return outer;
+  }
+
+  // Runs `issue` on the flat group; its Work completes in issue order.
+  WorkPtr on_flat(const char* kind, const std::function<WorkPtr(ProcessGroup&)>& issue_on) {
+    WorkPtr inner = issue_on(*flat_);
+    auto [outer, previous] = issue(kind, "", inner->result());
+    inner->on_complete([inner, outer = outer, previous = previous] {
+      detail::finish_after(previous, outer, inner->exception());
+    });
+    return outer;
+  }
+
+ private:
+  struct Reduction {
+    WorkPtr outer, previous;
+    at::Tensor flat;     // the caller's elements
+    at::Tensor padded;   // flat, padded to a multiple of local_size (may alias flat)
+    at::Tensor slice;    // this rank's slice (stages 1-3 of the sliced path)
+    ReduceOp op;
+    std::function<void()> epilogue;
+  };
+
+  static ProcessGroupPtr build(const Backend& backend, const BackendSetup& setup,
+                               const BackendOptionsPtr& options, const std::string& prefix,
+                               int rank, int size) {
+    BackendSetup sub = setup;
+    sub.store = c10::make_intrusive<c10d::PrefixStore>("hierarchical/" + prefix, setup.store);
+    sub.rank = rank;
+    sub.world_size = size;
+    sub.options = options;
+    return backend.create(sub);
+  }
+
+  // The outer Work of a new operation, and the one issued before it.
+  std::pair<WorkPtr, WorkPtr> issue(const char* kind, const std::string& what,
+                                    std::vector<at::Tensor> outputs) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(next_++) +
+                                           (what.empty() ? "" : " (" + what + ")") + " on " +
+                                           owner_.where(),
+                                       owner_.timeout(), std::move(outputs));
+    WorkPtr previous = last_;
+    last_ = work;
+    return {work, previous};
+  }
+
+  std::exception_ptr broken() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return broken_;
+  }
+
+  // Completes the all-reduce; an error breaks the group, so that no later
+  // all-reduce issues a stage its peers will never match.
+  void finish(const std::shared_ptr<Reduction>& r, std::exception_ptr error) {
+    if (!error) {
+      try {
+        if (r->padded.defined() && !r->padded.is_same(r->flat)) {
+          r->flat.copy_(r->padded.narrow(0, 0, r->flat.numel()));
+        }
+        if (r->op == ReduceOp::AVG) r->flat.div_(owner_.size());
+        if (r->epilogue) r->epilogue();
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(Error("ddp: " + r->outer->description() + ": " + e.what()));
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_) broken_ = error;
+    }
+    detail::finish_after(r->previous, r->outer, error);
+  }
+
+  // Runs `next` once `stage` completed, or finishes `r` with its error.
+  void then(const std::shared_ptr<Reduction>& r, const WorkPtr& stage,
+            std::function<void()> next) {
+    stage->on_complete([this, r, stage, next = std::move(next)] {
+      if (auto error = stage->exception()) return finish(r, error);
+      try {
+        next();
+      } catch (...) {
+        finish(r, std::current_exception());
+      }
+    });
+  }
+
+  static ReduceOp partial_op(ReduceOp op) { return op == ReduceOp::AVG ? ReduceOp::SUM : op; }
+
+  // Reduce-scatter in the host, all-reduce of the slice across hosts,
+  // all-gather in the host.
+  void start_sliced(const std::shared_ptr<Reduction>& r) {
+    const int64_t n = r->flat.numel(), parts = topology_.local_size;
+    const int64_t per = (n + parts - 1) / parts;
+    if (per * parts == n) {
+      r->padded = r->flat;
+    } else {
+      r->padded = at::zeros({per * parts}, r->flat.options());
+      r->padded.narrow(0, 0, n).copy_(r->flat);
+    }
+    r->slice = at::empty({per}, r->flat.options());
+    std::vector<at::Tensor> slices;
+    for (int64_t j = 0; j < parts; ++j) slices.push_back(r->padded.narrow(0, j * per, per));
+    const ReduceOp op = partial_op(r->op);
+    WorkPtr scattered = first_local_->reduce_scatter(r->slice, slices, op);
+    then(r, scattered, [this, r, op, slices] {
+      WorkPtr crossed = cross_->allreduce(r->slice, op);
+      then(r, crossed, [this, r, slices] {
+        WorkPtr gathered = second_local_->allgather(slices, r->slice);
+        gathered->on_complete([this, r, gathered] { finish(r, gathered->exception()); });
+      });
+    });
+  }
+
+  // Hosts of different sizes: all-reduce in the host, the first ranks of
+  // the hosts all-reduce across, broadcast in the host.
+  void start_leaders(const std::shared_ptr<Reduction>& r) {
+    const ReduceOp op = partial_op(r->op);
+    auto broadcast = [this, r] {
+      WorkPtr shared = second_local_->broadcast(r->flat, 0);
+      shared->on_complete([this, r, shared] { finish(r, shared->exception()); });
+    };
+    WorkPtr local = first_local_->allreduce(r->flat, op);
+    then(r, local, [this, r, op, broadcast] {
+      if (!cross_) return broadcast();
+      WorkPtr crossed = cross_->allreduce(r->flat, op);
+      then(r, crossed, broadcast);
+    });
+  }
+
+  HierarchicalProcessGroup& owner_;
+  const HierarchicalOptions options_;
+  const detail::Topology topology_;
+  ProcessGroupPtr first_local_;   // stage 1: reduce-scatter (or all-reduce)
+  ProcessGroupPtr second_local_;  // stage 3: all-gather (or broadcast)
+  ProcessGroupPtr cross_;         // stage 2; null on non-first ranks of uneven hosts
+  ProcessGroupPtr flat_;          // every rank: the other collectives
+
+  std::mutex mutex_;
+  uint64_t next_ = 0;             // guarded by mutex_: the next operation's number
+  WorkPtr last_;                  // guarded by mutex_: the last outer Work issued
+  std::exception_ptr broken_;     // guarded by mutex_: the first stage failure
+};
+
+HierarchicalProcessGroup::HierarchicalProcessGroup(const BackendSetup& setup,
+                                                   std::vector<std::string> host_of_rank,
+                                                   HierarchicalOptions options)
+    : ProcessGroup(setup.rank, setup.world_size, setup.timeout) {
+  if (static_cast<int>(host_of_rank.size()) != setup.world_size) {
+    throw InvalidArgument("ddp: HierarchicalProcessGroup: " + std::to_string(host_of_rank.size()) +
+                          " host labels for " + std::to_string(setup.world_size) + " ranks");
+  }
+  impl_ = std::make_unique<Impl>(*this, setup, host_of_rank, std::move(options));
+}
+
+HierarchicalProcessGroup::~HierarchicalProcessGroup() = default;
+
+std::string HierarchicalProcessGroup::backend_name() const { return impl_->name(); }
+
+std::string HierarchicalProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return impl_->unsupported_reason(tensor);
+}
+
+int HierarchicalProcessGroup::local_rank() const { return impl_->topology().local_rank; }
+int HierarchicalProcessGroup::local_size() const { return impl_->topology().local_size; }
+int HierarchicalProcessGroup::host_index() const { return impl_->topology().host_index; }
+int HierarchicalProcessGroup::host_count() const { return impl_->topology().host_count; }
+
+namespace {
+
+std::string detail_of(const at::Tensor& t, ReduceOp op) {
+  return std::string(to_string(op)) + ", " + c10::toString(t.scalar_type()) + ", " +
+         std::to_string(t.numel()) + " elements";
+}
+
+}  // namespace
+
+WorkPtr HierarchicalProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  return impl_->allreduce(detail_of(tensor, op), {tensor}, tensor.view(-1), op);
+}
+
+WorkPtr HierarchicalProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
+                                                         ReduceOp op) {
+  std::vector<at::Tensor> flats;
+  for (const auto& t : tensors) flats.push_back(t.view(-1));
+  at::Tensor joined = at::cat(flats);
+  auto copy_back = [tensors, joined] {
+    int64_t at = 0;
+    for (const auto& t : tensors) {
+      t.view(-1).copy_(joined.narrow(0, at, t.numel()));
+      at += t.numel();
+    }
+  };
+  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
+                       " tensors of " + c10::toString(tensors[0].scalar_type());
+  return impl_->allreduce(detail, tensors, joined, op, copy_back);
+}
+
+WorkPtr HierarchicalProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  return impl_->on_flat("broadcast", [&](ProcessGroup& g) { return g.broadcast(tensor, root); });
+}
+
+WorkPtr HierarchicalProcessGroup::do_allgather(std::vector<at::Tensor> outputs,
+                                               at::Tensor input) {
+  return impl_->on_flat("allgather", [&](ProcessGroup& g) { return g.allgather(outputs, input); });
+}
+
+WorkPtr HierarchicalProcessGroup::do_reduce_scatter(at::Tensor output,
+                                                    std::vector<at::Tensor> inputs, ReduceOp op) {
+  return impl_->on_flat("reduce_scatter",
+                        [&](ProcessGroup& g) { return g.reduce_scatter(output, inputs, op); });
+}
+
+WorkPtr HierarchicalProcessGroup::do_barrier() {
+  return impl_->on_flat("barrier", [](ProcessGroup& g) { return g.barrier(); });
+}
+
+}  // namespace ddp

@@ -1,0 +1,69 @@
+#include "collectives/host_identity.h"
+
+#include <ddp/errors.h>
+
+#include "rendezvous/env.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+namespace ddp::detail {
+namespace {
+
+std::string first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string link_target(const char* path) {
+  char buffer[256];
+  ssize_t n = readlink(path, buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+std::string host_identity() {
+  if (auto id = env_string("DDP_HOST_ID")) return "id:" + *id;
+  struct stat shm {};
+  std::string shm_device = stat("/dev/shm", &shm) == 0 ? std::to_string(shm.st_dev) : "none";
+  return first_line("/proc/sys/kernel/random/boot_id") + "/" + shm_device + "/" +
+         link_target("/proc/self/ns/net");
+}
+
+std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix,
+                                        int rank, int size, std::chrono::milliseconds timeout) {
+  const std::string mine = host_identity();
+  store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> hosts(size);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int r = 0; r < size; ++r) {
+    const std::string key = prefix + std::to_string(r);
+    while (!store->check({key})) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string missing;
+        for (int m = r; m < size; ++m) {
+          if (!store->check({prefix + std::to_string(m)})) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+          }
+        }
+        throw TimeoutError("ddp: rank " + std::to_string(rank) + ": ranks " + missing +
+                           " did not say which host they are on within " +
+                           std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    auto bytes = store->get(key);
+    hosts[r].assign(bytes.begin(), bytes.end());
+  }
+  return hosts;
+}
+
+}  // namespace ddp::detail
