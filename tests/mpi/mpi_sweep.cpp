@@ -4,6 +4,7 @@
 //   mpirun -np 2 mpi_sweep --mismatch   ranks issue different collectives under
 //                                       the DDP_DEBUG=detail wrapper
 //   mpirun -np 2 mpi_sweep --timeout    rank 1 never joins: rank 0 times out
+//   mpirun -np 2 mpi_sweep --kill       rank 1 dies in a collective
 // Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
 #include "common/expectations.h"
 #include "multiprocess/tap.h"
@@ -16,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <thread>
 
@@ -170,6 +172,23 @@ void timeout_case(Tap& tap) {
   }
 }
 
+// Rank 1 dies during a collective: mpirun must end the job naming it (the
+// ctest entry checks its message), not leave rank 0 waiting.
+void kill_case(Tap& tap, ProcessGroup& pg) {
+  at::Tensor t = at::ones({1 << 16}, at::kFloat);
+  pg.allreduce(t)->wait();
+  if (pg.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::raise(SIGKILL);
+  }
+  try {
+    pg.allreduce(t)->wait();
+    tap.fail("allreduce completed although rank 1 died");
+  } catch (const std::exception& e) {
+    tap.pass(std::string("the survivor's allreduce failed: ") + e.what());
+  }
+}
+
 int main_impl(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "--timeout") {
@@ -181,6 +200,8 @@ int main_impl(int argc, char** argv) {
   Tap tap(pg->rank());
   if (mode == "--mismatch") {
     mismatch_case(tap, pg);
+  } else if (mode == "--kill") {
+    kill_case(tap, *pg);
   } else {
     allreduce_sweep(tap, *pg);
     other_collectives(tap, *pg);
