@@ -8,5 +8,8 @@
 namespace ddp::detail {
 
 Backend gloo_backend();  // collectives/gloo/backend.cpp
+#ifdef DDP_WITH_MPI
+Backend mpi_backend();   // collectives/mpi/backend.cpp
+#endif
 
 }  // namespace ddp::detail

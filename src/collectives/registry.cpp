@@ -49,6 +49,9 @@ Registry& registry() {
   static Registry* instance = [] {
     auto* r = new Registry;  // never destroyed: groups may outlive static destruction
     add(*r, detail::gloo_backend());
+#ifdef DDP_WITH_MPI
+    add(*r, detail::mpi_backend());
+#endif
     return r;
   }();
   return *instance;

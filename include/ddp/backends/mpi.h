@@ -58,6 +58,8 @@ class MpiProcessGroup : public ProcessGroup {
   ~MpiProcessGroup() override;
 
   std::string backend_name() const override { return "mpi"; }
+  // CPU tensors of the seven dtypes (see process_group.h).
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
   const MpiOptions& options() const;
 
  protected:

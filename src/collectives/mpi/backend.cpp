@@ -4,6 +4,7 @@
 #include <ddp/backends/mpi.h>
 #include <ddp/errors.h>
 
+#include "collectives/builtin_backends.h"
 #include "collectives/mpi/runtime.h"
 
 #include <c10/util/Type.h>
@@ -19,12 +20,14 @@ Backend mpi_backend() {
   backend.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     MpiOptions options;
     if (setup.options) {
-      auto mine = std::dynamic_pointer_cast<const MpiOptions>(setup.options);
+      auto* mine = dynamic_cast<const MpiOptions*>(setup.options.get());
       if (!mine) {
         const BackendOptions& given = *setup.options;
-        throw InvalidArgument("ddp: backend 'mpi' takes MpiOptions, got " +
+        throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                              ": InitOptions::backend_options are " +
                               c10::demangle(typeid(given).name()) +
-                              " in InitOptions::backend_options");
+                              ", not MpiOptions, but the backend is mpi; pass "
+                              "std::make_shared<ddp::MpiOptions>(...)");
       }
       options = *mine;
     }

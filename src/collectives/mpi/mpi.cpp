@@ -10,6 +10,7 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/cpu_tensors.h"
 #include "collectives/mpi/runtime.h"
 #include "collectives/task_queue.h"
 
@@ -185,6 +186,10 @@ MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions o
 MpiProcessGroup::~MpiProcessGroup() = default;
 
 const MpiOptions& MpiProcessGroup::options() const { return impl_->options(); }
+
+std::string MpiProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return detail::cpu_tensor_unsupported_reason(tensor, "mpi");
+}
 
 WorkPtr MpiProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   impl_->check_count("allreduce", tensor.numel());
