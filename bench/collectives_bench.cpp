@@ -240,6 +240,11 @@ int run_collectives(Args args) {
     } else {
       ddp::InitOptions o = init;
       o.backend(name);
+      o.backend_options(nullptr);  // the backend's defaults, but Gloo's worker threads:
+      if (name == "gloo") {
+        o.backend_options(std::make_shared<ddp::GlooOptions>(
+            ddp::GlooOptions().threads(static_cast<int>(cfg.gloo_threads))));
+      }
       auto pg = ddp::new_process_group(store, rank, world, o);
       ddp_groups.push_back(pg);
       impls.push_back({name, [pg](at::Tensor& t) { pg->allreduce(t)->wait(); }});
@@ -442,7 +447,7 @@ int run_collectives(Args args) {
     out.set("machine", describe_machine(torch_version));
     out.set("config", std::move(config));
     out.set("rows", std::move(json_rows));
-    if (!json_pairs.empty()) out.set("ratios", std::move(json_pairs));
+    if (!pairs.empty()) out.set("ratios", std::move(json_pairs));
     if (find("gloo", cfg.sizes[0]) && find("c10d", cfg.sizes[0])) {
       out.set("ddp_over_c10d", std::move(json_ratios));
     }
