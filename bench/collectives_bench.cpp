@@ -1,5 +1,7 @@
-// `ddp_bench collectives`: allreduce(SUM, float32) through ddp's Gloo backend
-// against libtorch's own c10d::ProcessGroupGloo, in one run, on one store.
+// `ddp_bench collectives`: allreduce(SUM, float32) through ddp's backends
+// (every registered one: gloo, mpi, ...) against libtorch's own
+// c10d::ProcessGroupGloo and, for MPI, MPI_Allreduce called directly
+// ("mpi-raw", the floor for ddp's MPI backend), in one run, on one store.
 //
 // Method. For each size, every implementation is first checked once for a
 // correct result (a failure ends the run). Then samples are interleaved in
@@ -9,13 +11,16 @@
 // slowest rank's (ranks publish their samples through the store, which is
 // independent of both implementations). Reported: median, min and max of the
 // samples, nccl-tests' bus bandwidth busbw = bytes/median * 2(n-1)/n, and
-// ddp/c10d both as a ratio of medians and as the median of per-pair ratios.
+// each backend over its baseline (c10d; mpi-raw for mpi) both as a ratio of
+// medians and as the median of per-pair ratios.
 // Unless --iters fixes the count, the warm-up's duration decides how many
 // pairs fit in --budget-s per size (between --min-iters and --max-iters), and
 // rank 0 tells the others.
 #include "c10d_group.h"
+#include "mpi_raw.h"
 #include "subcommands.h"
 
+#include <ddp/backend.h>
 #include <ddp/backends/gloo.h>
 #include <ddp/init.h>
 
@@ -33,10 +38,13 @@ namespace ddp_bench {
 
 const char* const kCollectivesUsage = R"(usage: ddp_bench collectives [options]
 Run once per rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the
-environment), e.g. ddprun --nproc-per-node 2 ddp_bench collectives.
-Times allreduce(SUM, float32) of each size with ddp's Gloo backend ("ddp") and
-libtorch's c10d::ProcessGroupGloo ("c10d"), interleaved; rank 0 prints a
-markdown table and writes JSON.
+environment), e.g. ddprun --nproc-per-node 2 ddp_bench collectives. With mpi
+or mpi-raw, run under mpirun and set MASTER_ADDR/MASTER_PORT yourself, e.g.
+  mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 \
+    ddp_bench collectives --impls gloo,mpi,mpi-raw,c10d
+Times allreduce(SUM, float32) of each size with ddp's backends (by name),
+libtorch's c10d::ProcessGroupGloo ("c10d") and MPI_Allreduce called directly
+("mpi-raw"), interleaved; rank 0 prints a markdown table and writes JSON.
 
 options:
   --sizes LIST      byte sizes, e.g. 4K,64K,1M,16M,256M
@@ -50,7 +58,8 @@ options:
   --warmup W        untimed samples per implementation and size (default 2)
   --threads T       intra-op threads per rank, torch::set_num_threads (default 1)
   --gloo-threads G  worker threads of each process group (default 1)
-  --impls LIST      ddp,c10d (default both)
+  --impls LIST      any of the registered backends (ddp::backend_names()),
+                    c10d, mpi-raw (default gloo,c10d)
   --json PATH       rank 0 writes the results there
   --raw             also write every sample (µs, slowest rank) to the JSON
 )";
@@ -88,9 +97,16 @@ Config parse(Args& args) {
   c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
-  std::stringstream impls(args.take("--impls").value_or("ddp,c10d"));
+  std::vector<std::string> known = ddp::backend_names();
+  known.push_back("c10d");
+  known.push_back("mpi-raw");
+  std::stringstream impls(args.take("--impls").value_or("gloo,c10d"));
   for (std::string name; std::getline(impls, name, ',');) {
-    if (name != "ddp" && name != "c10d") throw UsageError("unknown implementation '" + name + "'");
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError("unknown implementation '" + name + "'; this build has: " + list);
+    }
     if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
   }
   if (c.impls.empty()) throw UsageError("--impls is empty");
@@ -105,6 +121,19 @@ struct Impl {
   std::string name;
   std::function<void(at::Tensor&)> allreduce;
 };
+
+// What each backend is measured against: c10d's Gloo, and for ddp's MPI
+// backend also MPI_Allreduce called directly.
+std::vector<std::pair<std::string, std::string>> ratio_pairs(const std::vector<std::string>& impls) {
+  auto has = [&](const std::string& n) { return std::find(impls.begin(), impls.end(), n) != impls.end(); };
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& name : impls) {
+    if (name == "c10d" || name == "mpi-raw") continue;
+    if (has("c10d")) pairs.emplace_back(name, "c10d");
+    if (name == "mpi" && has("mpi-raw")) pairs.emplace_back(name, "mpi-raw");
+  }
+  return pairs;
+}
 
 // Rank r contributes (r + 1) + (i % 7) at element i, so the sum is
 // n(n+1)/2 + n(i % 7): exact in float32, and a misplaced chunk shows.
@@ -192,21 +221,36 @@ int run_collectives(Args args) {
   // the master, or $DDP_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME).
   const std::string bind = c10d_bind_description(init);
 
+  // Every rank builds the groups in the order of --impls (MPI's are
+  // collective over MPI_COMM_WORLD).
   std::vector<Impl> impls;
-  ddp::ProcessGroupPtr ddp_pg;
+  std::vector<ddp::ProcessGroupPtr> ddp_groups;  // kept alive until the end
   c10::intrusive_ptr<c10d::ProcessGroupGloo> c10d_pg;
+  std::unique_ptr<RawMpiAllreduce> raw_mpi;
   for (const auto& name : cfg.impls) {
-    if (name == "ddp") {
-      ddp_pg = ddp::new_process_group(store, rank, world, init);
-      impls.push_back({"ddp", [&ddp_pg](at::Tensor& t) { ddp_pg->allreduce(t)->wait(); }});
-    } else {
+    if (name == "c10d") {
       c10d_pg = make_c10d_gloo(store, init, static_cast<int>(cfg.gloo_threads));
       impls.push_back({"c10d", [&c10d_pg](at::Tensor& t) {
                          std::vector<at::Tensor> v{t};
                          c10d_pg->allreduce(v)->wait();
                        }});
+    } else if (name == "mpi-raw") {
+      raw_mpi = std::make_unique<RawMpiAllreduce>();
+      impls.push_back({"mpi-raw", [&raw_mpi](at::Tensor& t) { raw_mpi->allreduce(t); }});
+    } else {
+      ddp::InitOptions o = init;
+      o.backend(name);
+      o.backend_options(nullptr);  // the backend's defaults, but Gloo's worker threads:
+      if (name == "gloo") {
+        o.backend_options(std::make_shared<ddp::GlooOptions>(
+            ddp::GlooOptions().threads(static_cast<int>(cfg.gloo_threads))));
+      }
+      auto pg = ddp::new_process_group(store, rank, world, o);
+      ddp_groups.push_back(pg);
+      impls.push_back({name, [pg](at::Tensor& t) { pg->allreduce(t)->wait(); }});
     }
   }
+  const auto pairs = ratio_pairs(cfg.impls);
 
   const std::string torch_version = TORCH_VERSION;
   if (rank == 0) {
@@ -290,7 +334,6 @@ int run_collectives(Args args) {
     }
     return nullptr;
   };
-  const bool both = find("ddp", cfg.sizes[0]) && find("c10d", cfg.sizes[0]);
 
   std::vector<std::string> header{"size"};
   std::vector<bool> right{false};
@@ -298,9 +341,9 @@ int run_collectives(Args args) {
     header.push_back(impl.name + " median µs");
     right.push_back(true);
   }
-  if (both) {
-    header.push_back("ddp/c10d medians");
-    header.push_back("ddp/c10d paired");
+  for (const auto& [a, b] : pairs) {
+    header.push_back(a + "/" + b + " medians");
+    header.push_back(a + "/" + b + " paired");
     right.push_back(true);
     right.push_back(true);
   }
@@ -323,20 +366,23 @@ int run_collectives(Args args) {
 
   std::vector<std::vector<std::string>> table;
   Json json_rows = Json::array();
-  Json json_ratios = Json::array();  // ddp/c10d per size
+  Json json_ratios = Json::array();   // gloo/c10d per size (the key predates other backends)
+  Json json_pairs = Json::array();    // every pair of ratio_pairs, per size
   for (int64_t bytes : cfg.sizes) {
     std::vector<std::string> line{format_bytes(bytes)};
     for (const auto& impl : impls) line.push_back(format_fixed(find(impl.name, bytes)->stats.median, 1));
-    if (both) {
-      const Row& a = *find("ddp", bytes);
-      const Row& b = *find("c10d", bytes);
+    for (const auto& [impl, baseline] : pairs) {
+      const Row& a = *find(impl, bytes);
+      const Row& b = *find(baseline, bytes);
       const double of_medians = a.stats.median / b.stats.median;
       const double paired = paired_ratio(a.samples, b.samples);
       line.push_back(format_fixed(of_medians, 3));
       line.push_back(format_fixed(paired, 3));
       Json j = Json::object();
       j.set("bytes", bytes).set("ratio_of_medians", of_medians).set("median_paired_ratio", paired);
-      json_ratios.push(std::move(j));
+      if (impl == "gloo" && baseline == "c10d") json_ratios.push(j);
+      j.set("impl", impl).set("baseline", baseline);
+      json_pairs.push(std::move(j));
     }
     for (const auto& impl : impls) {
       line.push_back(format_fixed(
@@ -395,13 +441,16 @@ int run_collectives(Args args) {
                "interleaved pairs A B, B A, ...; a 1-element allreduce on the same group "
                "before each sample; a sample's time is the slowest rank's; busbw = "
                "bytes/median * 2(n-1)/n, GB = 1e9 bytes; median_paired_ratio = median over "
-               "pairs i of ddp[i]/c10d[i]");
+               "pairs i of impl[i]/baseline[i]");
     Json out = Json::object();
     out.set("benchmark", "collectives");
     out.set("machine", describe_machine(torch_version));
     out.set("config", std::move(config));
     out.set("rows", std::move(json_rows));
-    if (both) out.set("ddp_over_c10d", std::move(json_ratios));
+    if (!pairs.empty()) out.set("ratios", std::move(json_pairs));
+    if (find("gloo", cfg.sizes[0]) && find("c10d", cfg.sizes[0])) {
+      out.set("ddp_over_c10d", std::move(json_ratios));
+    }
     write_file(cfg.json_path, out.dump());
     std::fprintf(stderr, "collectives: wrote %s\n", cfg.json_path.c_str());
   }

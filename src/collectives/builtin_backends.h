@@ -10,5 +10,8 @@ namespace ddp::detail {
 Backend gloo_backend();          // collectives/gloo/backend.cpp
 Backend hierarchical_backend();  // collectives/hierarchical/backend.cpp
 Backend auto_backend();          // collectives/hierarchical/backend.cpp
+#ifdef DDP_WITH_MPI
+Backend mpi_backend();           // collectives/mpi/backend.cpp
+#endif
 
 }  // namespace ddp::detail

@@ -51,6 +51,9 @@ Registry& registry() {
     add(*r, detail::gloo_backend());
     add(*r, detail::hierarchical_backend());
     add(*r, detail::auto_backend());
+#ifdef DDP_WITH_MPI
+    add(*r, detail::mpi_backend());
+#endif
     return r;
   }();
   return *instance;

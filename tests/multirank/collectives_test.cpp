@@ -1,8 +1,8 @@
 // Every collective, swept over world sizes 1..8, element counts 0..1<<20,
 // every dtype and every ReduceOp, each result checked against an expectation
-// computed locally. Inputs are small integers periodic in the index, so the
-// expectation is exact in every dtype and cheap: a table of `kPeriod` values.
+// computed locally (common/expectations.h).
 #include "spawn.h"
+#include "common/expectations.h"
 
 #include <ddp/ddp.h>
 
@@ -12,70 +12,9 @@
 namespace ddp::testing {
 namespace {
 
-constexpr int64_t kPeriod = 5;
-const std::vector<int64_t> kCounts = {0, 1, 7, 1000, 1 << 20};
-const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
-                                             at::kInt,   at::kLong,   at::kByte};
-const std::vector<ReduceOp> kOps = {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MIN, ReduceOp::MAX,
-                                    ReduceOp::PRODUCT};
-
-// Rank r's value at index i: in {-2..2}, or {0..2} for uint8.
-int64_t value(at::ScalarType dtype, int rank, int64_t i) {
-  return dtype == at::kByte ? (i + rank) % 3 : (i + rank) % kPeriod - 2;
-}
-
-at::Tensor input(at::ScalarType dtype, int rank, int64_t n, int64_t salt = 0) {
-  at::Tensor idx = at::arange(n, at::kLong) + salt;
-  at::Tensor v = dtype == at::kByte ? (idx + rank) % 3 : (idx + rank) % kPeriod - 2;
-  return v.to(dtype);
-}
-
-double reduce(ReduceOp op, const std::vector<int64_t>& xs, at::ScalarType dtype) {
-  double acc = static_cast<double>(xs[0]);
-  int64_t product = xs[0];
-  for (size_t k = 1; k < xs.size(); ++k) {
-    double x = static_cast<double>(xs[k]);
-    switch (op) {
-      case ReduceOp::SUM: case ReduceOp::AVG: acc += x; break;
-      case ReduceOp::MIN: acc = std::min(acc, x); break;
-      case ReduceOp::MAX: acc = std::max(acc, x); break;
-      case ReduceOp::PRODUCT: product *= xs[k]; break;
-    }
-  }
-  if (op == ReduceOp::PRODUCT) {
-    // uint8 arithmetic wraps modulo 256, as the collective's does.
-    return dtype == at::kByte ? static_cast<double>(static_cast<uint8_t>(product))
-                              : static_cast<double>(product);
-  }
-  return op == ReduceOp::AVG ? acc / static_cast<double>(xs.size()) : acc;
-}
-
-// The reduction over `size` ranks of input(dtype, r, n, salt).
-at::Tensor expected(ReduceOp op, at::ScalarType dtype, int size, int64_t n, int64_t salt = 0) {
-  std::vector<double> table;
-  for (int64_t i = 0; i < 15; ++i) {  // lcm of the periods 5 and 3
-    std::vector<int64_t> xs;
-    for (int r = 0; r < size; ++r) xs.push_back(value(dtype, r, i));
-    table.push_back(reduce(op, xs, dtype));
-  }
-  at::Tensor lut = at::tensor(table, at::kDouble);
-  return lut.index_select(0, (at::arange(n, at::kLong) + salt) % 15);
-}
-
 void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  const bool low = got.scalar_type() == at::kHalf || got.scalar_type() == at::kBFloat16;
-  const double tol = low ? 1e-2 : 1e-6;
-  ASSERT_EQ(got.numel(), want.numel()) << what;
-  if (got.numel() == 0) return;
-  at::Tensor g = got.to(at::kDouble).view(-1);
-  at::Tensor w = want.to(at::kDouble).view(-1);
-  ASSERT_TRUE(at::allclose(g, w, tol, tol))
-      << what << ": max |diff| " << (g - w).abs().max().item<double>();
-}
-
-std::string label(const char* op, int size, int rank, at::ScalarType dtype, int64_t n) {
-  return std::string(op) + " world " + std::to_string(size) + " rank " + std::to_string(rank) +
-         " " + c10::toString(dtype) + " n=" + std::to_string(n);
+  const std::string diff = mismatch(got, want);
+  ASSERT_TRUE(diff.empty()) << what << ": " << diff;
 }
 
 class Sweep : public ::testing::TestWithParam<int> {};

@@ -1,0 +1,79 @@
+// The MPI backend: collectives through MPI (written on Debian's Open MPI 4.1).
+//
+// Contract
+// - Launch: under an MPI launcher (mpirun, srun). The world is MPI's:
+//   rank and size come from MPI_COMM_WORLD, no store or MASTER_ADDR is used.
+//   Started outside one (ddprun, torchrun), Open MPI makes every process a
+//   world of its own; when the environment says WORLD_SIZE > 1 the
+//   constructor raises InvalidArgument (use DDP_BACKEND=gloo under ddprun).
+// - MPI is initialised on first use, with MPI_Init_thread asking for
+//   MPI_THREAD_MULTIPLE (each group calls MPI from its own worker thread);
+//   a lower granted level is an InvalidArgument saying what was required and
+//   what was granted. ddp finalizes MPI at exit only if ddp initialised it;
+//   a program that initialises MPI itself must ask for MPI_THREAD_MULTIPLE
+//   and finalizes it itself, after destroying its groups.
+// - Construction is collective over MPI_COMM_WORLD: every rank constructs its
+//   groups in the same order. Each group runs on its own communicator (a
+//   duplicate of MPI_COMM_WORLD), so several groups (round-robin) and the
+//   DDP_DEBUG=detail wrapper do not mix their messages.
+// - Work runs on one worker thread per group, through MPI's nonblocking
+//   collectives, so Works complete in issue order.
+// - Errors: an MPI error is a CommunicationError naming the rank, the
+//   operation and MPI's message; the group is broken from then on. A peer
+//   that dies ends the job: mpirun kills the other ranks and names the dead
+//   one.
+// - Timeouts: a collective not complete within the group's timeout fails with
+//   TimeoutError naming the operation and the rank, and breaks the group. MPI
+//   collectives cannot be cancelled: the operation's buffers stay allocated
+//   and the process should exit (ddp then skips MPI_Finalize, which could
+//   wait for the stuck collective; mpirun reports the exit).
+// - Element counts per tensor are MPI's `int`: at most 2^31 - 1 elements.
+#pragma once
+
+#include <ddp/backend.h>
+#include <ddp/process_group.h>
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace ddp {
+
+struct MpiOptions : BackendOptions {
+  // How long the worker sleeps between two MPI_Test polls of a running
+  // collective. Default 0: it polls without sleeping, as MPI's own blocking
+  // calls spin (lowest latency; one core busy while a collective runs).
+  // A positive value frees the core at the cost of up to that much latency.
+  TORCH_ARG(std::chrono::microseconds, poll_interval) = std::chrono::microseconds(0);
+};
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  // Initialises MPI if needed, then duplicates MPI_COMM_WORLD (collective).
+  // `index` tells the groups of one process apart in MPI's names for them.
+  explicit MpiProcessGroup(std::chrono::milliseconds timeout = kDefaultTimeout,
+                           MpiOptions options = {}, int index = 0);
+  ~MpiProcessGroup() override;
+
+  std::string backend_name() const override { return "mpi"; }
+  // CPU tensors of the seven dtypes (see process_group.h).
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
+  const MpiOptions& options() const;
+
+ protected:
+  WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
+  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override;
+  WorkPtr do_broadcast(at::Tensor tensor, int root) override;
+  WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) override;
+  WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                            ReduceOp op) override;
+  WorkPtr do_barrier() override;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,290 @@
+// The MPI backend.
+//
+// Each collective is a task of the group's ordered queue (one worker thread):
+// the worker issues MPI's nonblocking collective on the group's own
+// communicator and polls MPI_Test until it completes or the group's timeout
+// passes. Blocking calls would be simpler, but a blocked worker could honour
+// no timeout. Half and BFloat16 travel as 2-byte words reduced by ddp's
+// kernels (runtime.cpp); AVG is SUM, then a division.
+#include <ddp/backends/mpi.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/cpu_tensors.h"
+#include "collectives/mpi/runtime.h"
+#include "collectives/task_queue.h"
+
+#include <ATen/ATen.h>
+
+#include <climits>
+#include <functional>
+#include <thread>
+
+namespace ddp {
+
+namespace mpi = detail::mpi;
+
+namespace {
+
+// One collective: `start` issues it, `done` runs once MPI has completed it
+// (copies out, divides for AVG). Both own the tensors MPI reads and writes,
+// so that an abandoned collective's buffers stay alive.
+struct Op {
+  const char* call;  // "MPI_Iallreduce", for errors
+  std::function<int(MPI_Request*)> start;
+  std::function<void()> done;
+};
+
+std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
+  std::string s = op ? std::string(op) + ", " : "";
+  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
+}
+
+void* data(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
+
+// A flat copy of `tensors`, in order.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> views;
+  for (const auto& t : tensors) views.push_back(t.view(-1));
+  return at::cat(views);
+}
+
+// Copies consecutive slices of `flat` back into `tensors`.
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    t.view(-1).copy_(flat.narrow(0, offset, t.numel()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+class MpiProcessGroup::Impl {
+ public:
+  Impl(MpiProcessGroup& owner, MpiOptions options, int index)
+      : owner_(owner), options_(std::move(options)),
+        queue_(owner.where(), owner.timeout(), /*threads=*/1) {
+    // Collective over MPI_COMM_WORLD: every rank creates its groups in order.
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    std::string name = "ddp/group" + std::to_string(index);
+    MPI_Comm_set_name(comm_, name.c_str());
+  }
+
+  ~Impl() {
+    queue_.stop();
+    std::lock_guard<std::mutex> lock(mutex_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // An abandoned collective still uses the communicator: leave it.
+    if (!finalized && abandoned_.empty()) MPI_Comm_free(&comm_);
+  }
+
+  const MpiOptions& options() const { return options_; }
+  MPI_Comm comm() const { return comm_; }
+
+  // Checks MPI's `int` counts before anything is queued.
+  void check_count(const char* kind, int64_t count) const {
+    if (count > INT_MAX) {
+      throw InvalidArgument("ddp: " + owner_.where() + ": " + kind + ": " +
+                            std::to_string(count) + " elements exceed MPI's limit of " +
+                            std::to_string(INT_MAX) + " per call; split the tensor");
+    }
+  }
+
+  WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                  Op op) {
+    auto shared = std::make_shared<Op>(std::move(op));
+    return queue_.enqueue(kind, detail, std::move(outputs),
+                          [this, shared](uint32_t, const Work& work) { return run(shared, work); });
+  }
+
+ private:
+  std::exception_ptr run(const std::shared_ptr<Op>& op, const Work& work) {
+    mpi::collective_started();
+    std::exception_ptr error;
+    try {
+      error = issue_and_wait(op, work);
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(
+          Error("ddp: " + work.description() + " failed: " + e.what()));
+    }
+    mpi::collective_ended();
+    return error;
+  }
+
+  std::exception_ptr issue_and_wait(const std::shared_ptr<Op>& op, const Work& work) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = op->start(&request);
+    if (rc != MPI_SUCCESS) return mpi_error(work, op->call, rc);
+    const auto deadline = std::chrono::steady_clock::now() + owner_.timeout();
+    const auto pause = options_.poll_interval();
+    for (int done = 0;;) {
+      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_error(work, "MPI_Test", rc);
+      if (done) break;
+      if (std::chrono::steady_clock::now() >= deadline) return abandon(op, request, work);
+      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    }
+    op->done();
+    return nullptr;
+  }
+
+  std::exception_ptr mpi_error(const Work& work, const char* call, int rc) const {
+    return std::make_exception_ptr(CommunicationError(
+        "ddp: " + work.description() + " failed: " + call + ": " + mpi::error_string(rc) +
+        ". The group is broken; see MPI's messages on the other ranks."));
+  }
+
+  // MPI cannot cancel a collective: keep its request and buffers for good.
+  std::exception_ptr abandon(const std::shared_ptr<Op>& op, MPI_Request request,
+                             const Work& work) {
+    mpi::collective_abandoned();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      abandoned_.push_back({op, request});
+    }
+    return std::make_exception_ptr(TimeoutError(
+        "ddp: " + work.description() + ": " + op->call + " not complete after " +
+        std::to_string(owner_.timeout().count()) +
+        " ms (the group's timeout). A rank may be stuck, dead, or issuing a different "
+        "collective (DDP_DEBUG=detail compares collectives across ranks). MPI collectives "
+        "cannot be cancelled: the group is broken and this process should exit."));
+  }
+
+  struct Abandoned {
+    std::shared_ptr<Op> op;  // owns the buffers MPI may still write
+    MPI_Request request;
+  };
+
+  MpiProcessGroup& owner_;
+  const MpiOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::mutex mutex_;
+  std::vector<Abandoned> abandoned_;  // guarded by mutex_
+  detail::TaskQueue queue_;           // last: stopped first, before comm_ is freed
+};
+
+namespace {
+
+int world_rank() { return mpi::world().rank; }
+int world_size() { return mpi::world().world_size; }
+
+}  // namespace
+
+MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions options,
+                                 int index)
+    : ProcessGroup(world_rank(), world_size(), timeout) {
+  if (options.poll_interval().count() < 0) {
+    throw InvalidArgument("ddp: MpiOptions::poll_interval must be >= 0, got " +
+                          std::to_string(options.poll_interval().count()) + " us");
+  }
+  impl_ = std::make_unique<Impl>(*this, std::move(options), index);
+}
+
+MpiProcessGroup::~MpiProcessGroup() = default;
+
+const MpiOptions& MpiProcessGroup::options() const { return impl_->options(); }
+
+std::string MpiProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
+  return detail::cpu_tensor_unsupported_reason(tensor, "mpi");
+}
+
+WorkPtr MpiProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  impl_->check_count("allreduce", tensor.numel());
+  MPI_Comm comm = impl_->comm();
+  const int n = static_cast<int>(tensor.numel()), ranks = size();
+  Op call{"MPI_Iallreduce",
+          [=](MPI_Request* r) {
+            return MPI_Iallreduce(MPI_IN_PLACE, data(tensor), n, mpi::datatype(tensor.scalar_type()),
+                                  mpi::reduce_op(tensor.scalar_type(), op), comm, r);
+          },
+          [=] {
+            if (op == ReduceOp::AVG) tensor.div_(ranks);
+          }};
+  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+                        std::move(call));
+}
+
+WorkPtr MpiProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  impl_->check_count("allreduce_coalesced", total);
+  MPI_Comm comm = impl_->comm();
+  const at::ScalarType dtype = tensors[0].scalar_type();
+  const int ranks = size();
+  auto flat = std::make_shared<at::Tensor>();
+  Op call{"MPI_Iallreduce",
+          [=](MPI_Request* r) {
+            *flat = flatten(tensors);
+            return MPI_Iallreduce(MPI_IN_PLACE, data(*flat), static_cast<int>(flat->numel()),
+                                  mpi::datatype(dtype), mpi::reduce_op(dtype, op), comm, r);
+          },
+          [=] {
+            if (op == ReduceOp::AVG) flat->div_(ranks);
+            unflatten(*flat, tensors);
+          }};
+  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
+                       " tensors of " + c10::toString(dtype);
+  return impl_->enqueue("allreduce_coalesced", detail, tensors, std::move(call));
+}
+
+WorkPtr MpiProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  impl_->check_count("broadcast", tensor.numel());
+  MPI_Comm comm = impl_->comm();
+  Op call{"MPI_Ibcast",
+          [=](MPI_Request* r) {
+            return MPI_Ibcast(data(tensor), static_cast<int>(tensor.numel()),
+                              mpi::datatype(tensor.scalar_type()), root, comm, r);
+          },
+          [] {}};
+  return impl_->enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+                        {tensor}, std::move(call));
+}
+
+WorkPtr MpiProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  impl_->check_count("allgather", input.numel() * size());
+  MPI_Comm comm = impl_->comm();
+  // MPI gathers into one buffer; the outputs are separate tensors.
+  auto flat = std::make_shared<at::Tensor>();
+  Op call{"MPI_Iallgather",
+          [=](MPI_Request* r) {
+            const int n = static_cast<int>(input.numel());
+            *flat = at::empty({n * static_cast<int64_t>(outputs.size())}, input.options());
+            MPI_Datatype type = mpi::datatype(input.scalar_type());
+            return MPI_Iallgather(data(input), n, type, data(*flat), n, type, comm, r);
+          },
+          [=] { unflatten(*flat, outputs); }};
+  return impl_->enqueue("allgather", tensor_detail(input), outputs, std::move(call));
+}
+
+WorkPtr MpiProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                           ReduceOp op) {
+  impl_->check_count("reduce_scatter", output.numel() * size());
+  MPI_Comm comm = impl_->comm();
+  const int ranks = size();
+  auto flat = std::make_shared<at::Tensor>();
+  Op call{"MPI_Ireduce_scatter_block",
+          [=](MPI_Request* r) {
+            *flat = flatten(inputs);
+            const at::ScalarType dtype = output.scalar_type();
+            return MPI_Ireduce_scatter_block(data(*flat), data(output),
+                                             static_cast<int>(output.numel()),
+                                             mpi::datatype(dtype), mpi::reduce_op(dtype, op),
+                                             comm, r);
+          },
+          [=] {
+            if (op == ReduceOp::AVG) output.div_(ranks);
+          }};
+  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+                        std::move(call));
+}
+
+WorkPtr MpiProcessGroup::do_barrier() {
+  MPI_Comm comm = impl_->comm();
+  Op call{"MPI_Ibarrier", [=](MPI_Request* r) { return MPI_Ibarrier(comm, r); }, [] {}};
+  return impl_->enqueue("barrier", "", {}, std::move(call));
+}
+
+}  // namespace ddp

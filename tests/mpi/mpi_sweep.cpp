@@ -1,0 +1,224 @@
+// The MPI backend, one process per rank:
+//   mpirun -np N mpi_sweep              every collective over every dtype, op
+//                                       and element count (common/expectations.h)
+//   mpirun -np 2 mpi_sweep --mismatch   ranks issue different collectives under
+//                                       the DDP_DEBUG=detail wrapper
+//   mpirun -np 2 mpi_sweep --timeout    rank 1 never joins: rank 0 times out
+//   mpirun -np 2 mpi_sweep --kill       rank 1 dies in a collective
+// Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
+#include "common/expectations.h"
+#include "multiprocess/tap.h"
+
+#include "collectives/checked_process_group.h"
+
+#include <ddp/backends/mpi.h>
+#include <ddp/errors.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+namespace ddp::testing {
+namespace {
+
+// Collects the first mismatch of a section; one TAP line per section.
+class Section {
+ public:
+  explicit Section(std::string name) : name_(std::move(name)) {}
+  void check(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    ++checks_;
+    std::string diff = mismatch(got, want);
+    if (!diff.empty() && first_.empty()) first_ = what + ": " + diff;
+  }
+  void report(Tap& tap) const {
+    tap.check(first_.empty(), name_ + " (" + std::to_string(checks_) + " checks)", first_);
+  }
+
+ private:
+  std::string name_;
+  std::string first_;
+  int checks_ = 0;
+};
+
+void allreduce_sweep(Tap& tap, ProcessGroup& pg) {
+  const int size = pg.size(), rank = pg.rank();
+  Section s("allreduce: every op, dtype and count, world " + std::to_string(size));
+  for (int64_t n : kCounts) {
+    for (auto dtype : kDtypes) {
+      for (auto op : kOps) {
+        if (op == ReduceOp::AVG && !at::isFloatingType(dtype)) continue;
+        at::Tensor t = input(dtype, rank, n);
+        pg.allreduce(t, op)->wait();
+        s.check(t, expected(op, dtype, size, n), label(to_string(op), size, rank, dtype, n));
+      }
+    }
+  }
+  s.report(tap);
+}
+
+void other_collectives(Tap& tap, ProcessGroup& pg) {
+  const int size = pg.size(), rank = pg.rank();
+  const std::string world = ", world " + std::to_string(size);
+  Section coalesced("allreduce_coalesced" + world), broadcast("broadcast" + world),
+      allgather("allgather" + world), reduce_scatter("reduce_scatter" + world);
+  for (int64_t n : kCounts) {
+    for (auto dtype : kDtypes) {
+      const auto what = [&](const char* op) { return label(op, size, rank, dtype, n); };
+      std::vector<at::Tensor> parts = {input(dtype, rank, n), input(dtype, rank, 3, n),
+                                       input(dtype, rank, n / 2, n + 3).view({-1, 1})};
+      pg.allreduce_coalesced(parts, ReduceOp::SUM)->wait();
+      coalesced.check(parts[0], expected(ReduceOp::SUM, dtype, size, n), what("coalesced[0]"));
+      coalesced.check(parts[1], expected(ReduceOp::SUM, dtype, size, 3, n), what("coalesced[1]"));
+      coalesced.check(parts[2], expected(ReduceOp::SUM, dtype, size, n / 2, n + 3),
+                      what("coalesced[2]"));
+      const int root = size - 1;
+      at::Tensor b = input(dtype, rank, n);
+      pg.broadcast(b, root)->wait();
+      broadcast.check(b, input(dtype, root, n), what("broadcast"));
+      std::vector<at::Tensor> gathered;
+      for (int r = 0; r < size; ++r) gathered.push_back(at::full({n}, 7, dtype));
+      pg.allgather(gathered, input(dtype, rank, n))->wait();
+      for (int r = 0; r < size; ++r) allgather.check(gathered[r], input(dtype, r, n), what("allgather"));
+      // Rank q's chunk r is input(q, n, salt r*n); rank r gets their sum.
+      std::vector<at::Tensor> chunks;
+      for (int r = 0; r < size; ++r) chunks.push_back(input(dtype, rank, n, r * n));
+      at::Tensor out = at::full({n}, 7, dtype);
+      pg.reduce_scatter(out, chunks, ReduceOp::SUM)->wait();
+      reduce_scatter.check(out, expected(ReduceOp::SUM, dtype, size, n, rank * n),
+                           what("reduce_scatter"));
+    }
+  }
+  for (auto op : kOps) {
+    const int64_t n = 1001;
+    std::vector<at::Tensor> chunks;
+    for (int r = 0; r < size; ++r) chunks.push_back(input(at::kBFloat16, rank, n, r * n));
+    at::Tensor out = at::empty({n}, at::kBFloat16);
+    pg.reduce_scatter(out, chunks, op)->wait();
+    reduce_scatter.check(out, expected(op, at::kBFloat16, size, n, rank * n),
+                         label(to_string(op), size, rank, at::kBFloat16, n));
+  }
+  coalesced.report(tap);
+  broadcast.report(tap);
+  allgather.report(tap);
+  reduce_scatter.report(tap);
+}
+
+// Many collectives in flight at once complete, in issue order.
+void in_flight(Tap& tap, ProcessGroup& pg) {
+  std::vector<at::Tensor> ts;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 16; ++i) {
+    ts.push_back(input(at::kFloat, pg.rank(), 1000 * (i + 1)));
+    works.push_back(pg.allreduce(ts.back()));
+  }
+  works.push_back(pg.barrier());
+  works.back()->wait();
+  bool ordered = true;
+  for (auto& w : works) ordered = ordered && w->is_completed();
+  Section s("16 allreduces and a barrier in flight");
+  for (int i = 0; i < 16; ++i) {
+    s.check(ts[i], expected(ReduceOp::SUM, at::kFloat, pg.size(), 1000 * (i + 1)), "allreduce");
+  }
+  s.report(tap);
+  tap.check(ordered, "the barrier completed after every allreduce issued before it");
+}
+
+// DDP_DEBUG=detail over MPI: different element counts are caught on every rank.
+void mismatch_case(Tap& tap, const ProcessGroupPtr& mpi) {
+  detail::CheckedProcessGroup pg(mpi);
+  at::Tensor t = at::zeros({4 + pg.rank()}, at::kFloat);
+  try {
+    pg.allreduce(t)->wait();
+    tap.fail("mismatched allreduce was not detected");
+  } catch (const CollectiveMismatch& e) {
+    const std::string what = e.what();
+    tap.check(what.find("rank 0: allreduce(SUM, Float, 4 elements)") != std::string::npos &&
+                  what.find("rank 1: allreduce(SUM, Float, 5 elements)") != std::string::npos,
+              "CollectiveMismatch lists every rank's collective", what);
+  }
+}
+
+// Rank 1 never joins: rank 0's allreduce fails at the group's timeout.
+void timeout_case(Tap& tap) {
+  auto pg = std::make_shared<MpiProcessGroup>(std::chrono::milliseconds(1500));
+  if (pg->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    tap.pass("rank 1 stayed away");
+    return;
+  }
+  at::Tensor t = at::ones({8}, at::kFloat);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allreduce(t)->wait(std::chrono::seconds(30));
+    tap.fail("allreduce completed without rank 1");
+  } catch (const TimeoutError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = e.what();
+    tap.check(what.find("allreduce #0") != std::string::npos &&
+                  what.find("rank 0 of 2 [mpi]") != std::string::npos &&
+                  what.find("cannot be cancelled") != std::string::npos && s < 10,
+              "TimeoutError names the op and the rank, at the group's timeout",
+              what + " after " + std::to_string(s) + " s");
+  }
+  try {
+    pg->barrier()->wait(std::chrono::seconds(30));
+    tap.fail("the group still works after a timeout");
+  } catch (const CommunicationError& e) {
+    tap.check(std::string(e.what()).find("broken") != std::string::npos,
+              "the group is broken after a timeout", e.what());
+  }
+}
+
+// Rank 1 dies during a collective: mpirun must end the job naming it (the
+// ctest entry checks its message), not leave rank 0 waiting.
+void kill_case(Tap& tap, ProcessGroup& pg) {
+  at::Tensor t = at::ones({1 << 16}, at::kFloat);
+  pg.allreduce(t)->wait();
+  if (pg.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::raise(SIGKILL);
+  }
+  try {
+    pg.allreduce(t)->wait();
+    tap.fail("allreduce completed although rank 1 died");
+  } catch (const std::exception& e) {
+    tap.pass(std::string("the survivor's allreduce failed: ") + e.what());
+  }
+}
+
+int main_impl(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--timeout") {
+    Tap tap(-1);
+    timeout_case(tap);
+    return tap.finish();
+  }
+  auto pg = std::make_shared<MpiProcessGroup>(std::chrono::seconds(120));
+  Tap tap(pg->rank());
+  if (mode == "--mismatch") {
+    mismatch_case(tap, pg);
+  } else if (mode == "--kill") {
+    kill_case(tap, *pg);
+  } else {
+    allreduce_sweep(tap, *pg);
+    other_collectives(tap, *pg);
+    in_flight(tap, *pg);
+    pg->barrier()->wait();
+  }
+  return tap.finish();
+}
+
+}  // namespace
+}  // namespace ddp::testing
+
+int main(int argc, char** argv) {
+  try {
+    return ddp::testing::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cout << "not ok - " << e.what() << std::endl;
+    return 1;
+  }
+}
