@@ -17,12 +17,20 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, const std::stri
   ASSERT_TRUE(diff.empty()) << what << ": " << diff;
 }
 
-class Sweep : public ::testing::TestWithParam<int> {};
+// Parameters: backend name, world size.
+class Sweep : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  const std::string& backend() const { return std::get<0>(GetParam()); }
+  int world() const { return std::get<1>(GetParam()); }
+  ProcessGroupPtr group(StorePtr store, int rank) const {
+    return make_group(backend(), std::move(store), rank, world());
+  }
+};
 
 TEST_P(Sweep, AllreduceEveryDtypeOpAndCount) {
-  const int size = GetParam();
+  const int size = world();
   spawn(size, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, size);
+    auto pg = group(store, rank);
     for (int64_t n : kCounts) {
       for (auto dtype : kDtypes) {
         for (auto op : kOps) {
@@ -38,9 +46,9 @@ TEST_P(Sweep, AllreduceEveryDtypeOpAndCount) {
 }
 
 TEST_P(Sweep, AvgOnIntegersIsRejected) {
-  const int size = GetParam();
+  const int size = world();
   spawn(size, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, size);
+    auto pg = group(store, rank);
     at::Tensor t = input(at::kInt, rank, 3);
     try {
       pg->allreduce(t, ReduceOp::AVG);
@@ -53,9 +61,9 @@ TEST_P(Sweep, AvgOnIntegersIsRejected) {
 }
 
 TEST_P(Sweep, CoalescedBroadcastAllgatherReduceScatterBarrier) {
-  const int size = GetParam();
+  const int size = world();
   spawn(size, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, size);
+    auto pg = group(store, rank);
     for (int64_t n : kCounts) {
       for (auto dtype : kDtypes) {
         const auto what = [&](const char* op) { return label(op, size, rank, dtype, n); };
@@ -91,9 +99,9 @@ TEST_P(Sweep, CoalescedBroadcastAllgatherReduceScatterBarrier) {
 }
 
 TEST_P(Sweep, ReduceScatterEveryOp) {
-  const int size = GetParam();
+  const int size = world();
   spawn(size, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, size);
+    auto pg = group(store, rank);
     for (auto op : kOps) {
       const int64_t n = 1001;
       std::vector<at::Tensor> chunks;
@@ -106,8 +114,12 @@ TEST_P(Sweep, ReduceScatterEveryOp) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Sweep, ::testing::Range(1, 9),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Sweep,
+                         ::testing::Combine(::testing::Values("gloo", "shm"), ::testing::Range(1, 9)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_world" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ddp::testing

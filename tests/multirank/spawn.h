@@ -3,12 +3,14 @@
 // first one rethrown on the test thread.
 #pragma once
 
+#include <ddp/backends/shm.h>
 #include <ddp/init.h>
 #include <ddp/store.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <exception>
+#include <string>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -40,6 +42,17 @@ inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
                                   InitOptions options = InitOptions().timeout(
                                       std::chrono::seconds(60))) {
   return new_process_group(std::move(store), rank, size, options);
+}
+
+// A group of `backend` ("gloo" or "shm") per rank, for tests swept over the
+// backends. Until the backend registry lands, shm is built by its constructor.
+inline ProcessGroupPtr make_group(const std::string& backend, StorePtr store, int rank, int size,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  if (backend == "shm") {
+    return std::make_shared<ShmProcessGroup>(std::move(store), rank, size,
+                                             ShmOptions().timeout(timeout));
+  }
+  return make_group(std::move(store), rank, size, InitOptions().backend(backend).timeout(timeout));
 }
 
 }  // namespace ddp::testing

@@ -1,0 +1,34 @@
+// The registry's entry for the shm backend.
+#include <ddp/backend.h>
+#include <ddp/backends/shm.h>
+#include <ddp/errors.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <typeinfo>
+
+namespace ddp::detail {
+
+Backend shm_backend() {
+  Backend b;
+  b.name = "shm";
+  b.summary = "shared memory (/dev/shm); every rank on one host";
+  b.needs_store = true;
+  b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
+    ShmOptions options;
+    if (setup.options) {
+      auto shm = std::dynamic_pointer_cast<const ShmOptions>(setup.options);
+      if (!shm) {
+        const BackendOptions& given = *setup.options;
+        throw InvalidArgument(std::string("ddp: backend 'shm' was given options of type ") +
+                              typeid(given).name() + ", expected ddp::ShmOptions");
+      }
+      options = *shm;
+    }
+    options.timeout(setup.timeout);
+    return std::make_shared<ShmProcessGroup>(setup.store, setup.rank, setup.world_size, options);
+  };
+  return b;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,203 @@
+#include "collectives/shm/channel.h"
+
+#include "collectives/shm/peers.h"
+
+#include <ddp/errors.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace ddp::detail::shm {
+namespace {
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case COPIED: return "copy its data in";
+    case REDUCED: return "reduce its slice";
+    case CONSUMED: return "read the results";
+  }
+  return "?";
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The futex word: the counter's low 32 bits (x86-64 and aarch64 are
+// little-endian). It changes whenever the counter does.
+uint32_t* futex_word(Counter& c) { return reinterpret_cast<uint32_t*>(&c.value); }
+
+void futex_wait(Counter& c, uint32_t expected, std::chrono::milliseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000) * 1000000;
+  // Shared (not FUTEX_PRIVATE): the waker may be another process.
+  syscall(SYS_futex, futex_word(c), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(Counter& c) { syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+
+}  // namespace
+
+Channel::Channel(Segment segment, Config config)
+    : segment_(std::move(segment)),
+      config_(config),
+      world_(segment_.world()),
+      slots_(segment_.slots()),
+      chunk_(segment_.chunk_bytes()),
+      mine_(segment_.control(config.rank)) {}
+
+Channel::~Channel() = default;
+
+void Channel::begin_op(const std::string& description, std::chrono::milliseconds timeout) {
+  op_ = description;
+  const auto now = std::chrono::steady_clock::now();
+  deadline_ = timeout.count() > 0 && timeout < std::chrono::hours(24 * 365) ? now + timeout
+                                                                            : now + std::chrono::hours(24 * 365);
+  next_liveness_check_ = now + config_.liveness_interval;
+  op_number_ = mine_.ops_started.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Waits check the flag only when they block: an operation whose peers are
+  // all ahead would otherwise run on a group another rank declared broken.
+  if (segment_.header().broken.load(std::memory_order_acquire) != 0) {
+    throw CommunicationError("ddp: " + op_ + " not run: " + broken_reason());
+  }
+}
+
+uint64_t Channel::begin_step(bool writes) {
+  const uint64_t step = next_step_++;
+  // The slot of `step` last held step - slots; every rank must have consumed it.
+  if (writes && step >= static_cast<uint64_t>(slots_)) wait_all(CONSUMED, step - slots_);
+  return step;
+}
+
+void Channel::publish(Phase phase, uint64_t step) {
+  Counter& c = mine_.phase[phase];
+  c.value.store(step + 1, std::memory_order_seq_cst);
+  published_[phase] = step + 1;
+  if (c.waiters.load(std::memory_order_seq_cst) != 0) futex_wake(c);
+}
+
+void Channel::finish_step(uint64_t step) {
+  for (int p = 0; p < kPhases; ++p) {
+    if (published_[p] < step + 1) publish(static_cast<Phase>(p), step);
+  }
+  mine_.progress_ms.store(monotonic_ms(), std::memory_order_relaxed);
+}
+
+void Channel::wait_all(Phase phase, uint64_t step) {
+  for (int q = 0; q < world_; ++q) {
+    if (q != config_.rank) wait(q, phase, step);
+  }
+}
+
+void Channel::wait(int peer, Phase phase, uint64_t step) {
+  Counter& c = segment_.control(peer).phase[phase];
+  const uint64_t target = step + 1;
+  if (c.value.load(std::memory_order_acquire) >= target) return;
+  for (int i = 0; i < config_.spin_iterations; ++i) {
+    cpu_relax();
+    if (c.value.load(std::memory_order_acquire) >= target) return;
+  }
+  for (;;) {
+    c.waiters.fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t seen = c.value.load(std::memory_order_seq_cst);
+    if (seen < target) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - std::chrono::steady_clock::now());
+      futex_wait(c, static_cast<uint32_t>(seen),
+                 std::clamp(left, std::chrono::milliseconds(1), config_.liveness_interval));
+    }
+    c.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (c.value.load(std::memory_order_acquire) >= target) return;
+    check(peer, phase, step);
+  }
+}
+
+// Between sleeps: has the group broken, the peer left or died, or the time
+// run out? Reading the peer's /proc entry is rate-limited.
+void Channel::check(int peer, Phase phase, uint64_t step) {
+  if (segment_.header().broken.load(std::memory_order_acquire) != 0) {
+    throw CommunicationError("ddp: " + op_ + " failed: " + broken_reason());
+  }
+  const RankControl& theirs = segment_.control(peer);
+  if (theirs.left.load(std::memory_order_acquire) != 0) fail_waiting(peer, phase, step, false);
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline_) fail_waiting(peer, phase, step, true);
+  if (config_.check_pids && now >= next_liveness_check_) {
+    next_liveness_check_ = now + config_.liveness_interval;
+    if (process_state(theirs.pid.load(std::memory_order_relaxed)) == ProcessState::DEAD) {
+      fail_waiting(peer, phase, step, false);
+    }
+  }
+}
+
+void Channel::fail_waiting(int peer, Phase phase, uint64_t step, bool timed_out) {
+  const RankControl& theirs = segment_.control(peer);
+  const int32_t pid = theirs.pid.load(std::memory_order_relaxed);
+  const ProcessState state = config_.check_pids ? process_state(pid) : ProcessState::UNKNOWN;
+  const bool left = theirs.left.load(std::memory_order_acquire) != 0;
+  const uint64_t their_ops = theirs.ops_started.load(std::memory_order_relaxed);
+  const int64_t quiet_ms = monotonic_ms() - theirs.progress_ms.load(std::memory_order_relaxed);
+
+  std::string what = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) + ")";
+  std::string why;
+  if (state == ProcessState::DEAD) {
+    why = what + " died (killed or crashed) while this rank waited for it to " +
+          phase_name(phase) + "; see its output";
+  } else if (left) {
+    why = what + " closed its group (exited or destroyed it) before it issued this "
+          "collective; see its output";
+  } else {
+    why = what + " did not " + phase_name(phase) + " within the timeout: its process is " +
+          to_string(state) + ", it has begun " + std::to_string(their_ops) + " collective(s) (this is #" +
+          std::to_string(op_number_) + "), its last step was " + std::to_string(quiet_ms) + " ms ago";
+  }
+  std::string message = "ddp: " + op_ + " failed at step " + std::to_string(step) + ": " + why;
+  mark_broken("rank " + std::to_string(config_.rank) + ": " + why);
+  if (timed_out) {
+    throw TimeoutError(message + ". A rank may be stuck, stopped, or issuing a different "
+                                 "collective; DDP_DEBUG=detail compares collectives across ranks.");
+  }
+  throw CommunicationError(message);
+}
+
+void Channel::mark_broken(const std::string& reason) {
+  Header& h = segment_.header();
+  uint32_t expected = 0;
+  if (h.claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    const size_t n = std::min(reason.size(), sizeof(h.reason) - 1);
+    std::memcpy(h.reason, reason.data(), n);
+    h.reason[n] = '\0';
+    h.broken.store(1 + static_cast<uint32_t>(config_.rank), std::memory_order_release);
+  }
+  wake_all();
+}
+
+std::string Channel::broken_reason() const {
+  const Header& h = segment_.header();
+  const uint32_t by = h.broken.load(std::memory_order_acquire);
+  if (by == 0) return "";
+  return "the group was broken by rank " + std::to_string(by - 1) + ": " + h.reason;
+}
+
+void Channel::leave() {
+  mine_.left.store(1, std::memory_order_seq_cst);
+  wake_all();
+}
+
+void Channel::wake_all() {
+  for (int q = 0; q < world_; ++q) {
+    for (int p = 0; p < kPhases; ++p) futex_wake(segment_.control(q).phase[p]);
+  }
+}
+
+}  // namespace ddp::detail::shm

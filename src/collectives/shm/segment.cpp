@@ -1,0 +1,136 @@
+#include "collectives/shm/segment.h"
+
+#include <ddp/errors.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ddp::detail::shm {
+namespace {
+
+size_t control_offset() { return sizeof(Header); }
+
+size_t data_offset(int world) {
+  size_t end = control_offset() + sizeof(RankControl) * static_cast<size_t>(world);
+  return (end + 4095) / 4096 * 4096;
+}
+
+[[noreturn]] void fail(const std::string& call, const std::string& name, int err) {
+  throw CommunicationError("ddp: shm: " + call + "(" + name + ") failed: " + std::strerror(err) +
+                           (err == ENOSPC || err == ENOMEM
+                                ? ". /dev/shm is full or too small: free it, or lower "
+                                  "ShmOptions::slots or chunk_bytes"
+                                : ""));
+}
+
+// Maps `fd` (`bytes` long) shared, prefaulted: the first collective then
+// pays no page faults.
+void* map(int fd, size_t bytes, const std::string& name) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    fail("mmap", name, err);
+  }
+  close(fd);  // the mapping keeps the memory; the descriptor is not needed
+  return p;
+}
+
+}  // namespace
+
+size_t Segment::size_for(int world, int slots, int64_t chunk_bytes) {
+  return data_offset(world) +
+         static_cast<size_t>(world) * static_cast<size_t>(slots) * static_cast<size_t>(chunk_bytes);
+}
+
+Segment Segment::create(const std::string& name, int world, int slots, int64_t chunk_bytes) {
+  const size_t bytes = size_for(world, slots, chunk_bytes);
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail("shm_open", name, errno);
+  // posix_fallocate reserves the pages now, so a full /dev/shm is an error
+  // here rather than a SIGBUS in the middle of a collective.
+  if (int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    fail("posix_fallocate", name, err);
+  }
+  void* base;
+  try {
+    base = map(fd, bytes, name);
+  } catch (...) {
+    shm_unlink(name.c_str());
+    throw;
+  }
+  Segment s(base, bytes);
+  auto* h = new (base) Header();
+  h->magic = kMagic;
+  h->world = static_cast<uint32_t>(world);
+  h->slots = static_cast<uint32_t>(slots);
+  h->chunk_bytes = static_cast<uint64_t>(chunk_bytes);
+  for (int r = 0; r < world; ++r) new (&s.control(r)) RankControl();
+  return s;
+}
+
+Segment Segment::open(const std::string& name, int world, int slots, int64_t chunk_bytes) {
+  const size_t bytes = size_for(world, slots, chunk_bytes);
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) fail("shm_open", name, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    throw InvalidArgument("ddp: shm: segment " + name + " has " + std::to_string(st.st_size) +
+                          " bytes, expected " + std::to_string(bytes) +
+                          ": the ranks disagree on the world size or ShmOptions (slots, "
+                          "chunk_bytes); give every rank the same");
+  }
+  Segment s(map(fd, bytes, name), bytes);
+  const Header& h = s.header();
+  if (h.magic != kMagic || h.world != static_cast<uint32_t>(world) ||
+      h.slots != static_cast<uint32_t>(slots) ||
+      h.chunk_bytes != static_cast<uint64_t>(chunk_bytes)) {
+    throw InvalidArgument("ddp: shm: segment " + name + " was made for world " +
+                          std::to_string(h.world) + ", " + std::to_string(h.slots) +
+                          " slots of " + std::to_string(h.chunk_bytes) +
+                          " bytes; this rank expects world " + std::to_string(world) + ", " +
+                          std::to_string(slots) + " slots of " + std::to_string(chunk_bytes) +
+                          ": give every rank the same ShmOptions");
+  }
+  return s;
+}
+
+bool Segment::unlink(const std::string& name) { return shm_unlink(name.c_str()) == 0; }
+
+Segment::Segment(Segment&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    if (base_) munmap(base_, bytes_);
+    base_ = std::exchange(other.base_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_) munmap(base_, bytes_);
+}
+
+RankControl& Segment::control(int rank) const {
+  return reinterpret_cast<RankControl*>(static_cast<char*>(base_) + control_offset())[rank];
+}
+
+char* Segment::slot(int rank, int slot) const {
+  const auto& h = header();
+  return static_cast<char*>(base_) + data_offset(static_cast<int>(h.world)) +
+         (static_cast<size_t>(rank) * h.slots + static_cast<size_t>(slot)) * h.chunk_bytes;
+}
+
+}  // namespace ddp::detail::shm

@@ -1,0 +1,147 @@
+#include "collectives/shm/setup.h"
+
+#include "collectives/shm/peers.h"
+#include "rendezvous/arrival.h"
+
+#include <ddp/errors.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
+namespace ddp::detail::shm {
+namespace {
+
+const char* kPeerKey = "ddp/shm/peer/";
+const char* kSegmentKey = "ddp/shm/segment";
+const char* kErrorMark = "error: ";
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+struct Peer {
+  std::string host, pid_namespace;
+};
+
+Peer parse_peer(const std::string& text) {
+  std::istringstream in(text);
+  Peer p;
+  std::getline(in, p.host);
+  std::getline(in, p.pid_namespace);
+  return p;
+}
+
+// InvalidArgument on every rank when the ranks are not all on one host.
+void require_one_host(const std::vector<Peer>& peers, const std::string& where) {
+  std::map<std::string, std::string> ranks_by_host;
+  for (size_t r = 0; r < peers.size(); ++r) {
+    auto& ranks = ranks_by_host[peers[r].host];
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (ranks_by_host.size() == 1) return;
+  std::string hosts;
+  for (const auto& [host, ranks] : ranks_by_host) {
+    hosts += (hosts.empty() ? "" : "; ") + std::string("ranks ") + ranks + " on " +
+             host.substr(host.find('/') + 1) + " (boot " + host.substr(0, host.find('/')) + ")";
+  }
+  throw InvalidArgument("ddp: " + where + ": the shm backend needs every rank on one host, but " +
+                        std::to_string(ranks_by_host.size()) + " hosts take part: " + hosts +
+                        ". Across hosts use the gloo backend (DDP_BACKEND=gloo) or the "
+                        "hierarchical one.");
+}
+
+std::string fresh_name() {
+  std::random_device rd;
+  std::ostringstream name;
+  name << "/ddp-shm-" << getpid() << "-" << std::hex << rd() << rd() << rd();
+  return name.str();
+}
+
+// Rank 0's segment name, or its set-up error; polls the store until `deadline`.
+std::string await_name(const StorePtr& store, std::chrono::steady_clock::time_point deadline,
+                       std::chrono::milliseconds timeout, const std::string& where) {
+  auto pause = std::chrono::milliseconds(1);
+  while (!store->check({kSegmentKey})) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw TimeoutError("ddp: " + where + ": rank 0 did not publish the shm segment within " +
+                         std::to_string(timeout.count()) + " ms; see rank 0's output");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+  std::string name = to_string(store->get(kSegmentKey));
+  if (name.rfind(kErrorMark, 0) == 0) {
+    throw CommunicationError("ddp: " + where + ": rank 0 could not create the shm segment: " +
+                             name.substr(std::string(kErrorMark).size()));
+  }
+  return name;
+}
+
+// Until every rank has recorded its pid in the segment.
+void await_attached(Segment& seg, const std::string& name, int size,
+                    std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds timeout, const std::string& where) {
+  while (seg.header().attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      for (int r = 0; r < size; ++r) {
+        if (seg.control(r).pid.load() == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      Segment::unlink(name);  // nobody else may come: leave nothing behind
+      throw TimeoutError("ddp: " + where + ": rank(s) " + missing +
+                         " did not map the shm segment within " +
+                         std::to_string(timeout.count()) + " ms; see their output");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
+
+Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
+                const std::string& where) {
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout();
+  store->set(kPeerKey + std::to_string(rank), to_bytes(host_identity() + "\n" + pid_namespace()));
+  detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm");
+  std::vector<Peer> peers;
+  for (int r = 0; r < size; ++r) peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));
+  require_one_host(peers, where);
+
+  Attached out;
+  out.same_pid_namespace = std::all_of(peers.begin(), peers.end(), [&](const Peer& p) {
+    return p.pid_namespace == peers[0].pid_namespace && !p.pid_namespace.empty();
+  });
+  std::string name;
+  if (rank == 0) {
+    name = fresh_name();
+    try {
+      out.segment = Segment::create(name, size, o.slots(), o.chunk_bytes());
+    } catch (const std::exception& e) {
+      store->set(kSegmentKey, to_bytes(kErrorMark + std::string(e.what())));
+      throw;
+    }
+    store->set(kSegmentKey, to_bytes(name));
+  } else {
+    name = await_name(store, deadline, o.timeout(), where);
+    out.segment = Segment::open(name, size, o.slots(), o.chunk_bytes());
+  }
+  Segment& seg = out.segment;
+  seg.control(rank).pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
+  seg.control(rank).progress_ms.store(monotonic_ms(), std::memory_order_relaxed);
+  // The last rank to map it removes the name: from here on the memory lives
+  // only as long as some rank maps it, whatever way the processes end.
+  if (seg.header().attached.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+      static_cast<uint32_t>(size)) {
+    Segment::unlink(name);
+  }
+  await_attached(seg, name, size, deadline, o.timeout(), where);
+  return out;
+}
+
+}  // namespace ddp::detail::shm

@@ -1,0 +1,187 @@
+// The shm backend's group: set-up (setup.h), one progress thread running the
+// operations in issue order (detail::TaskQueue with one worker), each one a
+// sequence of Channel steps (collectives.h).
+//
+// A failure inside a step leaves the ranks out of step with each other, so
+// every error of an operation breaks the group: it becomes a
+// CommunicationError (which breaks the queue) and is marked in the segment.
+#include <ddp/backends/shm.h>
+
+#include <ddp/errors.h>
+
+#include "collectives/shm/channel.h"
+#include "collectives/shm/collectives.h"
+#include "collectives/shm/setup.h"
+#include "collectives/task_queue.h"
+
+#include <ATen/ATen.h>
+
+namespace ddp {
+
+namespace shm = detail::shm;
+
+namespace {
+
+std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
+  std::string s = op ? std::string(op) + ", " : "";
+  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
+}
+
+void validate(const ShmOptions& o) {
+  auto bad = [](const std::string& what) {
+    throw InvalidArgument("ddp: ShmOptions::" + what);
+  };
+  if (o.chunk_bytes() < 4096 || o.chunk_bytes() % 64 != 0 || o.chunk_bytes() > (1ll << 30)) {
+    bad("chunk_bytes must be a multiple of 64 in [4096, 1 GiB], got " +
+        std::to_string(o.chunk_bytes()));
+  }
+  if (o.slots() < 2 || o.slots() > 1024) {
+    bad("slots must be in [2, 1024], got " + std::to_string(o.slots()));
+  }
+  if (o.small_bytes() < 0 || o.small_bytes() > o.chunk_bytes()) {
+    bad("small_bytes must be in [0, chunk_bytes = " + std::to_string(o.chunk_bytes()) +
+        "], got " + std::to_string(o.small_bytes()));
+  }
+  if (o.spin_iterations() < 0) {
+    bad("spin_iterations must be >= 0, got " + std::to_string(o.spin_iterations()));
+  }
+  if (o.liveness_interval().count() < 1) {
+    bad("liveness_interval must be >= 1 ms, got " + std::to_string(o.liveness_interval().count()));
+  }
+}
+
+}  // namespace
+
+class ShmProcessGroup::Impl {
+ public:
+  Impl(ShmProcessGroup& owner, const StorePtr& store, ShmOptions options)
+      : owner_(owner),
+        options_(std::move(options)),
+        channel_(make_channel(store)),
+        queue_(owner.where(), owner.timeout(), 1) {}
+
+  ~Impl() {
+    queue_.stop();     // runs what is queued
+    channel_.leave();  // then peers waiting on this rank fail at once
+  }
+
+  WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                  std::function<void(shm::Channel&)> body) {
+    return queue_.enqueue(kind, detail, std::move(outputs),
+                          [this, body = std::move(body)](uint32_t, const Work& work) {
+                            return run(work, body);
+                          });
+  }
+
+  const ShmOptions& options() const { return options_; }
+
+ private:
+  shm::Channel make_channel(const StorePtr& store) {
+    shm::Attached a = shm::attach(store, owner_.rank(), owner_.size(), options_, owner_.where());
+    shm::Channel::Config c;
+    c.rank = owner_.rank();
+    c.spin_iterations = options_.spin_iterations();
+    c.liveness_interval = options_.liveness_interval();
+    c.check_pids = a.same_pid_namespace;
+    return shm::Channel(std::move(a.segment), c);
+  }
+
+  std::exception_ptr run(const Work& work, const std::function<void(shm::Channel&)>& body) {
+    try {
+      channel_.begin_op(work.description(), owner_.timeout());
+      body(channel_);
+      return nullptr;
+    } catch (const CommunicationError&) {
+      return std::current_exception();  // the channel marked the segment already
+    } catch (const std::exception& e) {
+      std::string message = "ddp: " + work.description() + " failed: " + e.what();
+      channel_.mark_broken("rank " + std::to_string(owner_.rank()) + ": " + message);
+      return std::make_exception_ptr(CommunicationError(message));
+    }
+  }
+
+  ShmProcessGroup& owner_;
+  const ShmOptions options_;
+  shm::Channel channel_;   // used by the progress thread only, then by ~Impl
+  detail::TaskQueue queue_;  // last: its worker uses channel_
+};
+
+ShmProcessGroup::ShmProcessGroup(StorePtr store, int rank, int size, ShmOptions options)
+    : ProcessGroup(rank, size, options.timeout()) {
+  validate(options);
+  impl_ = std::make_unique<Impl>(*this, store, std::move(options));
+}
+
+ShmProcessGroup::~ShmProcessGroup() = default;
+
+const ShmOptions& ShmProcessGroup::options() const { return impl_->options(); }
+
+// The CPU backends' rule (a local copy of detail::cpu_tensor_unsupported_reason,
+// which lands with the registry; use it then).
+std::string ShmProcessGroup::unsupported_reason(const at::Tensor& t) const {
+  if (!t.device().is_cpu()) {
+    return "the shm backend takes CPU tensors only, got a tensor on " + t.device().str() +
+           "; move it with .cpu()";
+  }
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kInt: case at::kLong: case at::kByte:
+      return "";
+    default:
+      return std::string("the shm backend does not support dtype ") +
+             c10::toString(t.scalar_type()) +
+             "; use float32, float64, float16, bfloat16, int32, int64 or uint8";
+  }
+}
+
+WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  const int64_t small = impl_->options().small_bytes();
+  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+                        [tensor, op, small](shm::Channel& ch) {
+                          shm::allreduce(ch, tensor, op, small);
+                        });
+}
+
+WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
+  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
+                       " tensors of " + c10::toString(tensors[0].scalar_type());
+  const int64_t small = impl_->options().small_bytes();
+  return impl_->enqueue("allreduce_coalesced", detail, tensors,
+                        [tensors, op, small](shm::Channel& ch) {
+                          if (tensors.size() == 1) return shm::allreduce(ch, tensors[0], op, small);
+                          std::vector<at::Tensor> flat;
+                          for (const auto& t : tensors) flat.push_back(t.view(-1));
+                          at::Tensor all = at::cat(flat);
+                          shm::allreduce(ch, all, op, small);
+                          int64_t offset = 0;
+                          for (const auto& t : tensors) {
+                            t.view(-1).copy_(all.narrow(0, offset, t.numel()));
+                            offset += t.numel();
+                          }
+                        });
+}
+
+WorkPtr ShmProcessGroup::do_broadcast(at::Tensor tensor, int root) {
+  return impl_->enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+                        {tensor},
+                        [tensor, root](shm::Channel& ch) { shm::broadcast(ch, tensor, root); });
+}
+
+WorkPtr ShmProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  return impl_->enqueue("allgather", tensor_detail(input), outputs,
+                        [outputs, input](shm::Channel& ch) { shm::allgather(ch, outputs, input); });
+}
+
+WorkPtr ShmProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                           ReduceOp op) {
+  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+                        [output, inputs, op](shm::Channel& ch) {
+                          shm::reduce_scatter(ch, output, inputs, op);
+                        });
+}
+
+WorkPtr ShmProcessGroup::do_barrier() {
+  return impl_->enqueue("barrier", "", {}, [](shm::Channel& ch) { shm::barrier(ch); });
+}
+
+}  // namespace ddp

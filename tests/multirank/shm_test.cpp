@@ -1,0 +1,181 @@
+// What is particular to the shm backend (the sweep in collectives_test.cpp
+// runs every collective on it too): chunk and slice boundaries, many
+// operations in flight through a small ring, identical bits on every rank,
+// the segment's name gone once the group is up, peers that leave or stall.
+#include "spawn.h"
+
+#include <ddp/ddp.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace ddp::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A tiny ring: 4 KiB chunks, 2 slots, so that a few thousand elements
+// already cross chunk, slice and slot-reuse boundaries.
+ShmOptions tiny() {
+  return ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).timeout(std::chrono::seconds(60));
+}
+
+ProcessGroupPtr shm_group(StorePtr store, int rank, int size, ShmOptions o = tiny()) {
+  return std::make_shared<ShmProcessGroup>(std::move(store), rank, size, o);
+}
+
+// This process's segments in /dev/shm (rank 0 of a thread-ranked group is
+// this process, and the name carries its pid).
+int own_segments() {
+  const std::string prefix = "ddp-shm-" + std::to_string(getpid()) + "-";
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) count += std::string(e->d_name).rfind(prefix, 0) == 0;
+    closedir(d);
+  }
+  return count;
+}
+
+TEST(Shm, EveryBoundaryOfChunksSlicesAndSlots) {
+  const std::vector<int64_t> counts = {1, 15, 16, 17, 255, 256, 257, 1023, 1024, 1025, 5000, 100003};
+  for (int size : {2, 3, 5}) {
+    spawn(size, [&](int rank, StorePtr store) {
+      auto pg = shm_group(store, rank, size);
+      for (int64_t n : counts) {
+        for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kByte}) {
+          const std::string what = "world " + std::to_string(size) + " n=" + std::to_string(n) +
+                                   " " + c10::toString(dtype);
+          at::Tensor idx = at::arange(n, at::kLong);
+          at::Tensor t = ((idx + rank) % 3).to(dtype);
+          pg->allreduce(t, ReduceOp::SUM)->wait();
+          at::Tensor want = at::zeros({n}, at::kLong);
+          for (int r = 0; r < size; ++r) want += (idx + r) % 3;
+          ASSERT_TRUE(at::equal(t.to(at::kLong), want)) << "allreduce " << what;
+
+          at::Tensor b = (idx * (rank + 1) % 7).to(dtype);
+          pg->broadcast(b, size - 1)->wait();
+          ASSERT_TRUE(at::equal(b.to(at::kLong), idx * size % 7)) << "broadcast " << what;
+
+          std::vector<at::Tensor> outs;
+          for (int r = 0; r < size; ++r) outs.push_back(at::empty({n}, dtype));
+          pg->allgather(outs, ((idx + rank) % 5).to(dtype))->wait();
+          for (int r = 0; r < size; ++r) {
+            ASSERT_TRUE(at::equal(outs[r].to(at::kLong), (idx + r) % 5)) << "allgather " << what;
+          }
+
+          std::vector<at::Tensor> ins;
+          for (int r = 0; r < size; ++r) ins.push_back(((idx + r + rank) % 4).to(dtype));
+          at::Tensor out = at::empty({n}, dtype);
+          pg->reduce_scatter(out, ins, ReduceOp::MAX)->wait();
+          at::Tensor best = at::zeros({n}, at::kLong);
+          for (int q = 0; q < size; ++q) best = at::maximum(best, (idx + rank + q) % 4);
+          ASSERT_TRUE(at::equal(out.to(at::kLong), best)) << "reduce_scatter " << what;
+        }
+      }
+    });
+  }
+}
+
+TEST(Shm, ManyOperationsInFlightThroughASmallRing) {
+  spawn(3, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 3);
+    std::vector<at::Tensor> tensors;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < 200; ++i) {
+      tensors.push_back(at::full({1 + (i * 997) % 5000}, static_cast<double>(rank + i), at::kDouble));
+      works.push_back(pg->allreduce(tensors.back()));
+      if (i % 50 == 0) works.push_back(pg->barrier());
+    }
+    for (auto& w : works) w->wait();
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(at::all(tensors[i] == 3.0 * i + 3).item<bool>()) << "allreduce " << i;
+    }
+  });
+}
+
+TEST(Shm, SameBitsOnEveryRank) {
+  const int size = 4;
+  std::vector<at::Tensor> results(size);
+  spawn(size, [&](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, size, ShmOptions().timeout(std::chrono::seconds(60)));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
+    for (int64_t n : {1000, 3000000}) {
+      at::Tensor t = at::randn({n}, gen, at::kFloat) * 1e3;
+      pg->allreduce(t, ReduceOp::SUM)->wait();
+      if (n > 1000) results[rank] = t;
+    }
+  });
+  for (int r = 1; r < size; ++r) EXPECT_TRUE(at::equal(results[0], results[r])) << "rank " << r;
+}
+
+TEST(Shm, SegmentNameIsGoneOnceTheGroupIsUp) {
+  spawn(4, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 4);
+    pg->barrier()->wait();
+    EXPECT_EQ(own_segments(), 0);
+  });
+}
+
+TEST(Shm, PeerThatClosesItsGroupIsNamed) {
+  spawn(3, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 3);
+    pg->allreduce(at::ones({100}))->wait();
+    if (rank == 2) return;  // destroys its group without the second collective
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg->allreduce(at::ones({100000}))->wait();
+      FAIL() << "allreduce completed without rank 2";
+    } catch (const CommunicationError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("closed its group"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  });
+}
+
+TEST(Shm, StalledPeerTimesOutNamingIt) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 2, tiny().timeout(milliseconds(1000)));
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(2500));
+      try {
+        pg->allreduce(at::ones({10}))->wait();
+        FAIL() << "rank 1 ran on a broken group";
+      } catch (const CommunicationError& e) {
+        EXPECT_NE(std::string(e.what()).find("broken by rank 0"), std::string::npos) << e.what();
+      }
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      // A longer wait than the group's timeout: the group's own error, not
+      // Work::wait's, is under test.
+      pg->allreduce(at::ones({10}))->wait(milliseconds(10000));
+      FAIL() << "allreduce completed without rank 1";
+    } catch (const TimeoutError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 (pid"), std::string::npos) << what;
+      EXPECT_NE(what.find("has begun 0 collective(s) (this is #1)"), std::string::npos) << what;
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(took, milliseconds(900));
+    EXPECT_LT(took, milliseconds(2400));
+  });
+}
+
+TEST(Shm, BadOptionsAreRejected) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().chunk_bytes(1000)), InvalidArgument);
+  EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().slots(1)), InvalidArgument);
+  EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().small_bytes(1 << 30)), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace ddp::testing
