@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The shm backend in real processes: every collective through ddprun for
+# world sizes 1-8, then the faults (an exception on one rank, kill -9 and
+# SIGSTOP of a rank mid-collective, ddprun stopped with SIGTERM), each with
+# its time bound, and /dev/shm left without a segment of the job after each.
+#   shm_test.sh BUILD_DIR
+set -uo pipefail
+build=$1
+ddprun=$build/tools/ddprun/ddprun
+job=$build/tests/multiprocess/shm_job
+tmp=$(mktemp -d)
+pids=()
+trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+failed=0
+ok() { echo "ok - $1"; }
+not_ok() { echo "not ok - $1"; failed=1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now_ms() { date +%s%3N; }
+
+# Segments of this machine; "clean" passes when none appeared since the start.
+segments() { ls /dev/shm 2>/dev/null | grep '^ddp-shm-' | sort; }
+segments >"$tmp/before"
+clean() {
+  local extra
+  extra=$(segments | comm -13 "$tmp/before" - | tr '\n' ' ')
+  if [ -n "$extra" ]; then not_ok "$1: /dev/shm keeps $extra"; else ok "$1: /dev/shm clean"; fi
+}
+
+# Until process $1 is gone, at most $2 seconds; its status in $status (255: still running).
+wait_bounded() {
+  local pid=$1 limit=$(( $2 * 10 )) i
+  for (( i = 0; i < limit; i++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then status=255; return; fi
+  wait "$pid"; status=$?
+}
+
+# --- every collective, world sizes 1-8, through ddprun
+for n in 1 2 3 4 5 6 7 8; do
+  timeout -s KILL 120 "$ddprun" --nproc-per-node "$n" "$job" >"$tmp/out" 2>&1
+  got=$?
+  if [ "$got" -eq 0 ] && grep -q "rank $((n - 1)) of $n \[shm\]: every collective correct" "$tmp/out"; then
+    ok "ddprun, $n rank(s): every collective correct"
+  else
+    not_ok "ddprun, $n rank(s) (exit $got)"; head -20 "$tmp/out"
+  fi
+done
+clean "after normal exits"
+
+# --- faults: each rank its own process (a launcher would stop the survivors
+# itself). fault N FAULT VICTIM TIMEOUT_S BOUND_S PATTERN: every survivor must
+# exit 3 within BOUND_S seconds, its error matching PATTERN.
+fault() {
+  local n=$1 kind=$2 victim=$3 t=$4 bound=$5 pattern=$6 port r start elapsed
+  port=$(free_port)
+  local -a ranks=()
+  for (( r = 0; r < n; r++ )); do
+    env RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+      "$job" --fault "$kind" --victim "$victim" --timeout-s "$t" >"$tmp/rank$r" 2>&1 &
+    ranks+=($!); pids+=($!)
+  done
+  start=$(now_ms)
+  for (( r = 0; r < n; r++ )); do
+    [ "$r" -eq "$victim" ] && continue
+    wait_bounded "${ranks[$r]}" $(( bound + 30 ))
+    elapsed=$(( $(now_ms) - start ))
+    if [ "$status" -ne 3 ]; then
+      not_ok "$kind: survivor rank $r exited $status, expected 3"; cat "$tmp/rank$r"
+    elif ! grep -q -E -- "$pattern" "$tmp/rank$r"; then
+      not_ok "$kind: survivor rank $r does not say '$pattern'"; cat "$tmp/rank$r"
+    elif [ "$elapsed" -gt $(( bound * 1000 )) ]; then
+      not_ok "$kind: survivor rank $r took ${elapsed} ms (bound ${bound} s)"
+    else
+      ok "$kind: survivor rank $r failed in ${elapsed} ms naming rank $victim"
+    fi
+  done
+  kill -KILL "${ranks[$victim]}" 2>/dev/null  # the stopped one
+  wait_bounded "${ranks[$victim]}" 10
+  clean "$kind"
+}
+
+fault 3 throw 1 20 5 "rank 1 \(pid [0-9]+\) closed its group"
+fault 3 kill 1 20 5 "rank 1 \(pid [0-9]+\) died"
+fault 2 kill 0 20 5 "rank 0 \(pid [0-9]+\) died"
+# A stopped rank is alive: the others fail at the timeout (3 s), naming it.
+fault 3 stop 2 3 10 "rank 2 \(pid [0-9]+\) did not .* its process is stopped"
+
+# --- ddprun stopped with SIGTERM mid-job: it forwards the signal, every rank
+# ends, nothing is left.
+"$ddprun" --nproc-per-node 3 --grace-period-s 5 "$job" --fault loop >"$tmp/out" 2>&1 &
+launcher=$!; pids+=($launcher)
+sleep 3
+kill -TERM "$launcher"
+wait_bounded "$launcher" 20
+if [ "$status" -eq 143 ]; then ok "ddprun stopped by SIGTERM exits 143"; else
+  not_ok "ddprun stopped by SIGTERM exited $status, expected 143"; head -20 "$tmp/out"; fi
+clean "ddprun SIGTERM"
+
+[ "$failed" -eq 0 ] && echo "all checks passed"
+exit $failed
