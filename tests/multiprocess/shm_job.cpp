@@ -9,8 +9,9 @@
 // kill:  the victim sends itself SIGKILL inside a 16 MiB allreduce.
 // stop:  the victim sends itself SIGSTOP inside a 16 MiB allreduce.
 // loop:  allreduces until stopped from outside (ddprun gets SIGTERM).
-// Survivors of a fault print "survivor rank R failed after MS ms: <error>"
-// and exit 3 (0 would mean the fault went unnoticed).
+// Survivors of a fault print "survivor rank R failed after MS ms of waiting:
+// <error>" (MS: from the start of the wait that failed) and exit 3 (0 would
+// mean the fault went unnoticed).
 //
 // Until the backend registry lands the group is built by ShmProcessGroup's
 // constructor on the rendezvous store (then: init_process_group with
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
   ddp::InitOptions init;
   ddp::StorePtr store = ddp::rendezvous(init);
   const int rank = init.rank();
-  const auto start = std::chrono::steady_clock::now();
+  auto waiting_since = std::chrono::steady_clock::now();
   try {
     auto pg = std::make_shared<ddp::ShmProcessGroup>(
         c10::make_intrusive<c10d::PrefixStore>("shm_job", store), rank, init.world_size(),
@@ -91,19 +92,21 @@ int main(int argc, char** argv) {
                 << "]: every collective correct" << std::endl;
       return 0;
     }
+    waiting_since = std::chrono::steady_clock::now();
     pg->allreduce(torch::ones({1000}))->wait();
     if (fault == "throw" && rank == victim) throw std::runtime_error("the victim's own error");
     for (int i = 0; i < (fault == "loop" ? 1000000 : 100); ++i) {
       auto work = pg->allreduce(torch::ones({4 << 20}));
       if (rank == victim && i == 3 && fault == "kill") raise(SIGKILL);
       if (rank == victim && i == 3 && fault == "stop") raise(SIGSTOP);
+      waiting_since = std::chrono::steady_clock::now();
       work->wait();
     }
     return 0;
   } catch (const ddp::CommunicationError& e) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::steady_clock::now() - start).count();
-    std::cerr << "survivor rank " << rank << " failed after " << ms << " ms: " << e.what()
+                  std::chrono::steady_clock::now() - waiting_since).count();
+    std::cerr << "survivor rank " << rank << " failed after " << ms << " ms of waiting: " << e.what()
               << std::endl;
     // Rank 0 hosts the store: stay a moment, so the others' rendezvous
     // store stays reachable while they report.

@@ -58,11 +58,11 @@ Channel::Channel(Segment segment, Config config)
 
 Channel::~Channel() = default;
 
-void Channel::begin_op(const std::string& description, std::chrono::milliseconds timeout) {
+void Channel::begin_op(const std::string& description,
+                       std::chrono::steady_clock::time_point deadline) {
   op_ = description;
+  deadline_ = deadline;
   const auto now = std::chrono::steady_clock::now();
-  deadline_ = timeout.count() > 0 && timeout < std::chrono::hours(24 * 365) ? now + timeout
-                                                                            : now + std::chrono::hours(24 * 365);
   next_liveness_check_ = now + config_.liveness_interval;
   op_number_ = mine_.ops_started.fetch_add(1, std::memory_order_relaxed) + 1;
   // Waits check the flag only when they block: an operation whose peers are

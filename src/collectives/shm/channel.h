@@ -45,8 +45,9 @@ class Channel {
   int64_t chunk_bytes() const { return chunk_; }
 
   // Starts an operation: errors name `description`, and every wait of it
-  // ends by `timeout` from now.
-  void begin_op(const std::string& description, std::chrono::milliseconds timeout);
+  // ends by `deadline` (its issue time plus the timeout, so that the
+  // backend's error, naming the peer, comes before Work::wait's own).
+  void begin_op(const std::string& description, std::chrono::steady_clock::time_point deadline);
   // Takes the next step's number; waits until its slot is free on this rank
   // when `writes` (every peer consumed what step - slots left there).
   uint64_t begin_step(bool writes);

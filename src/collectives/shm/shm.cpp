@@ -16,6 +16,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace ddp {
 
 namespace shm = detail::shm;
@@ -67,9 +69,18 @@ class ShmProcessGroup::Impl {
 
   WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                   std::function<void(shm::Channel&)> body) {
+    // The operation's own deadline runs from its issue, a little short of
+    // the timeout (a tenth, at most 200 ms): Work::wait(), started later,
+    // then sees the backend's error naming the peer rather than its own
+    // generic timeout. Capped at a year so that the sum cannot overflow.
+    const auto timeout = std::min<std::chrono::milliseconds>(owner_.timeout(),
+                                                             std::chrono::hours(24 * 365));
+    const auto deadline = std::chrono::steady_clock::now() + timeout -
+                          std::min<std::chrono::milliseconds>(timeout / 10,
+                                                              std::chrono::milliseconds(200));
     return queue_.enqueue(kind, detail, std::move(outputs),
-                          [this, body = std::move(body)](uint32_t, const Work& work) {
-                            return run(work, body);
+                          [this, deadline, body = std::move(body)](uint32_t, const Work& work) {
+                            return run(work, deadline, body);
                           });
   }
 
@@ -86,9 +97,10 @@ class ShmProcessGroup::Impl {
     return shm::Channel(std::move(a.segment), c);
   }
 
-  std::exception_ptr run(const Work& work, const std::function<void(shm::Channel&)>& body) {
+  std::exception_ptr run(const Work& work, std::chrono::steady_clock::time_point deadline,
+                         const std::function<void(shm::Channel&)>& body) {
     try {
-      channel_.begin_op(work.description(), owner_.timeout());
+      channel_.begin_op(work.description(), deadline);
       body(channel_);
       return nullptr;
     } catch (const CommunicationError&) {
