@@ -8,6 +8,7 @@
 namespace ddp::detail {
 
 Backend gloo_backend();          // collectives/gloo/backend.cpp
+Backend shm_backend();           // collectives/shm/backend.cpp
 Backend hierarchical_backend();  // collectives/hierarchical/backend.cpp
 Backend auto_backend();          // collectives/hierarchical/backend.cpp
 #ifdef DDP_WITH_MPI

@@ -49,6 +49,7 @@ Registry& registry() {
   static Registry* instance = [] {
     auto* r = new Registry;  // never destroyed: groups may outlive static destruction
     add(*r, detail::gloo_backend());
+    add(*r, detail::shm_backend());
     add(*r, detail::hierarchical_backend());
     add(*r, detail::auto_backend());
 #ifdef DDP_WITH_MPI

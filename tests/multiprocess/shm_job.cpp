@@ -12,14 +12,9 @@
 // Survivors of a fault print "survivor rank R failed after MS ms of waiting:
 // <error>" (MS: from the start of the wait that failed) and exit 3 (0 would
 // mean the fault went unnoticed).
-//
-// Until the backend registry lands the group is built by ShmProcessGroup's
-// constructor on the rendezvous store (then: init_process_group with
-// DDP_BACKEND=shm).
-#include <ddp/backends/shm.h>
+// The backend is DDP_BACKEND's (shm_test.sh sets shm).
 #include <ddp/ddp.h>
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
 #include <csignal>
@@ -78,14 +73,11 @@ int main(int argc, char** argv) {
     else if (flag == "--victim") victim = std::stoi(value);
     else if (flag == "--timeout-s") timeout_s = std::stoi(value);
   }
-  ddp::InitOptions init;
-  ddp::StorePtr store = ddp::rendezvous(init);
-  const int rank = init.rank();
+  int rank = -1;
   auto waiting_since = std::chrono::steady_clock::now();
   try {
-    auto pg = std::make_shared<ddp::ShmProcessGroup>(
-        c10::make_intrusive<c10d::PrefixStore>("shm_job", store), rank, init.world_size(),
-        ddp::ShmOptions().timeout(std::chrono::seconds(timeout_s)));
+    auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
+    rank = pg->rank();
     if (fault == "none") {
       every_collective(*pg);
       std::cout << "rank " << rank << " of " << pg->size() << " [" << pg->backend_name()

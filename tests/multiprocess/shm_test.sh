@@ -5,6 +5,7 @@
 # its time bound, and /dev/shm left without a segment of the job after each.
 #   shm_test.sh BUILD_DIR
 set -uo pipefail
+export DDP_BACKEND=shm
 build=$1
 ddprun=$build/tools/ddprun/ddprun
 job=$build/tests/multiprocess/shm_job

@@ -4,6 +4,8 @@
 // the segment's name gone once the group is up, peers that leave or stall.
 #include "spawn.h"
 
+#include <ddp/backends/gloo.h>
+#include <ddp/backends/shm.h>
 #include <ddp/ddp.h>
 
 #include <ATen/ATen.h>
@@ -23,7 +25,9 @@ using std::chrono::milliseconds;
 // A tiny ring: 4 KiB chunks, 2 slots, so that a few thousand elements
 // already cross chunk, slice and slot-reuse boundaries.
 ShmOptions tiny() {
-  return ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).timeout(std::chrono::seconds(60));
+  // No spinning: every wait blocks in futex, the path spinning hides.
+  return ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).spin_iterations(0).timeout(
+      std::chrono::seconds(60));
 }
 
 ProcessGroupPtr shm_group(StorePtr store, int rank, int size, ShmOptions o = tiny()) {
@@ -168,6 +172,25 @@ TEST(Shm, StalledPeerTimesOutNamingIt) {
     EXPECT_GE(took, milliseconds(850));  // the deadline is a tenth short
     EXPECT_LT(took, milliseconds(2400));
   });
+}
+
+TEST(Shm, ThroughTheRegistryWithItsOptions) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto o = std::make_shared<ShmOptions>(tiny());
+    auto pg = new_process_group(store, rank, 2, InitOptions().backend("shm").backend_options(o));
+    EXPECT_EQ(pg->backend_name(), "shm");
+    auto shm = std::dynamic_pointer_cast<ShmProcessGroup>(pg);
+    ASSERT_TRUE(shm);
+    EXPECT_EQ(shm->options().chunk_bytes(), 4096);
+    at::Tensor t = at::ones({3000});
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::all(t == 2).item<bool>());
+    EXPECT_NE(pg->unsupported_reason(at::ones({2}, at::kShort)), "");
+  });
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto gloo = std::make_shared<GlooOptions>();
+  EXPECT_THROW(new_process_group(store, 0, 1, InitOptions().backend("shm").backend_options(gloo)),
+               InvalidArgument);
 }
 
 TEST(Shm, BadOptionsAreRejected) {

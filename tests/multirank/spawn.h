@@ -3,7 +3,6 @@
 // first one rethrown on the test thread.
 #pragma once
 
-#include <ddp/backends/shm.h>
 #include <ddp/init.h>
 #include <ddp/store.h>
 
@@ -44,14 +43,10 @@ inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
   return new_process_group(std::move(store), rank, size, options);
 }
 
-// A group of `backend` ("gloo" or "shm") per rank, for tests swept over the
-// backends. Until the backend registry lands, shm is built by its constructor.
+// A group of `backend` (a registered name) per rank, for tests swept over
+// the backends.
 inline ProcessGroupPtr make_group(const std::string& backend, StorePtr store, int rank, int size,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  if (backend == "shm") {
-    return std::make_shared<ShmProcessGroup>(std::move(store), rank, size,
-                                             ShmOptions().timeout(timeout));
-  }
   return make_group(std::move(store), rank, size, InitOptions().backend(backend).timeout(timeout));
 }
 

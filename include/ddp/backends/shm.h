@@ -74,10 +74,9 @@ class ShmProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "shm"; }
   const ShmOptions& options() const;
 
-  // "" when `tensor` can be used (the CPU backends' rule: CPU tensors of
-  // float32, float64, float16, bfloat16, int32, int64, uint8), else why not.
-  // Overrides ProcessGroup::unsupported_reason once the registry lands.
-  virtual std::string unsupported_reason(const at::Tensor& tensor) const;
+  // The CPU backends' rule: CPU tensors of float32, float64, float16,
+  // bfloat16, int32, int64 or uint8.
+  std::string unsupported_reason(const at::Tensor& tensor) const override;
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;

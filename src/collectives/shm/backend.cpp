@@ -1,4 +1,6 @@
 // The registry's entry for the shm backend.
+#include "collectives/builtin_backends.h"
+
 #include <ddp/backend.h>
 #include <ddp/backends/shm.h>
 #include <ddp/errors.h>

@@ -10,14 +10,6 @@
 
 namespace ddp::detail::shm {
 
-std::string host_identity() {
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return (boot.empty() ? "unknown-boot" : boot) + "/" + name;
-}
-
 std::string pid_namespace() {
   char buf[128] = {};
   ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);

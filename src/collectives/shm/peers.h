@@ -7,12 +7,6 @@
 
 namespace ddp::detail::shm {
 
-// This machine and kernel boot, as "<boot id>/<host name>": two processes
-// share /dev/shm only when these agree. (Containers on one kernel with
-// private /dev/shm mounts are not told apart; their segments would not be
-// found, which set-up reports.)
-std::string host_identity();
-
 // The PID namespace of this process ("pid:[4026531836]"): peers' process ids
 // mean something here only when it is the same.
 std::string pid_namespace();

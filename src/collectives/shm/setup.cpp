@@ -1,5 +1,6 @@
 #include "collectives/shm/setup.h"
 
+#include "collectives/host_identity.h"
 #include "collectives/shm/peers.h"
 #include "rendezvous/arrival.h"
 
@@ -47,13 +48,12 @@ void require_one_host(const std::vector<Peer>& peers, const std::string& where) 
   if (ranks_by_host.size() == 1) return;
   std::string hosts;
   for (const auto& [host, ranks] : ranks_by_host) {
-    hosts += (hosts.empty() ? "" : "; ") + std::string("ranks ") + ranks + " on " +
-             host.substr(host.find('/') + 1) + " (boot " + host.substr(0, host.find('/')) + ")";
+    hosts += (hosts.empty() ? "" : "; ") + std::string("ranks ") + ranks + " on host " + host;
   }
   throw InvalidArgument("ddp: " + where + ": the shm backend needs every rank on one host, but " +
                         std::to_string(ranks_by_host.size()) + " hosts take part: " + hosts +
-                        ". Across hosts use the gloo backend (DDP_BACKEND=gloo) or the "
-                        "hierarchical one.");
+                        ". Across hosts use the auto or hierarchical backend (shm within each "
+                        "host), or gloo (DDP_BACKEND=gloo).");
 }
 
 std::string fresh_name() {
@@ -107,7 +107,7 @@ void await_attached(Segment& seg, const std::string& name, int size,
 Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
                 const std::string& where) {
   const auto deadline = std::chrono::steady_clock::now() + o.timeout();
-  store->set(kPeerKey + std::to_string(rank), to_bytes(host_identity() + "\n" + pid_namespace()));
+  store->set(kPeerKey + std::to_string(rank), to_bytes(detail::host_identity() + "\n" + pid_namespace()));
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm");
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));

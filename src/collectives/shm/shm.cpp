@@ -9,6 +9,7 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/cpu_tensors.h"
 #include "collectives/shm/channel.h"
 #include "collectives/shm/collectives.h"
 #include "collectives/shm/setup.h"
@@ -128,22 +129,8 @@ ShmProcessGroup::~ShmProcessGroup() = default;
 
 const ShmOptions& ShmProcessGroup::options() const { return impl_->options(); }
 
-// The CPU backends' rule (a local copy of detail::cpu_tensor_unsupported_reason,
-// which lands with the registry; use it then).
 std::string ShmProcessGroup::unsupported_reason(const at::Tensor& t) const {
-  if (!t.device().is_cpu()) {
-    return "the shm backend takes CPU tensors only, got a tensor on " + t.device().str() +
-           "; move it with .cpu()";
-  }
-  switch (t.scalar_type()) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kInt: case at::kLong: case at::kByte:
-      return "";
-    default:
-      return std::string("the shm backend does not support dtype ") +
-             c10::toString(t.scalar_type()) +
-             "; use float32, float64, float16, bfloat16, int32, int64 or uint8";
-  }
+  return detail::cpu_tensor_unsupported_reason(t, "shm");
 }
 
 WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
