@@ -52,9 +52,11 @@ struct ShmOptions : BackendOptions {
   // rank copies its tensor into its slot, then every rank reduces all slots:
   // one synchronisation instead of three). At most chunk_bytes. Default 32 KiB.
   TORCH_ARG(int64_t, small_bytes) = 32 << 10;
-  // Polls of a peer's flag before a waiting rank blocks in futex(2).
-  // Default 20000 (tens of microseconds); 0 blocks at once (fewer cores than
-  // ranks).
+  // Most polls of a peer's flag before a waiting rank blocks in futex(2).
+  // The budget adapts between 64 and this: it halves after a wait that
+  // spinning did not end (the peer is not running: ranks share cores) and
+  // doubles after one it did. Default 20000 (about half a millisecond);
+  // 0 blocks at once.
   TORCH_ARG(int, spin_iterations) = 20000;
   // How often a blocked rank checks its peers' processes (dead, exited,
   // stopped) and the segment's broken flag. Default 100 ms.

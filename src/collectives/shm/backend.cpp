@@ -7,7 +7,6 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <typeinfo>
 
 namespace ddp::detail {
 
@@ -19,11 +18,11 @@ Backend shm_backend() {
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     ShmOptions options;
     if (setup.options) {
-      auto shm = std::dynamic_pointer_cast<const ShmOptions>(setup.options);
+      auto* shm = dynamic_cast<const ShmOptions*>(setup.options.get());
       if (!shm) {
-        const BackendOptions& given = *setup.options;
-        throw InvalidArgument(std::string("ddp: backend 'shm' was given options of type ") +
-                              typeid(given).name() + ", expected ddp::ShmOptions");
+        throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                              ": InitOptions::backend_options are not ShmOptions, but the "
+                              "backend is shm; pass std::make_shared<ddp::ShmOptions>(...)");
       }
       options = *shm;
     }

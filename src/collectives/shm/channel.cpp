@@ -24,14 +24,6 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // The futex word: the counter's low 32 bits (x86-64 and aarch64 are
 // little-endian). It changes whenever the counter does.
 uint32_t* futex_word(Counter& c) { return reinterpret_cast<uint32_t*>(&c.value); }
@@ -54,7 +46,17 @@ Channel::Channel(Segment segment, Config config)
       world_(segment_.world()),
       slots_(segment_.slots()),
       chunk_(segment_.chunk_bytes()),
-      mine_(segment_.control(config.rank)) {}
+      mine_(segment_.control(config.rank)),
+      spin_budget_(config.spin_iterations) {}
+
+void Channel::spin_outcome(bool satisfied) {
+  if (config_.spin_iterations == 0) return;
+  if (satisfied) {
+    spin_budget_ = std::min(config_.spin_iterations, std::max(spin_budget_, kMinSpin) * 2);
+  } else {
+    spin_budget_ = std::min(config_.spin_iterations, std::max(spin_budget_ / 2, kMinSpin));
+  }
+}
 
 Channel::~Channel() = default;
 
@@ -99,13 +101,25 @@ void Channel::wait_all(Phase phase, uint64_t step) {
   }
 }
 
-void Channel::wait(int peer, Phase phase, uint64_t step) {
+bool Channel::all_reached(Phase phase, uint64_t step) const { return first_behind(phase, step) < 0; }
+
+int Channel::first_behind(Phase phase, uint64_t step) const {
+  for (int q = 0; q < world_; ++q) {
+    if (q != config_.rank && !reached(q, phase, step)) return q;
+  }
+  return -1;
+}
+
+void Channel::wait(int peer, Phase phase, uint64_t step, bool spin) {
   Counter& c = segment_.control(peer).phase[phase];
   const uint64_t target = step + 1;
   if (c.value.load(std::memory_order_acquire) >= target) return;
-  for (int i = 0; i < config_.spin_iterations; ++i) {
-    cpu_relax();
-    if (c.value.load(std::memory_order_acquire) >= target) return;
+  if (spin) {
+    for (int i = 0; i < spin_budget_; ++i) {
+      cpu_relax();
+      if (c.value.load(std::memory_order_acquire) >= target) return spin_outcome(true);
+    }
+    spin_outcome(false);
   }
   for (;;) {
     c.waiters.fetch_add(1, std::memory_order_seq_cst);

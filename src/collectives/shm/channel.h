@@ -27,6 +27,16 @@
 
 namespace ddp::detail::shm {
 
+// One iteration of a polling loop: tells the core (and a sibling
+// hyper-thread) that this thread is waiting.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class Channel {
  public:
   struct Config {
@@ -58,9 +68,35 @@ class Channel {
   void publish(Phase phase, uint64_t step);
   // Publishes every phase of `step` not yet published (the last call of a step).
   void finish_step(uint64_t step);
+  // Takes `n` consecutive step numbers at once, for an operation that
+  // schedules its own steps (pipeline.h); returns the first.
+  uint64_t take_steps(uint64_t n) {
+    const uint64_t first = next_step_;
+    next_step_ += n;
+    return first;
+  }
+  // Without blocking: has `peer` finished `phase` of `step`? Has every rank?
+  bool reached(int peer, Phase phase, uint64_t step) const {
+    return segment_.control(peer).phase[phase].value.load(std::memory_order_acquire) >= step + 1;
+  }
+  bool all_reached(Phase phase, uint64_t step) const;
+  // The first rank (other than this one) that has not finished `phase` of
+  // `step`; -1 if none.
+  int first_behind(Phase phase, uint64_t step) const;
+  // Polls to spend before blocking, adapted to what spinning has been
+  // worth lately (see spin_outcome).
+  int spin_budget() const { return spin_budget_; }
+  // After a wait: `satisfied` when spinning saw the data arrive. Success
+  // doubles the budget (up to spin_iterations), failure halves it (down to
+  // a probe of kMinSpin): where ranks share cores with each other or other
+  // work, polling for a peer that is not running only delays it, and the
+  // budget shrinks; where each rank has its own core it stays high.
+  void spin_outcome(bool satisfied);
+  static constexpr int kMinSpin = 64;
   // Until `peer` finished `phase` of `step`; throws CommunicationError /
-  // TimeoutError naming the peer (and marks the segment broken).
-  void wait(int peer, Phase phase, uint64_t step);
+  // TimeoutError naming the peer (and marks the segment broken). Spins
+  // first when `spin`.
+  void wait(int peer, Phase phase, uint64_t step, bool spin = true);
   // wait() for every other rank.
   void wait_all(Phase phase, uint64_t step);
 
@@ -87,6 +123,7 @@ class Channel {
   uint64_t op_number_ = 0;
   uint64_t next_step_ = 0;
   uint64_t published_[kPhases] = {0, 0, 0};
+  int spin_budget_ = 0;
   std::chrono::steady_clock::time_point next_liveness_check_;
 };
 

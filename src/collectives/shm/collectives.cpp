@@ -1,18 +1,9 @@
-// Data movement per step; who waits for what is in channel.h.
-//
-// Large all-reduce, per chunk of chunk_bytes (m elements), rank r owning the
-// slice [lo(r), lo(r+1)) of it (64-byte aligned):
-//   1. copy every slice but its own into its slot            -> COPIED
-//   2. reduce its own slice: the tensor's slice with every
-//      peer's slot slice, in place; copy the result into its
-//      slot (peers read it there)                            -> REDUCED
-//   3. copy every peer's reduced slice out of that peer's slot -> CONSUMED
-// Per all-reduced byte a rank reads (w-1)/w + 1 + 1/w + (w-1)/w and writes
-// (w-1)/w + (w-1)/w + 1/w + (w-1)/w bytes: 2.5 + 2.0 = 4.5 for w = 2
-// (its own slice never goes through shared memory).
+// Data movement per step; who waits for what is in channel.h; the large
+// all-reduce is in pipeline.cpp.
 #include "collectives/shm/collectives.h"
 
 #include "collectives/reduce_kernels.h"
+#include "collectives/shm/pipeline.h"
 
 #include <algorithm>
 #include <cstring>
@@ -21,21 +12,6 @@ namespace ddp::detail::shm {
 namespace {
 
 char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
-// Element offsets of each rank's slice of an m-element chunk: whole 64-byte
-// units, so that no two ranks write one cache line.
-struct Slices {
-  Slices(int64_t m, int world, size_t element_size)
-      : m_(m), unit_(std::max<int64_t>(1, 64 / static_cast<int64_t>(element_size))) {
-    const int64_t units = (m + unit_ - 1) / unit_;
-    per_rank_ = (units + world - 1) / world * unit_;
-  }
-  int64_t lo(int q) const { return std::min(m_, q * per_rank_); }
-  int64_t len(int q) const { return lo(q + 1) - lo(q); }
-
- private:
-  int64_t m_, unit_, per_rank_ = 0;
-};
 
 void finish_average(const at::Tensor& t, ReduceOp op, int world) {
   if (op == ReduceOp::AVG && world > 1) t.div_(world);
@@ -56,37 +32,6 @@ void allreduce_small(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
   ch.finish_step(s);
 }
 
-void allreduce_large(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
-  const size_t es = t.element_size();
-  const int64_t n = t.numel(), per_step = ch.chunk_bytes() / static_cast<int64_t>(es);
-  const int w = ch.world(), r = ch.rank();
-  for (int64_t off = 0; off < n; off += per_step) {
-    const int64_t m = std::min(per_step, n - off);
-    const Slices sl(m, w, es);
-    char* src = bytes_of(t) + off * es;
-    const uint64_t s = ch.begin_step(true);
-    char* mine = ch.slot(r, s);
-    for (int q = 0; q < w; ++q) {
-      if (q != r) std::memcpy(mine + sl.lo(q) * es, src + sl.lo(q) * es, sl.len(q) * es);
-    }
-    ch.publish(COPIED, s);
-    ch.wait_all(COPIED, s);
-    if (sl.len(r) > 0) {
-      char* own = src + sl.lo(r) * es;
-      for (int q = 0; q < w; ++q) {
-        if (q != r) kernel(own, own, ch.slot(q, s) + sl.lo(r) * es, sl.len(r));
-      }
-      std::memcpy(mine + sl.lo(r) * es, own, sl.len(r) * es);
-    }
-    ch.publish(REDUCED, s);
-    ch.wait_all(REDUCED, s);
-    for (int q = 0; q < w; ++q) {
-      if (q != r) std::memcpy(src + sl.lo(q) * es, ch.slot(q, s) + sl.lo(q) * es, sl.len(q) * es);
-    }
-    ch.finish_step(s);
-  }
-}
-
 }  // namespace
 
 void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes) {
@@ -95,7 +40,7 @@ void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small
   if (static_cast<int64_t>(tensor.nbytes()) <= small_bytes) {
     allreduce_small(ch, tensor, kernel);
   } else {
-    allreduce_large(ch, tensor, kernel);
+    allreduce_pipelined(ch, bytes_of(tensor), tensor.numel(), tensor.element_size(), kernel);
   }
   finish_average(tensor, op, ch.world());
 }
