@@ -193,6 +193,24 @@ TEST(Shm, ThroughTheRegistryWithItsOptions) {
                InvalidArgument);
 }
 
+TEST(Shm, RanksWithDifferentOptionsFailAtOnceOnEveryRank) {
+  const auto start = std::chrono::steady_clock::now();
+  spawn(3, [](int rank, StorePtr store) {
+    ShmOptions o = tiny();
+    if (rank == 2) o.slots(4);  // a segment of another size
+    try {
+      shm_group(store, rank, 3, o);
+      FAIL() << "rank " << rank << ": a group of mismatched options was built";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(rank == 2 ? "give every rank the same" : "failed on rank 2"),
+                std::string::npos) << what;
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(own_segments(), 0);
+}
+
 TEST(Shm, BadOptionsAreRejected) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().chunk_bytes(1000)), InvalidArgument);

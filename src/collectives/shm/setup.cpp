@@ -22,6 +22,7 @@ namespace {
 const char* kPeerKey = "ddp/shm/peer/";
 const char* kSegmentKey = "ddp/shm/segment";
 const char* kErrorMark = "error: ";
+const char* kMapFailedKey = "ddp/shm/map_failed";
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -83,11 +84,18 @@ std::string await_name(const StorePtr& store, std::chrono::steady_clock::time_po
   return name;
 }
 
-// Until every rank has recorded its pid in the segment.
-void await_attached(Segment& seg, const std::string& name, int size,
+// Until every rank has recorded its pid in the segment; a rank that could
+// not map it says so in the store, and then every rank fails at once.
+void await_attached(const StorePtr& store, Segment& seg, const std::string& name, int size,
                     std::chrono::steady_clock::time_point deadline,
                     std::chrono::milliseconds timeout, const std::string& where) {
-  while (seg.header().attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size)) {
+  for (int i = 0;
+       seg.header().attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size); ++i) {
+    if (i % 20 == 19 && store->check({kMapFailedKey})) {
+      Segment::unlink(name);
+      throw CommunicationError("ddp: " + where + ": the shm set-up failed on " +
+                               to_string(store->get(kMapFailedKey)));
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
       for (int r = 0; r < size; ++r) {
@@ -129,7 +137,13 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
     store->set(kSegmentKey, to_bytes(name));
   } else {
     name = await_name(store, deadline, o.timeout(), where);
-    out.segment = Segment::open(name, size, o.slots(), o.chunk_bytes());
+    try {
+      out.segment = Segment::open(name, size, o.slots(), o.chunk_bytes());
+    } catch (const std::exception& e) {
+      Segment::unlink(name);  // the group cannot form: leave nothing behind
+      store->set(kMapFailedKey, to_bytes("rank " + std::to_string(rank) + ": " + e.what()));
+      throw;
+    }
   }
   Segment& seg = out.segment;
   seg.control(rank).pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
@@ -140,7 +154,7 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
       static_cast<uint32_t>(size)) {
     Segment::unlink(name);
   }
-  await_attached(seg, name, size, deadline, o.timeout(), where);
+  await_attached(store, seg, name, size, deadline, o.timeout(), where);
   return out;
 }
 
