@@ -84,6 +84,24 @@ fault 2 kill 0 20 3 "rank 0 \(pid [0-9]+\) died"
 # A stopped rank is alive: the others fail at the timeout (3 s), naming it.
 fault 3 stop 2 3 5 "rank 2 \(pid [0-9]+\) did not .* its process is stopped"
 
+# --- ranks on two hosts (DDP_HOST_ID splits them): every rank refuses, naming both.
+port=$(free_port)
+env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_HOST_ID=b "$job" >"$tmp/host1" 2>&1 &
+other=$!; pids+=($other)
+env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_HOST_ID=a \
+  timeout -s KILL 60 "$job" >"$tmp/host0" 2>&1
+first=$?
+wait_bounded "$other" 30
+for r in 0 1; do
+  got=$([ "$r" -eq 0 ] && echo "$first" || echo "$status")
+  if [ "$got" -eq 1 ] && grep -q "needs every rank on one host, but 2 hosts take part: ranks 0 on host id:a; ranks 1 on host id:b" "$tmp/host$r"; then
+    ok "two hosts: rank $r refuses, naming both"
+  else
+    not_ok "two hosts: rank $r (exit $got)"; cat "$tmp/host$r"
+  fi
+done
+clean "two hosts"
+
 # --- ddprun stopped with SIGTERM mid-job: it forwards the signal, every rank
 # ends, nothing is left.
 "$ddprun" --nproc-per-node 3 --grace-period-s 5 "$job" --fault loop >"$tmp/out" 2>&1 &
