@@ -5,7 +5,8 @@
 //
 // Also runs under torchrun --no_python and mpirun (ddp reads their
 // variables). Flags: --init-method URL (default env://), --rank R and
-// --world-size N (for tcp:// and file://), --threads T, --round-robin K.
+// --world-size N (for tcp:// and file://), --threads T (the gloo backend's
+// worker threads), --round-robin K.
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>

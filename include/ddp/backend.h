@@ -6,7 +6,8 @@
 //
 // Contract
 // - InitOptions::backend names the backend; when it is empty (the default),
-//   $DDP_BACKEND names it, else "gloo". An unknown name, or one this build
+//   $DDP_BACKEND names it, else "auto": shared memory ("shm") within one
+//   host, Gloo across hosts, the hierarchical composition when both. An unknown name, or one this build
 //   lacks, is an InvalidArgument listing the names this build has.
 // - A backend that needs a store (Gloo) is given the rendezvous store, under
 //   a prefix unique to the group; one that does not (MPI) is built without a
@@ -84,7 +85,7 @@ const Backend& find_backend(const std::string& name);
 std::vector<std::string> backend_names();
 
 // The name a group is built with: `requested` when not empty, else
-// $DDP_BACKEND when set, else "gloo".
+// $DDP_BACKEND when set, else "auto".
 std::string resolve_backend_name(const std::string& requested);
 
 }  // namespace ddp

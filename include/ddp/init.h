@@ -17,7 +17,8 @@
 // an unreachable master or a port in use names the address.
 //
 // Backends (include/ddp/backend.h) are chosen by name: InitOptions::backend,
-// else $DDP_BACKEND, else "gloo". A backend that needs no store (mpi) skips
+// else $DDP_BACKEND, else "auto" (shared memory within a host, Gloo across
+// hosts, both composed hierarchically). A backend that needs no store (mpi) skips
 // the store rendezvous and takes rank and size from its own launcher.
 //
 // DDP_DEBUG=detail wraps the group so that each collective's fingerprint
@@ -37,7 +38,7 @@ namespace ddp {
 
 struct InitOptions {
   // The backend's registered name ("gloo", "mpi", ...; ddp::backend_names()
-  // lists this build's). Default "": $DDP_BACKEND when set, else "gloo".
+  // lists this build's). Default "": $DDP_BACKEND when set, else "auto".
   TORCH_ARG(std::string, backend) = "";
   // "env://", "tcp://host:port" or "file:///path". Default "env://".
   TORCH_ARG(std::string, init_method) = "env://";

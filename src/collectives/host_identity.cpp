@@ -49,14 +49,19 @@ std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string
     while (!store->check({key})) {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string missing;
-        for (int m = r; m < size; ++m) {
-          if (!store->check({prefix + std::to_string(m)})) {
+        int arrived = 0;
+        for (int m = 0; m < size; ++m) {
+          if (store->check({prefix + std::to_string(m)})) {
+            ++arrived;
+          } else {
             missing += (missing.empty() ? "" : ", ") + std::to_string(m);
           }
         }
-        throw TimeoutError("ddp: rank " + std::to_string(rank) + ": ranks " + missing +
-                           " did not say which host they are on within " +
-                           std::to_string(timeout.count()) + " ms");
+        throw TimeoutError("ddp: rank " + std::to_string(rank) +
+                           ": learning which ranks share a host timed out after " +
+                           std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
+                           " of " + std::to_string(size) + " ranks arrived (missing: " +
+                           missing + "). Start every rank with the same world size.");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

@@ -94,7 +94,7 @@ std::vector<std::string> backend_names() {
 
 std::string resolve_backend_name(const std::string& requested) {
   if (!requested.empty()) return requested;
-  return detail::env_string("DDP_BACKEND").value_or("gloo");
+  return detail::env_string("DDP_BACKEND").value_or("auto");
 }
 
 }  // namespace ddp

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two "nodes" in two network namespaces joined by a veth pair, one ddprun in
 # each (--nnodes 2), 2 ranks per node: rendezvous and every collective across
-# a real link. Exits 77 (skipped) where `ip netns` is not permitted.
+# a real link, on the default backend (hierarchical: shm inside a node, Gloo
+# across). Exits 77 (skipped) where `ip netns` is not permitted.
 #   multinode_netns_test.sh BUILD_DIR
 set -uo pipefail
 build=$1
@@ -47,7 +48,7 @@ status_b=$?
 wait $node_a
 status_a=$?
 cat "$tmp/a" "$tmp/b"
-correct=$(cat "$tmp/a" "$tmp/b" | grep -c -E "rank [0-3] of 4 \[gloo\].*all correct")
+correct=$(cat "$tmp/a" "$tmp/b" | grep -c -E "rank [0-3] of 4 \[hierarchical\(shm\+gloo\)\].*all correct")
 if [ "$status_a" -eq 0 ] && [ "$status_b" -eq 0 ] && [ "$correct" -eq 4 ]; then
   echo "ok - two nodes over a veth link: 4 ranks, every collective correct"
   exit 0

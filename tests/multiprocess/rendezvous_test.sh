@@ -23,10 +23,13 @@ expect() {
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-expect "ddprun, 2 ranks" 0 "rank 1 of 2 \[gloo\].*all correct" -- "$ddprun" --nproc-per-node 2 "$demo"
-expect "ddprun, 3 ranks, 3 round-robin groups, 2 threads" 0 "rank 2 of 3 \[round_robin\(3xgloo\)\].*all correct" \
-  -- "$ddprun" --nproc-per-node 3 "$demo" --round-robin 3 --threads 2
-expect "DDP_DEBUG=detail" 0 "gloo\+checked.*all correct" -- env DDP_DEBUG=detail "$ddprun" --nproc-per-node 2 "$demo"
+expect "ddprun, 2 ranks, the default backend (one host: shm)" 0 "rank 1 of 2 \[shm\].*all correct" -- "$ddprun" --nproc-per-node 2 "$demo"
+expect "ddprun, 2 ranks, DDP_BACKEND=gloo" 0 "rank 1 of 2 \[gloo\].*all correct" -- env DDP_BACKEND=gloo "$ddprun" --nproc-per-node 2 "$demo"
+expect "ddprun, 3 ranks, 3 round-robin gloo groups, 2 threads" 0 "rank 2 of 3 \[round_robin\(3xgloo\)\].*all correct" \
+  -- env DDP_BACKEND=gloo "$ddprun" --nproc-per-node 3 "$demo" --round-robin 3 --threads 2
+expect "ddprun, 3 ranks, 2 round-robin groups of the default backend" 0 "rank 2 of 3 \[round_robin\(2xshm\)\].*all correct" \
+  -- "$ddprun" --nproc-per-node 3 "$demo" --round-robin 2
+expect "DDP_DEBUG=detail" 0 "shm\+checked.*all correct" -- env DDP_DEBUG=detail "$ddprun" --nproc-per-node 2 "$demo"
 
 port=$(free_port)
 ( "$demo" --init-method "tcp://127.0.0.1:$port" --rank 1 --world-size 2 >"$tmp/r1" 2>&1 & )
@@ -69,7 +72,9 @@ expect "port in use" 1 "cannot host the rendezvous store at 127.0.0.1:$port" \
   -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$demo"
 kill $holder 2>/dev/null
 
-# A rank killed with SIGKILL mid-allreduce: the others fail, naming it.
+# A rank killed with SIGKILL mid-allreduce: the others fail, naming it. Gloo
+# names peers from its connections (shm_test.sh covers shm's own naming).
+export DDP_BACKEND=gloo
 port=$(free_port)
 start=$(date +%s)
 for r in 1 2; do

@@ -48,12 +48,12 @@ void many_in_flight(const ProcessGroupPtr& pg, int count) {
 }
 
 TEST(ProcessGroup, ManyInFlightCompleteInIssueOrder) {
-  spawn(3, [](int rank, StorePtr store) { many_in_flight(make_group(store, rank, 3), 64); });
+  spawn(3, [](int rank, StorePtr store) { many_in_flight(make_group("gloo", store, rank, 3), 64); });
 }
 
 TEST(ProcessGroup, SeveralWorkerThreadsKeepIssueOrder) {
   spawn(4, [](int rank, StorePtr store) {
-    auto options = InitOptions().backend_options(std::make_shared<GlooOptions>(
+    auto options = InitOptions().backend("gloo").backend_options(std::make_shared<GlooOptions>(
         GlooOptions().threads(4)));
     many_in_flight(make_group(store, rank, 4, options), 64);
   });
@@ -61,7 +61,7 @@ TEST(ProcessGroup, SeveralWorkerThreadsKeepIssueOrder) {
 
 TEST(ProcessGroup, RoundRobinDispatchesToEveryGroupInTurn) {
   spawn(3, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 3, InitOptions().round_robin_groups(3));
+    auto pg = make_group(store, rank, 3, InitOptions().backend("gloo").round_robin_groups(3));
     auto rr = std::dynamic_pointer_cast<RoundRobinProcessGroup>(pg);
     ASSERT_TRUE(rr);
     ASSERT_EQ(rr->groups().size(), 3u);
@@ -73,9 +73,9 @@ TEST(ProcessGroup, RoundRobinDispatchesToEveryGroupInTurn) {
 
 TEST(ProcessGroup, RoundRobinRejectsGroupsOfDifferentRanks) {
   spawn(2, [](int rank, StorePtr store) {
-    auto a = make_group(store, rank, 2);
+    auto a = make_group("gloo", store, rank, 2);
     auto solo_store = c10::make_intrusive<c10d::PrefixStore>("solo" + std::to_string(rank), store);
-    auto b = make_group(solo_store, 0, 1);
+    auto b = make_group("gloo", solo_store, 0, 1);
     EXPECT_THROW(RoundRobinProcessGroup({a, b}), InvalidArgument);
   });
 }
@@ -83,7 +83,7 @@ TEST(ProcessGroup, RoundRobinRejectsGroupsOfDifferentRanks) {
 TEST(ProcessGroup, BcubeAlgorithmGivesTheSameSums) {
   for (int size : {2, 4, 5}) {
     spawn(size, [size](int rank, StorePtr store) {
-      auto options = InitOptions().backend_options(std::make_shared<GlooOptions>(
+      auto options = InitOptions().backend("gloo").backend_options(std::make_shared<GlooOptions>(
           GlooOptions().algorithm(GlooOptions::Algorithm::BCUBE)));
       auto pg = make_group(store, rank, size, options);
       at::Tensor t = at::arange(100000, at::kDouble) * (rank + 1);
@@ -95,7 +95,7 @@ TEST(ProcessGroup, BcubeAlgorithmGivesTheSameSums) {
 
 TEST(ProcessGroup, DebugModeNamesWhatEachRankIssued) {
   spawn(3, [](int rank, StorePtr store) {
-    auto pg = std::make_shared<detail::CheckedProcessGroup>(make_group(store, rank, 3));
+    auto pg = std::make_shared<detail::CheckedProcessGroup>(make_group("gloo", store, rank, 3));
     at::Tensor ok = at::ones({10});
     pg->allreduce(ok)->wait();  // matching collectives pass
     EXPECT_TRUE(at::all(ok == 3).item<bool>());
@@ -118,7 +118,7 @@ TEST(ProcessGroup, WaitTimesOutWhenAPeerNeverJoins) {
   std::promise<void> rank0_done;
   std::shared_future<void> done = rank0_done.get_future().share();
   spawn(2, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2, InitOptions().timeout(milliseconds(1500)));
+    auto pg = make_group(store, rank, 2, InitOptions().backend("gloo").timeout(milliseconds(1500)));
     if (rank == 1) {  // stays connected but never issues the collective
       done.wait_for(std::chrono::seconds(30));
       return;
@@ -159,7 +159,7 @@ TEST(ProcessGroup, RendezvousTimeoutSaysWhoArrived) {
 
 TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
   spawn(1, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 1);
+    auto pg = make_group("gloo", store, rank, 1);
     auto message = [&](const std::function<void()>& f) {
       try {
         f();
@@ -188,7 +188,7 @@ TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
 
 TEST(ProcessGroup, ZeroElementsAndWorldOfOneComplete) {
   spawn(1, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 1);
+    auto pg = make_group("gloo", store, rank, 1);
     at::Tensor t = at::full({5}, 3.0);
     pg->allreduce(t, ReduceOp::AVG)->wait();
     EXPECT_TRUE(at::all(t == 3.0).item<bool>());

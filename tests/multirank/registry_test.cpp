@@ -79,7 +79,7 @@ TEST(Registry, EnvironmentChoosesTheDefaultButNotOverAnExplicitName) {
     EXPECT_TRUE(contains(m, "'no-such-backend' is not available")) << m;
   }
   unsetenv("DDP_BACKEND");
-  EXPECT_EQ(resolve_backend_name(""), "gloo");
+  EXPECT_EQ(resolve_backend_name(""), "auto");
 }
 
 struct NotGlooOptions : BackendOptions {};

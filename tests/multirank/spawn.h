@@ -36,7 +36,8 @@ inline void spawn(int size, const std::function<void(int rank, StorePtr store)>&
   if (first) std::rethrow_exception(first);
 }
 
-// A Gloo group per rank on the shared store, with a test-friendly timeout.
+// A group of the default backend per rank on the shared store, with a
+// test-friendly timeout.
 inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
                                   InitOptions options = InitOptions().timeout(
                                       std::chrono::seconds(60))) {

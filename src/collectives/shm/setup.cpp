@@ -119,6 +119,9 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm");
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));
+  // Every rank has read every peer before any refuses: rank 0, which hosts
+  // the store, may exit at once after refusing.
+  detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm/peers_read");
   require_one_host(peers, where);
 
   Attached out;
