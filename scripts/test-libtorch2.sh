@@ -8,8 +8,9 @@
 # change to it installs again. The source tree (tracked and untracked,
 # not ignored files) is copied to /ddp/src inside, built in /ddp/build (-j2,
 # ccache in /ddp/ccache: both kept between runs). Only /proc, /dev, /dev/pts
-# and /dev/shm are bind-mounted, and every mount under the chroot is undone
-# on every exit path (trap).
+# and /dev/shm are bind-mounted (and the chroot onto itself, so that its /
+# is a mount point, as `ip netns exec` needs), and every mount under the
+# chroot is undone on every exit path (trap).
 #   scripts/test-libtorch2.sh [CTEST ARGS...]     e.g. -R reference
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +43,12 @@ unmount_all() {
   for m in $(awk -v r="$root/" 'index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r); do
     umount "$m" 2>/dev/null || umount -l "$m"
   done
+  if awk -v r="$root" '$2 == r { found = 1 } END { exit !found }' /proc/self/mounts; then
+    umount "$root" 2>/dev/null || umount -l "$root"
+  fi
 }
 mount_all() {
+  mount --bind "$root" "$root"
   mount --bind /proc "$root/proc"
   mount --bind /dev "$root/dev"
   mount --bind /dev/pts "$root/dev/pts"
