@@ -32,7 +32,7 @@ struct Loaded {
 // Sanitizer runtimes refuse RTLD_DEEPBIND (they interpose malloc and
 // friends); there the module is loaded without it and the binding check
 // decides.
-bool under_sanitizer() {
+[[maybe_unused]] bool under_sanitizer() {
   for (const char* init : {"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init"}) {
     if (dlsym(RTLD_DEFAULT, init)) return true;
   }
@@ -40,12 +40,15 @@ bool under_sanitizer() {
 }
 
 template <typename Fn>
-Fn entry(void* handle, const char* name) {
+[[maybe_unused]] Fn entry(void* handle, const char* name) {
   return reinterpret_cast<Fn>(dlsym(handle, name));
 }
 
 Loaded load() {
   Loaded out;
+#ifdef DDP_GLOO_UNAVAILABLE  // the build could not make the module (cmake/gloo_module.cmake)
+  out.error = DDP_GLOO_UNAVAILABLE;
+#else
   const std::string path = gloo_module_path();
   int flags = RTLD_NOW | RTLD_LOCAL;
 #ifdef RTLD_DEEPBIND
@@ -69,6 +72,7 @@ Loaded load() {
   } else {
     out.error = binding_error();
   }
+#endif
   return out;
 }
 
