@@ -6,7 +6,9 @@
 // The differences found, and where each is handled:
 // - TCPStoreOptions::useLibUV (2.x) defaults to true; builds without libuv
 //   (Debian's) then refuse to start the store: use_classic_tcp_store() below.
-//   PyTorch's Python side likewise: USE_LIBUV=0 in tests/reference.
+//   PyTorch's Python side likewise: USE_LIBUV=0 in tests/reference; torchrun
+//   --standalone (c10d rendezvous ignores USE_LIBUV) cannot start its store on
+//   Debian 13's PyTorch, so rendezvous_test skips its torchrun case there.
 // - c10d::Store::set gained an overload taking std::string (2.x), so
 //   set(key, {1}) is ambiguous: callers pass std::vector<uint8_t> (one code
 //   for both versions, no switch).
