@@ -16,6 +16,7 @@ packages=(
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   iproute2                       # ip netns / tc for multi-node tests and bench
+  debootstrap                    # the libtorch 2.x tier's Debian 13 chroot (test-libtorch2.sh)
 )
 
 missing=()

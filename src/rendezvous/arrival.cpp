@@ -12,7 +12,7 @@ namespace ddp::detail {
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label) {
   const std::string prefix = "ddp/" + label + "/arrived";
-  store->set(prefix + "/" + std::to_string(rank), {1});
+  store->set(prefix + "/" + std::to_string(rank), std::vector<uint8_t>{1});
   store->add(prefix + "/count", 1);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -8,6 +8,7 @@
 #include "collectives/checked_process_group.h"
 #include "rendezvous/arrival.h"
 #include "rendezvous/env.h"
+#include "compat/torch_compat.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -70,6 +71,7 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
   opts.numWorkers = o.world_size();
   opts.waitWorkers = false;  // detail::wait_for_all_ranks counts arrivals
   opts.timeout = o.rendezvous_timeout();
+  compat::use_classic_tcp_store(opts);
   const std::string where = master.host + ":" + std::to_string(master.port);
   try {
     return c10::make_intrusive<c10d::TCPStore>(master.host, opts);

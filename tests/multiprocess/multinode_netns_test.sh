@@ -11,8 +11,15 @@ demo=$build/examples/collectives
 id=$$
 a=ddpt-a-$id b=ddpt-b-$id
 probe=ddpt-probe-$id
+# Both halves: a chroot whose / is no mount point can add a namespace but
+# not enter one (ip netns exec remounts /).
 if ! ip netns add "$probe" 2>/dev/null; then
   echo "SKIP: cannot create network namespaces here (needs root and 'ip netns'); multi-node test skipped"
+  exit 77
+fi
+if ! ip netns exec "$probe" true 2>/dev/null; then
+  ip netns del "$probe"
+  echo "SKIP: cannot enter network namespaces here ('ip netns exec' fails); multi-node test skipped"
   exit 77
 fi
 ip netns del "$probe"

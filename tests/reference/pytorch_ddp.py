@@ -62,6 +62,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+# PyTorch >= 2.4 starts TCPStore on libuv by default; Debian's builds (13's
+# 2.6) have no libuv and refuse. The classic server is in every version (1.13
+# ignores the variable); ddp does the same (src/compat/torch_compat.cpp).
+os.environ.setdefault("USE_LIBUV", "0")
+
 WORLD = 2
 STEPS = 6
 BATCH = 4  # per rank

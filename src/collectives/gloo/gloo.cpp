@@ -1,4 +1,5 @@
-// The Gloo backend.
+// The Gloo backend's engine, in the module libddp_gloo.so (engine.h): libddp's
+// GlooProcessGroup (group.cpp) forwards its collectives here.
 //
 // Each collective becomes a task of the ordered task queue
 // (collectives/task_queue.h), tagged with its issue number: Gloo matches
@@ -10,12 +11,10 @@
 // the peer's rank. The first failure breaks the group, is written to the
 // store (so other ranks can cite it), and closes every connection, so peers
 // waiting on this rank fail at once instead of at their timeout.
-#include <ddp/backends/gloo.h>
-
 #include <ddp/errors.h>
 
-#include "collectives/cpu_tensors.h"
 #include "collectives/gloo/collectives.h"
+#include "collectives/gloo/engine.h"
 #include "collectives/gloo/network.h"
 #include "collectives/gloo/store.h"
 #include "collectives/task_queue.h"
@@ -54,13 +53,18 @@ bool cites(const std::string& text, const std::string& address) {
   return false;
 }
 
-}  // namespace
+// The group an engine serves, as its errors name it.
+struct Owner {
+  int rank;
+  int size;
+  std::string where;  // "rank 1 of 2 [gloo]"
+};
 
-class GlooProcessGroup::Impl {
+class Engine final : public detail::GlooEngine {
  public:
-  Impl(GlooProcessGroup& owner, StorePtr store, GlooOptions options)
-      : owner_(owner), store_(std::move(store)), options_(std::move(options)) {
-    const int rank = owner.rank(), size = owner.size();
+  explicit Engine(const detail::GlooEngineSetup& setup)
+      : owner_{setup.rank, setup.size, setup.where}, store_(setup.store), options_(setup.options) {
+    const int rank = owner_.rank, size = owner_.size;
     detail::wait_for_all_ranks(store_, rank, size, options_.timeout(), "gloo");
     auto device = make_device();
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -69,19 +73,62 @@ class GlooProcessGroup::Impl {
     try {
       context->connectFullMesh(gloo_store, device);
     } catch (const std::exception& e) {
-      throw CommunicationError("ddp: " + owner.where() +
+      throw CommunicationError("ddp: " + owner_.where +
                                ": connecting to the other ranks failed: " + e.what() +
                                ". Check that every rank can reach the others' "
                                "addresses (DDP_SOCKET_IFNAME picks the interface).");
     }
     context_ = context;
     learn_peer_addresses();
-    queue_ = std::make_unique<detail::TaskQueue>(owner.where(), owner.timeout(),
+    queue_ = std::make_unique<detail::TaskQueue>(owner_.where, options_.timeout(),
                                                  options_.threads());
   }
 
-  ~Impl() { queue_->stop(); }  // the tasks use context_ and store_
+  ~Engine() override { queue_->stop(); }  // the tasks use context_ and store_
 
+  WorkPtr allreduce(at::Tensor tensor, ReduceOp op) override {
+    return enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+                   [tensor, op](const gloo_ops::Call& call) {
+                     gloo_ops::allreduce(call, tensor, op);
+                   });
+  }
+
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override {
+    std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
+                         " tensors of " + c10::toString(tensors[0].scalar_type());
+    return enqueue("allreduce_coalesced", detail, tensors,
+                   [tensors, op](const gloo_ops::Call& call) {
+                     gloo_ops::allreduce_coalesced(call, tensors, op);
+                   });
+  }
+
+  WorkPtr broadcast(at::Tensor tensor, int root) override {
+    return enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+                   {tensor}, [tensor, root](const gloo_ops::Call& call) {
+                     gloo_ops::broadcast(call, tensor, root);
+                   });
+  }
+
+  WorkPtr allgather(std::vector<at::Tensor> outputs, at::Tensor input) override {
+    return enqueue("allgather", tensor_detail(input), outputs,
+                   [outputs, input](const gloo_ops::Call& call) {
+                     gloo_ops::allgather(call, outputs, input);
+                   });
+  }
+
+  WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                         ReduceOp op) override {
+    return enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+                   [output, inputs, op](const gloo_ops::Call& call) {
+                     gloo_ops::reduce_scatter(call, output, inputs, op);
+                   });
+  }
+
+  WorkPtr barrier() override {
+    return enqueue("barrier", "", {}, [](const gloo_ops::Call& call) { gloo_ops::barrier(call); });
+  }
+
+ private:
   // Queues `body` and returns its Work.
   WorkPtr enqueue(const char* kind, const std::string& detail,
                   std::vector<at::Tensor> outputs,
@@ -91,10 +138,6 @@ class GlooProcessGroup::Impl {
                              return run(tag, work, body);
                            });
   }
-
-  const GlooOptions& options() const { return options_; }
-
- private:
 
   std::shared_ptr<gloo::transport::Device> make_device() {
     gloo::transport::tcp::attr attr;
@@ -109,7 +152,7 @@ class GlooProcessGroup::Impl {
     try {
       return gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      throw InvalidArgument("ddp: " + owner_.where() + ": cannot use " +
+      throw InvalidArgument("ddp: " + owner_.where + ": cannot use " +
                             (iface.empty() ? "host '" + attr.hostname + "'"
                                            : "network interface '" + iface + "'") +
                             " for Gloo: " + e.what() +
@@ -121,7 +164,7 @@ class GlooProcessGroup::Impl {
   // others', so that an error mentioning an address can name the rank.
   // Gloo's errors cite either end of the connection: map both.
   void learn_peer_addresses() {
-    const int rank = owner_.rank(), size = owner_.size();
+    const int rank = owner_.rank, size = owner_.size;
     std::string mine;
     const auto connections = detail::established_tcp_connections();
     for (int r = 0; r < size; ++r) {
@@ -169,7 +212,7 @@ class GlooProcessGroup::Impl {
   // queue breaks on the CommunicationError returned).
   std::exception_ptr fail(const Work& work, const std::string& gloo_error) {
     std::string cause = explain(gloo_error);
-    std::string report = "rank " + std::to_string(owner_.rank()) + ": " + cause;
+    std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
     std::string first = report_failure(report);
     std::string message = "ddp: " + work.description() + " failed: " + cause;
     if (cause == gloo_error) {  // the error did not name the peer: who went silent?
@@ -205,7 +248,7 @@ class GlooProcessGroup::Impl {
   // reached).
   std::string report_failure(const std::string& report) {
     try {
-      store_->set(failed_key(owner_.rank()), std::vector<uint8_t>(report.begin(), report.end()));
+      store_->set(failed_key(owner_.rank), std::vector<uint8_t>(report.begin(), report.end()));
       if (store_->add(std::string(kFailureKey) + "/count", 1) == 1) {
         store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
         return report;
@@ -232,8 +275,8 @@ class GlooProcessGroup::Impl {
       for (;;) {
         std::string silent;
         int count = 0;
-        for (int r = 0; r < owner_.size(); ++r) {
-          if (r == owner_.rank() || store_->check({failed_key(r)})) continue;
+        for (int r = 0; r < owner_.size; ++r) {
+          if (r == owner_.rank || store_->check({failed_key(r)})) continue;
           silent += (count++ ? ", " : "") + std::to_string(r);
         }
         if (count <= 1 || std::chrono::steady_clock::now() >= deadline) return silent;
@@ -246,7 +289,7 @@ class GlooProcessGroup::Impl {
 
   static std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 
-  GlooProcessGroup& owner_;
+  const Owner owner_;
   const StorePtr store_;
   const GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
@@ -254,63 +297,10 @@ class GlooProcessGroup::Impl {
   std::unique_ptr<detail::TaskQueue> queue_;     // last: stopped first
 };
 
-GlooProcessGroup::GlooProcessGroup(StorePtr store, int rank, int size, GlooOptions options)
-    : ProcessGroup(rank, size, options.timeout()) {
-  if (options.threads() < 1) {
-    throw InvalidArgument("ddp: GlooOptions::threads must be >= 1, got " +
-                          std::to_string(options.threads()));
-  }
-  impl_ = std::make_unique<Impl>(*this, std::move(store), std::move(options));
-}
-
-GlooProcessGroup::~GlooProcessGroup() = default;
-
-const GlooOptions& GlooProcessGroup::options() const { return impl_->options(); }
-
-std::string GlooProcessGroup::unsupported_reason(const at::Tensor& tensor) const {
-  return detail::cpu_tensor_unsupported_reason(tensor, "gloo");
-}
-
-WorkPtr GlooProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
-  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
-                        [tensor, op](const gloo_ops::Call& call) { gloo_ops::allreduce(call, tensor, op); });
-}
-
-WorkPtr GlooProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
-  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
-                       " tensors of " + c10::toString(tensors[0].scalar_type());
-  return impl_->enqueue("allreduce_coalesced", detail, tensors,
-                        [tensors, op](const gloo_ops::Call& call) {
-                          gloo_ops::allreduce_coalesced(call, tensors, op);
-                        });
-}
-
-WorkPtr GlooProcessGroup::do_broadcast(at::Tensor tensor, int root) {
-  return impl_->enqueue("broadcast",
-                        tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
-                        [tensor, root](const gloo_ops::Call& call) {
-                          gloo_ops::broadcast(call, tensor, root);
-                        });
-}
-
-WorkPtr GlooProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
-  return impl_->enqueue("allgather", tensor_detail(input), outputs,
-                        [outputs, input](const gloo_ops::Call& call) {
-                          gloo_ops::allgather(call, outputs, input);
-                        });
-}
-
-WorkPtr GlooProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
-                                            ReduceOp op) {
-  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
-                        [output, inputs, op](const gloo_ops::Call& call) {
-                          gloo_ops::reduce_scatter(call, output, inputs, op);
-                        });
-}
-
-WorkPtr GlooProcessGroup::do_barrier() {
-  return impl_->enqueue("barrier", "", {},
-                        [](const gloo_ops::Call& call) { gloo_ops::barrier(call); });
-}
-
+}  // namespace
 }  // namespace ddp
+
+extern "C" ddp::detail::GlooEngine* ddp_gloo_create_engine(
+    const ddp::detail::GlooEngineSetup& setup) {
+  return new ddp::Engine(setup);  // in an anonymous namespace: this TU only
+}

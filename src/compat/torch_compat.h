@@ -1,0 +1,40 @@
+// The one place where ddp's code differs between libtorch versions: Debian
+// 12's 1.13 and 2.x (Debian 13's 2.6, pytorch.org's and pip's builds). Every
+// version switch of the library lives in torch_compat.cpp, behind these
+// functions; the rest of the code is the same on every version.
+//
+// The differences found, and where each is handled:
+// - TCPStoreOptions::useLibUV (2.x) defaults to true; builds without libuv
+//   (Debian's) then refuse to start the store: use_classic_tcp_store() below.
+//   PyTorch's Python side likewise: USE_LIBUV=0 in tests/reference; torchrun
+//   --standalone (c10d rendezvous ignores USE_LIBUV) cannot start its store on
+//   Debian 13's PyTorch, so rendezvous_test skips its torchrun case there.
+// - c10d::Store::set gained an overload taking std::string (2.x), so
+//   set(key, {1}) is ambiguous: callers pass std::vector<uint8_t> (one code
+//   for both versions, no switch).
+// - Optimizer::zero_grad() undefines gradients in 2.x (1.13 zeroes them):
+//   the Reducer takes an undefined gradient as "not yet produced" and, with
+//   gradient_as_bucket_view, points it at its bucket view again after
+//   backward; the reference tests zero explicitly on both sides.
+// - Autograd hooks (FunctionPreHook, LambdaPostHook, add_post_hook): the
+//   same signatures through 2.6 (2.x adds compiled_args, defaulted).
+// - The CMake package: ${TORCH_LIBRARIES} holds absolute paths; libddp links
+//   the imported target `torch` (CMakeLists.txt).
+// - pytorch.org's and pip's libtorch bundle and export Gloo: the Gloo module
+//   (src/collectives/gloo/module.cpp); with the pre-C++11 string ABI the
+//   module is not built (cmake/gloo_module.cmake).
+#pragma once
+
+namespace c10d {
+struct TCPStoreOptions;
+}
+
+namespace ddp::compat {
+
+// TCPStore with its classic socket server on every version. 2.x added
+// TCPStoreOptions::useLibUV and turned it on by default, but builds without
+// libuv (Debian's) then refuse to start the store; the classic server is in
+// every version and is what 1.13 uses.
+void use_classic_tcp_store(c10d::TCPStoreOptions& options);
+
+}  // namespace ddp::compat
