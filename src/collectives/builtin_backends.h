@@ -5,7 +5,24 @@
 
 #include <ddp/backend.h>
 
+#include <string>
+
 namespace ddp::detail {
+
+// InvalidArgument: `setup` carries options of another type than `expected`,
+// the options type of `backend`.
+[[noreturn]] void refuse_options(const BackendSetup& setup, const std::string& backend,
+                                 const char* expected);
+
+// The options `setup` carries for `backend`, as its own type O (O's
+// defaults when it carries none); `expected` is O's name, for the error.
+template <typename O>
+O options_for(const BackendSetup& setup, const std::string& backend, const char* expected) {
+  if (!setup.options) return O();
+  auto* options = dynamic_cast<const O*>(setup.options.get());
+  if (!options) refuse_options(setup, backend, expected);
+  return *options;
+}
 
 Backend gloo_backend();          // collectives/gloo/backend.cpp
 Backend shm_backend();           // collectives/shm/backend.cpp

@@ -7,6 +7,8 @@
 #include "collectives/builtin_backends.h"
 #include "rendezvous/env.h"
 
+#include <c10/util/Type.h>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -91,6 +93,19 @@ std::vector<std::string> backend_names() {
   for (const auto& [name, backend] : r.backends) names.push_back(name);
   return names;  // std::map keeps them sorted
 }
+
+namespace detail {
+
+void refuse_options(const BackendSetup& setup, const std::string& backend, const char* expected) {
+  const BackendOptions& given = *setup.options;
+  throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                        ": InitOptions::backend_options are " +
+                        c10::demangle(typeid(given).name()) + ", not " + expected +
+                        ", but the backend is " + backend + "; pass std::make_shared<ddp::" +
+                        expected + ">(...)");
+}
+
+}  // namespace detail
 
 std::string resolve_backend_name(const std::string& requested) {
   if (!requested.empty()) return requested;

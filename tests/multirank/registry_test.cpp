@@ -88,7 +88,7 @@ TEST(Registry, OptionsOfAnotherBackendAreRefused) {
   StorePtr store = c10::make_intrusive<c10d::HashStore>();
   auto options = InitOptions().backend("gloo").backend_options(std::make_shared<NotGlooOptions>());
   std::string m = message_of([&] { make_group(store, 0, 1, options); });
-  EXPECT_TRUE(contains(m, "are not GlooOptions")) << m;
+  EXPECT_TRUE(contains(m, "NotGlooOptions, not GlooOptions, but the backend is gloo")) << m;
 }
 
 TEST(Registry, RegisteringTwiceOrWithoutCreateIsRefused) {

@@ -22,17 +22,8 @@ std::string gloo_default_hostname(const std::string& master_host) {
 namespace detail {
 namespace {
 
-GlooOptions options_for(const BackendSetup& setup) {
-  GlooOptions options;
-  if (setup.options) {
-    auto* gloo = dynamic_cast<const GlooOptions*>(setup.options.get());
-    if (!gloo) {
-      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                            ": InitOptions::backend_options are not GlooOptions, but the "
-                            "backend is gloo; pass std::make_shared<ddp::GlooOptions>(...)");
-    }
-    options = *gloo;
-  }
+GlooOptions gloo_options_for(const BackendSetup& setup) {
+  auto options = options_for<GlooOptions>(setup, "gloo", "GlooOptions");
   options.timeout(setup.timeout);
   if (options.interface().empty() && options.hostname().empty() &&
       socket_interface_from_env().empty()) {
@@ -50,7 +41,7 @@ Backend gloo_backend() {
   b.needs_store = true;
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     return std::make_shared<GlooProcessGroup>(setup.store, setup.rank, setup.world_size,
-                                              options_for(setup));
+                                              gloo_options_for(setup));
   };
   return b;
 }

@@ -14,18 +14,6 @@
 namespace ddp::detail {
 namespace {
 
-HierarchicalOptions options_for(const BackendSetup& setup, const char* name) {
-  if (!setup.options) return {};
-  auto* options = dynamic_cast<const HierarchicalOptions*>(setup.options.get());
-  if (!options) {
-    throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                          ": InitOptions::backend_options are not HierarchicalOptions, but the "
-                          "backend is " + name + "; pass std::make_shared<ddp::HierarchicalOptions>"
-                          "(...), whose local_options and cross_options hold each part's own");
-  }
-  return *options;
-}
-
 std::vector<std::string> hosts(const BackendSetup& setup) {
   return hosts_of_ranks(setup.store, "hosts/", setup.rank, setup.world_size, setup.timeout);
 }
@@ -47,7 +35,7 @@ Backend hierarchical_backend() {
   b.summary = "shared memory within each host, an inter-host backend across (always)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     return std::make_shared<HierarchicalProcessGroup>(setup, hosts(setup),
-                                                      options_for(setup, "hierarchical"));
+                                                      options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions"));
   };
   return b;
 }
@@ -57,7 +45,7 @@ Backend auto_backend() {
   b.name = "auto";
   b.summary = "shm within one host, gloo across hosts, hierarchical when both (the default)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    HierarchicalOptions options = options_for(setup, "auto");
+    auto options = options_for<HierarchicalOptions>(setup, "auto", "HierarchicalOptions");
     auto labels = hosts(setup);
     Topology t = topology_of(labels, setup.rank);
     if (t.host_count == 1) return plain(setup, options.local_backend(), options.local_options());

@@ -7,8 +7,6 @@
 #include "collectives/builtin_backends.h"
 #include "collectives/mpi/runtime.h"
 
-#include <c10/util/Type.h>
-
 namespace ddp::detail {
 
 Backend mpi_backend() {
@@ -18,19 +16,7 @@ Backend mpi_backend() {
   backend.needs_store = false;
   backend.world = [] { return mpi::world(); };
   backend.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    MpiOptions options;
-    if (setup.options) {
-      auto* mine = dynamic_cast<const MpiOptions*>(setup.options.get());
-      if (!mine) {
-        const BackendOptions& given = *setup.options;
-        throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                              ": InitOptions::backend_options are " +
-                              c10::demangle(typeid(given).name()) +
-                              ", not MpiOptions, but the backend is mpi; pass "
-                              "std::make_shared<ddp::MpiOptions>(...)");
-      }
-      options = *mine;
-    }
+    auto options = options_for<MpiOptions>(setup, "mpi", "MpiOptions");
     auto group = std::make_shared<MpiProcessGroup>(setup.timeout, options, setup.index);
     if (group->rank() != setup.rank || group->size() != setup.world_size) {
       throw InvalidArgument("ddp: backend 'mpi': asked for rank " + std::to_string(setup.rank) +
