@@ -79,6 +79,23 @@ sleep 0.5
 expect "port in use" 1 "cannot host the rendezvous store at 127.0.0.1:$port" \
   -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$demo"
 kill $holder 2>/dev/null
+# A MASTER_PORT held by a program that accepts and never answers, and a
+# MASTER_ADDR that does not resolve: the true cause, within the timeout
+# (3 s here, plus the rendezvous's grace of 1 s and process start).
+python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); c=s.accept(); time.sleep(60)' "$port" &
+holder=$!
+sleep 0.5
+start=$SECONDS
+expect "a port that accepts and never answers" 1 "store at 127.0.0.1:$port did not answer within 4000 ms.*the connection was accepted.*Another program may hold MASTER_PORT" \
+  -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_RENDEZVOUS_TIMEOUT_S=3 "$demo"
+[ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "silent port took $((SECONDS - start)) s"
+kill $holder 2>/dev/null
+for r in 0 1; do
+  start=$SECONDS
+  expect "rank $r: MASTER_ADDR that does not resolve" 1 "MASTER_ADDR='no-such-host.invalid' does not resolve to an address" \
+    -- env RANK=$r WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT="$(free_port)" DDP_RENDEZVOUS_TIMEOUT_S=3 "$demo"
+  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "unresolvable took $((SECONDS - start)) s"
+done
 
 # A rank killed with SIGKILL mid-allreduce: the others fail, naming it. Gloo
 # names peers from its connections (shm_test.sh covers shm's own naming).
