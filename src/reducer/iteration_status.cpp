@@ -91,8 +91,6 @@ std::vector<RankReport> IterationStatus::read() const {
 }
 
 void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
-  const std::string where = "ddp: rank " + std::to_string(rank) + ": ";
-  const std::string nothing_written = "\nNo gradient was averaged or written in this iteration.";
   int32_t fewest = reports[0].forwards;
   for (const auto& r : reports) fewest = std::min(fewest, r.forwards);
   std::vector<int> ahead, stray;
@@ -100,6 +98,14 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
     if (reports[r].forwards != fewest) ahead.push_back(r);
     if (reports[r].stray_after >= 0) stray.push_back(r);
   }
+  bool same_tally = true;
+  for (const auto& r : reports) {
+    same_tally = same_tally && r.tally.count == reports[0].tally.count &&
+                 r.tally.hash == reports[0].tally.hash;
+  }
+  if (ahead.empty() && stray.empty() && same_tally) return;  // the usual case: no strings built
+  const std::string where = "ddp: rank " + std::to_string(rank) + ": ";
+  const std::string nothing_written = "\nNo gradient was averaged or written in this iteration.";
   if (!ahead.empty()) {
     throw InvalidArgument(
         where + "the ranks reached this backward after different numbers of forward passes:" +
@@ -124,23 +130,18 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
         "\nThose gradients were not averaged: that replica now differs from the others." +
         nothing_written + " Run one backward() per DDP forward.");
   }
-  bool same = true;
-  for (const auto& r : reports) {
-    same = same && r.tally.count == reports[0].tally.count && r.tally.hash == reports[0].tally.hash;
-  }
-  if (!same) {
-    throw CollectiveMismatch(
-        where + "the ranks issued different collectives since the previous iteration's check "
-        "(kind, reduce op, dtype, element count and order are hashed):" +
-        grouped(reports,
-                [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
-                [](const std::pair<uint64_t, uint64_t>& v) {
-                  return std::to_string(v.first) + " collectives, hash " + hex(v.second);
-                }) +
-        "\nTheir results were wrong or paired across ranks." + nothing_written +
-        " Every rank must issue the same collectives in the same order; rerun with "
-        "DDP_DEBUG=detail to see the first that differs.");
-  }
+  // Only the tallies differ.
+  throw CollectiveMismatch(
+      where + "the ranks issued different collectives since the previous iteration's check "
+      "(kind, reduce op, dtype, element count and order are hashed):" +
+      grouped(reports,
+              [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
+              [](const std::pair<uint64_t, uint64_t>& v) {
+                return std::to_string(v.first) + " collectives, hash " + hex(v.second);
+              }) +
+      "\nTheir results were wrong or paired across ranks." + nothing_written +
+      " Every rank must issue the same collectives in the same order; rerun with "
+      "DDP_DEBUG=detail to see the first that differs.");
 }
 
 }  // namespace ddp::detail

@@ -297,6 +297,16 @@ void misuse_in_training(Tap& tap, const ProcessGroupPtr& pg) {
   tap.check(has(e, "the ranks issued different collectives"),
             "an allreduce of another dtype of the same size on rank 1: every rank raises", e);
   next_runs("different dtypes");
+  if (pg->backend_name() == "shm") {  // completes such an allreduce (Gloo times out: multirank)
+    e = error_of([&] {
+      auto t = torch::ones({rank == 1 ? 15 : 16});
+      pg->allreduce(t)->wait();
+      step();
+    });
+    tap.check(has(e, "the ranks issued different collectives"),
+              "an allreduce of another element count on rank 1: every rank raises", e);
+    next_runs("different element counts");
+  }
 }
 
 // Bad input: each gives a clear error on every rank, and the text says what.
