@@ -127,7 +127,7 @@ start=$SECONDS
 expect "SIGSTOP of rank 0: rank 1 names it and exits" 3 "Timed out.*The store hosted by rank 0 does not answer either: rank 0 is stopped" \
   -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 0 --after 3 --timeout-s 600 --fault stop
 [ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 0: rank 1 took $((SECONDS - start)) s"
-kill -KILL $stopped 2>/dev/null
+{ kill -KILL $stopped && wait $stopped; } 2>/dev/null
 # Rank 1 of 3 stopped: the others name it as the rank that does not respond.
 port=$(free_port)
 for r in 0 1; do
@@ -137,7 +137,7 @@ start=$SECONDS
 expect "SIGSTOP of rank 1: rank 2 names it" 3 "[Rr]ank\(s\) 1 (did not report this failure|have not reported)" \
   -- env RANK=2 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 1 --after 3 --timeout-s 600 --fault stop
 [ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 1: rank 2 took $((SECONDS - start)) s"
-kill -KILL $(jobs -p) 2>/dev/null
+for p in $(jobs -p); do { kill -KILL $p && wait $p; } 2>/dev/null; done
 # A rank that finished normally is not said to have been killed.
 port=$(free_port)
 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 --fault exit >"$tmp/exit1" 2>&1 &
