@@ -38,6 +38,9 @@ const char* const kUsage =
     "  --find-unused       DDP find_unused_parameters(true)\n"
     "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
     "  --threads T         intra-op threads per rank (default 1)\n"
+    "  --timeout S         seconds a collective may wait for the other ranks before\n"
+    "                      the job fails (default 30 minutes; $DDP_TIMEOUT, read\n"
+    "                      by init_process_group, takes precedence)\n"
     "  -h, --help          print this text\n";
 
 struct UsageError : std::runtime_error {
@@ -54,6 +57,7 @@ struct Flags {
   bool find_unused = false;
   std::string mnist;
   int threads = 1;
+  int timeout_s = 0;  // 0: the default
   bool help = false;
 };
 
@@ -103,6 +107,7 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--find-unused") f.find_unused = true;
     else if (flag == "--mnist") f.mnist = next();
     else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
+    else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
     else throw UsageError("unknown flag '" + flag + "'");
     if (inline_value && (flag == "--find-unused" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
@@ -313,7 +318,9 @@ int main(int argc, char** argv) {
   }
   try {
     torch::set_num_threads(f.threads);
-    auto pg = ddp::init_process_group();
+    ddp::InitOptions init;
+    if (f.timeout_s > 0) init.timeout(std::chrono::seconds(f.timeout_s));
+    auto pg = ddp::init_process_group(init);
     torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
     if (f.mnist.empty()) {
       SyntheticDataset train(40000, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);

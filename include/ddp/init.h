@@ -14,7 +14,11 @@
 // says how many ranks of how many arrived, and which are missing.
 //
 // Errors name the variable or option and the expected form (InvalidArgument);
-// an unreachable master or a port in use names the address.
+// an unreachable master or a port in use names the address; a master address
+// that does not resolve says so at once. Every store call of the rendezvous
+// is bounded: a store that accepts but never answers (another program on
+// MASTER_PORT, a stopped rank 0) is a TimeoutError shortly after
+// rendezvous_timeout.
 //
 // Backends (include/ddp/backend.h) are chosen by name: InitOptions::backend,
 // else $DDP_BACKEND, else "auto" (shared memory within a host, Gloo across
@@ -46,7 +50,8 @@ struct InitOptions {
   TORCH_ARG(int, rank) = -1;
   // Number of ranks; -1 (default) reads it from the environment.
   TORCH_ARG(int, world_size) = -1;
-  // Default timeout of every collective. Default 30 minutes.
+  // Default timeout of every collective. Default 30 minutes; $DDP_TIMEOUT
+  // (seconds) overrides it in init_process_group.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
   // How long the first rank waits for the last. Default 5 minutes;
   // $DDP_RENDEZVOUS_TIMEOUT_S overrides it.

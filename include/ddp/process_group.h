@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,18 @@ class ProcessGroup {
   // Completes once every rank has called it.
   WorkPtr barrier();
 
+  // What this group issued since the last take_tally() (or its creation):
+  // how many collectives, and an order-sensitive hash of each one's kind,
+  // reduce op, dtype, element count and root. DDP compares it across ranks
+  // in the status allreduce it runs each iteration, so ranks that issued
+  // different collectives fail there even without DDP_DEBUG=detail. Every
+  // rank must take it at the same point of its program.
+  struct Tally {
+    uint64_t count = 0;
+    uint64_t hash = 0;
+  };
+  Tally take_tally();
+
  protected:
   // Backends implement these; arguments are already validated.
   virtual WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) = 0;
@@ -104,6 +117,14 @@ class ProcessGroup {
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
+
+  struct Issued {
+    OpKind kind;
+    int64_t op, dtype, count, root;  // -1 where it does not apply
+  };
+  void note_issued(const Issued& collective);
+  std::mutex tally_mutex_;
+  Tally tally_;  // guarded by tally_mutex_
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

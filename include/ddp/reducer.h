@@ -12,8 +12,9 @@
 //
 // Contract
 // - Construction checks that every rank passes the same parameters (count,
-//   shapes, dtypes); a mismatch raises InvalidArgument on every rank naming
-//   the first differing parameter and the ranks. It does not broadcast them
+//   names, shapes, dtypes, in the same order); a mismatch raises
+//   InvalidArgument on every rank naming the first differing parameter and
+//   what each rank has there. It does not broadcast them
 //   (DistributedDataParallel does).
 // - Parameters are bucketed by (dtype, device) in reverse order, first bucket
 //   small; each gradient is copied into its bucket slice (divided by the world
@@ -25,6 +26,13 @@
 // - A parameter that gets no gradient on some rank (without
 //   find_unused_parameters) makes backward() throw InvalidArgument on every
 //   rank, naming it there; no half-reduced gradient is written.
+// - The small status allreduce at the end of every synchronized backward also
+//   carries each rank's count of forward passes (no_sync ones included),
+//   whether a backward ran that no forward prepared (backward() twice), and
+//   the group's tally of the collectives issued since the previous one
+//   (ProcessGroup::take_tally). If the ranks disagree, backward() raises on
+//   every rank (InvalidArgument, or CollectiveMismatch for the collectives)
+//   naming the ranks and what they did, before any gradient is written.
 // - Threads: hooks and the end-of-backward callback run on the autograd
 //   thread; collectives on the group's workers. Do not call prepare_for_backward
 //   while a backward pass runs.

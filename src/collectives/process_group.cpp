@@ -121,7 +121,11 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   Checker check(*this, where(), "allreduce");
   check.tensor(tensor, "tensor");
   check.op(op, tensor);
-  return do_allreduce(std::move(tensor), op);
+  const Issued issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
+                      static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
+  WorkPtr work = do_allreduce(std::move(tensor), op);
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
 }
 
 WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
@@ -138,7 +142,14 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
     }
   }
   check.op(op, tensors[0]);
-  return do_allreduce_coalesced(std::move(tensors), op);
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  const Issued issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
+                      static_cast<int64_t>(tensors[0].scalar_type()), total,
+                      static_cast<int64_t>(tensors.size())};
+  WorkPtr work = do_allreduce_coalesced(std::move(tensors), op);
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
@@ -148,7 +159,11 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
     check.fail("root " + std::to_string(root) + " is outside [0, " +
                std::to_string(size()) + ")");
   }
-  return do_broadcast(std::move(tensor), root);
+  const Issued issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
+                      tensor.numel(), root};
+  WorkPtr work = do_broadcast(std::move(tensor), root);
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
 }
 
 WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
@@ -159,7 +174,11 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
     check.tensor(outputs[i], nth("outputs", i));
     check.same(outputs[i], input, nth("outputs", i), "input");
   }
-  return do_allgather(std::move(outputs), std::move(input));
+  const Issued issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
+                      input.numel(), -1};
+  WorkPtr work = do_allgather(std::move(outputs), std::move(input));
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
 }
 
 WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
@@ -172,9 +191,42 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
     check.same(inputs[i], output, nth("inputs", i), "output");
   }
   check.op(op, output);
-  return do_reduce_scatter(std::move(output), std::move(inputs), op);
+  const Issued issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
+                      static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
+  WorkPtr work = do_reduce_scatter(std::move(output), std::move(inputs), op);
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
 }
 
-WorkPtr ProcessGroup::barrier() { return do_barrier(); }
+WorkPtr ProcessGroup::barrier() {
+  const Issued issued{OpKind::BARRIER, -1, -1, 0, -1};
+  WorkPtr work = do_barrier();
+  note_issued(issued);  // after: a refused call is not counted
+  return work;
+}
+
+// Each field is mixed (splitmix64's finalizer) into the running value, so
+// the order of the collectives matters, as it does on the wire. Cheap (a lock
+// and a few multiplies): it runs for every collective, without DDP_DEBUG too.
+void ProcessGroup::note_issued(const Issued& c) {
+  const int64_t fields[] = {static_cast<int64_t>(c.kind), c.op, c.dtype, c.count, c.root};
+  std::lock_guard<std::mutex> lock(tally_mutex_);
+  uint64_t h = tally_.hash;
+  for (int64_t f : fields) {
+    h ^= static_cast<uint64_t>(f) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  }
+  tally_.hash = h;
+  ++tally_.count;
+}
+
+ProcessGroup::Tally ProcessGroup::take_tally() {
+  std::lock_guard<std::mutex> lock(tally_mutex_);
+  Tally t = tally_;
+  tally_ = Tally{};
+  return t;
+}
 
 }  // namespace ddp

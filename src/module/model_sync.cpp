@@ -5,31 +5,45 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <cstring>
 #include <map>
 
 namespace ddp::detail {
 namespace {
 
 constexpr int kMaxDims = 6;
-constexpr int kFields = 2 + kMaxDims;  // dtype, ndim, sizes (larger dims: a hash)
+// name hash, dtype, ndim, sizes (larger dims: a hash)
+constexpr int kFields = 3 + kMaxDims;
+constexpr size_t kMaxNameBytes = 200;  // names shown in an error, truncated
 
-std::vector<int64_t> signature(const at::Tensor& t) {
+// FNV-1a: the same on every rank and build (std::hash need not be).
+int64_t name_hash(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return static_cast<int64_t>(h);
+}
+
+// Same shapes and dtypes in a different order, or two same-sized layers
+// swapped, would pass a shape check and then average unrelated parameters:
+// the name is part of the signature.
+std::vector<int64_t> signature(const at::Tensor& t, const std::string& name) {
   std::vector<int64_t> s(kFields, -1);
-  s[0] = static_cast<int64_t>(t.scalar_type());
-  s[1] = t.dim();
+  s[0] = name_hash(name);
+  s[1] = static_cast<int64_t>(t.scalar_type());
+  s[2] = t.dim();
   if (t.dim() <= kMaxDims) {
-    for (int64_t d = 0; d < t.dim(); ++d) s[2 + d] = t.size(d);
+    for (int64_t d = 0; d < t.dim(); ++d) s[3 + d] = t.size(d);
   } else {
-    s[2] = static_cast<int64_t>(c10::get_hash(t.sizes().vec()));
+    s[3] = static_cast<int64_t>(c10::get_hash(t.sizes().vec()));
   }
   return s;
 }
 
 std::string describe(const int64_t* s) {
-  std::string out = c10::toString(static_cast<at::ScalarType>(s[0]));
-  if (s[1] > kMaxDims) return out + " with " + std::to_string(s[1]) + " dims";
+  std::string out = c10::toString(static_cast<at::ScalarType>(s[1]));
+  if (s[2] > kMaxDims) return out + " with " + std::to_string(s[2]) + " dims";
   out += " [";
-  for (int64_t d = 0; d < s[1]; ++d) out += (d ? ", " : "") + std::to_string(s[2 + d]);
+  for (int64_t d = 0; d < s[2]; ++d) out += (d ? ", " : "") + std::to_string(s[3 + d]);
   return out + "]";
 }
 
@@ -58,8 +72,8 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
                           "\nEvery rank must build the same model.");
   }
   std::vector<int64_t> flat;
-  for (const auto& t : tensors) {
-    auto s = signature(t);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto s = signature(tensors[i], names.at(i));
     flat.insert(flat.end(), s.begin(), s.end());
   }
   auto all = allgather(group, at::tensor(flat, at::kLong));
@@ -70,10 +84,17 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
       differs = !std::equal(mine, mine + kFields, all[r].data_ptr<int64_t>() + i * kFields);
     }
     if (!differs) continue;
+    // Every rank is here, at the same index: one more exchange, for the names.
+    std::string name = names.at(i).substr(0, kMaxNameBytes);
+    at::Tensor mine_name = at::zeros({static_cast<int64_t>(kMaxNameBytes)}, at::kByte);
+    std::copy(name.begin(), name.end(), mine_name.data_ptr<uint8_t>());
+    auto all_names = allgather(group, mine_name);
     std::string detail;
     for (int r = 0; r < group.size(); ++r) {
+      const char* chars = reinterpret_cast<const char*>(all_names[r].data_ptr<uint8_t>());
       detail += "\n  rank " + std::to_string(r) + ": " +
-                describe(all[r].data_ptr<int64_t>() + i * kFields);
+                describe(all[r].data_ptr<int64_t>() + i * kFields) + " '" +
+                std::string(chars, strnlen(chars, kMaxNameBytes)) + "'";
     }
     throw InvalidArgument(where + what + " #" + std::to_string(i) + " ('" + names.at(i) +
                           "' here) differs across ranks:" + detail +

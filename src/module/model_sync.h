@@ -12,9 +12,10 @@
 namespace ddp::detail {
 
 // Every rank calls it with its tensors; InvalidArgument on every rank when
-// the count, or any tensor's dtype or shape, differs, naming the first
-// differing tensor (`names[i]`, index i), what each rank has, and `what`
-// ("parameters"). Two collectives, bounded by the group's timeout.
+// the count, or any tensor's name (a hash), dtype or shape, differs, naming
+// the first differing tensor (index i), what each rank has there (name
+// included), and `what` ("parameters"). Two collectives (a third on the
+// error path, for the names), bounded by the group's timeout.
 void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
                          const std::vector<std::string>& names, const std::string& what);
 

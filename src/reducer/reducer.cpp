@@ -20,6 +20,7 @@
 
 #include "reducer/autograd_hooks.h"
 #include "reducer/bucket_set.h"
+#include "reducer/iteration_status.h"
 #include "rendezvous/env.h"
 #include "hooks/hook_runner.h"
 #include "module/model_sync.h"
@@ -82,8 +83,18 @@ class Reducer::Impl {
     }
   }
 
+  ~Impl() {
+    if (stray_after_ >= 0) {  // no later iteration reported it to the other ranks
+      std::cerr << "ddp: rank " << group_->rank() << ": warning: a backward() that no DDP "
+                << "forward prepared ran after forward pass #" << stray_after_
+                << " (backward() twice after one forward?); its gradients were not averaged, "
+                << "so this replica differs from the others" << std::endl;
+    }
+  }
+
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
     std::lock_guard<std::mutex> lock(mutex_);
+    ++forwards_;
     if (!synchronize) {
       mode_ = Mode::ACCUMULATE;
       return;
@@ -201,7 +212,10 @@ class Reducer::Impl {
 
   void on_grad_ready(size_t i) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (mode_ == Mode::IDLE) return;
+    if (mode_ == Mode::IDLE) {  // not reduced: reported to every rank in the next status
+      if (stray_after_ < 0) stray_after_ = forwards_;
+      return;
+    }
     local_used_.data_ptr<int32_t>()[i] = 1;
     if (mode_ == Mode::ACCUMULATE) return;
     last_hook_ = Clock::now();
@@ -330,21 +344,26 @@ class Reducer::Impl {
     Clock::time_point comm_end = comm_start_;
     if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
 
-    // One small allreduce: the used-parameter bitmap, then per rank the
-    // number of parameters that got no gradient.
+    // One small allreduce: the used-parameter bitmap, then per rank what it
+    // did this iteration (see iteration_status.h).
     const bool bitmap = options_.find_unused_parameters() || options_.static_graph();
     const int64_t n = bitmap ? static_cast<int64_t>(params_.size()) : 0;
-    at::Tensor status = at::zeros({n + group_->size()}, at::kInt);
-    if (bitmap) status.narrow(0, 0, n).copy_(local_used_);
-    status.data_ptr<int32_t>()[n + group_->rank()] = static_cast<int32_t>(missing.size());
-    auto status_work = group_->allreduce(status);
+    detail::IterationStatus status(n, group_->rank(), group_->size());
+    if (bitmap) status.bitmap().copy_(local_used_);
+    detail::RankReport mine;
+    mine.missing = static_cast<int32_t>(missing.size());
+    mine.forwards = static_cast<int32_t>(forwards_);
+    mine.stray_after = static_cast<int32_t>(stray_after_);
+    mine.tally = group_->take_tally();
+    status.write(mine);
+    auto status_work = group_->allreduce(status.tensor());
     if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
     status_work->wait();
     local_used_.zero_();
-    check_no_rank_missed(status.narrow(0, n, group_->size()), missing);
+    check_reports(status.read(), missing);
 
     stats_pending_.unused_parameters = 0;
-    const int32_t* used = status.data_ptr<int32_t>();
+    const int32_t* used = status.tensor().data_ptr<int32_t>();
     for (size_t i = 0; i < params_.size(); ++i) {
       if (bitmap && used[i] == 0) {  // globally unused: gradient untouched
         ++stats_pending_.unused_parameters;
@@ -377,12 +396,18 @@ class Reducer::Impl {
     for (size_t i : static_unused_) mark_unused_ready(i);
   }
 
-  void check_no_rank_missed(const at::Tensor& missing_per_rank,
-                            const std::vector<size_t>& missing) const {
+  // Every rank holds the same reports, so all raise together. Once raised,
+  // the counters restart in step, so a program that catches the error can
+  // go on (the tally restarts at every status by itself).
+  void check_reports(const std::vector<detail::RankReport>& reports,
+                     const std::vector<size_t>& missing) {
+    stray_after_ = -1;
+    forwards_ = reports[0].forwards;  // all equal, unless this raises
+    detail::check_same_iteration(reports, group_->rank());
     std::string ranks;
     int64_t total = 0;
     for (int r = 0; r < group_->size(); ++r) {
-      int32_t count = missing_per_rank.data_ptr<int32_t>()[r];
+      int32_t count = reports[r].missing;
       if (count == 0) continue;
       total += count;
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(count) + ")";
@@ -464,6 +489,8 @@ class Reducer::Impl {
   std::vector<size_t> static_arrival_order_;
   std::vector<size_t> static_unused_;
   int64_t iterations_ = 0;
+  int64_t forwards_ = 0;      // prepare_for_backward calls, no_sync ones included
+  int64_t stray_after_ = -1;  // >= 0: a backward no forward prepared ran after forward #this
   IterationStats stats_pending_, stats_;
   std::unique_ptr<detail::HookRunner> hook_runner_;  // set once, before training
   // Last member: hooks go first at destruction, before the state they use.

@@ -7,6 +7,7 @@
 
 #include "collectives/checked_process_group.h"
 #include "rendezvous/arrival.h"
+#include "rendezvous/bounded.h"
 #include "rendezvous/env.h"
 #include "compat/torch_compat.h"
 
@@ -14,7 +15,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+
+#include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 namespace ddp {
 namespace {
@@ -27,6 +34,7 @@ constexpr long kMaxRanks = 1 << 20;
 struct Endpoint {
   std::string host;
   int port = -1;
+  std::string source;  // where the host came from, for errors ("MASTER_ADDR")
 };
 
 // "host:port" (the host may be [v6]); `what` names the source in errors.
@@ -34,7 +42,7 @@ Endpoint parse_endpoint(const std::string& text, const std::string& what) {
   auto colon = text.rfind(':');
   std::string expected = what + "='" + text + "' is not of the form host:port (port 1-65535)";
   if (colon == std::string::npos || colon == 0) throw InvalidArgument("ddp: " + expected);
-  Endpoint e{text.substr(0, colon), -1};
+  Endpoint e{text.substr(0, colon), -1, what};
   if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
     e.host = e.host.substr(1, e.host.size() - 2);
   }
@@ -61,7 +69,32 @@ Endpoint master_from_env() {
         "ddp: init_process_group(env://): MASTER_PORT is not set; expected a free TCP "
         "port on rank 0's host, e.g. MASTER_PORT=29500 (ddprun and torchrun set it)");
   }
-  return {*addr, static_cast<int>(*port)};
+  return {*addr, static_cast<int>(*port), "MASTER_ADDR"};
+}
+
+// Resolves the master's host name first, so that a name that does not
+// resolve is reported as such at once (TCPStore would retry it until the
+// rendezvous timeout and then blame the connection). A temporary resolver
+// failure is retried until `deadline`.
+void resolve_master(const Endpoint& master, int rank,
+                    std::chrono::steady_clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  for (;;) {
+    addrinfo* found = nullptr;
+    const int rc = getaddrinfo(master.host.c_str(), nullptr, &hints, &found);
+    if (found) freeaddrinfo(found);
+    if (rc == 0) return;
+    const bool temporary = rc == EAI_AGAIN;
+    if (!temporary || std::chrono::steady_clock::now() >= deadline) {
+      throw CommunicationError(
+          "ddp: rank " + std::to_string(rank) + ": " + master.source + "='" + master.host +
+          "' does not resolve to an address: " + gai_strerror(rc) +
+          (temporary ? " (until the rendezvous timeout)" : "") +
+          ". Set it to rank 0's host name or IP address.");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
@@ -77,9 +110,12 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
     return c10::make_intrusive<c10d::TCPStore>(master.host, opts);
   } catch (const std::exception& e) {
     if (o.rank() == 0) {
-      throw CommunicationError("ddp: rank 0: cannot host the rendezvous store at " + where +
-                               ": " + e.what() +
-                               ". The port may be in use: choose another MASTER_PORT.");
+      const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
+      throw CommunicationError(
+          "ddp: rank 0: cannot host the rendezvous store at " + where + ": " + e.what() +
+          (in_use ? ". The port is in use: choose another MASTER_PORT."
+                  : ". Check that " + master.source + " names this host (rank 0 hosts "
+                    "the store)."));
     }
     throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
                              ": cannot reach the rendezvous store at " + where + " within " +
@@ -152,21 +188,56 @@ StorePtr rendezvous(InitOptions& o) {
     o.rendezvous_timeout(std::chrono::seconds(*seconds));
   }
   const std::string& method = o.init_method();
-  StorePtr store;
+  std::optional<Endpoint> master;
   if (method == "env://") {
-    store = make_tcp_store(master_from_env(), o);
+    master = master_from_env();
   } else if (method.rfind("tcp://", 0) == 0) {
-    store = make_tcp_store(parse_endpoint(method.substr(6), "init_method tcp://"), o);
-  } else if (method.rfind("file://", 0) == 0 && method.size() > 7) {
-    store = c10::make_intrusive<c10d::FileStore>(method.substr(7), o.world_size());
-    store->setTimeout(o.rendezvous_timeout());
-  } else {
+    master = parse_endpoint(method.substr(6), "init_method tcp://");
+  } else if (method.rfind("file://", 0) != 0 || method.size() <= 7) {
     throw InvalidArgument("ddp: init_method '" + method +
                           "' is not one of env://, tcp://host:port, file:///path");
   }
-  detail::wait_for_all_ranks(store, o.rank(), o.world_size(), o.rendezvous_timeout(),
-                             "rendezvous");
-  return store;
+  // Each step below bounds itself by the rendezvous timeout, except where
+  // a store call blocks with no deadline: the whole runs bounded, with a
+  // little grace so that the steps' own errors (who arrived) come first.
+  const auto timeout = o.rendezvous_timeout();
+  const auto grace = std::max(std::chrono::milliseconds(1000), timeout / 10);
+  auto step = std::make_shared<std::atomic<const char*>>("connecting to the store");
+  const InitOptions options = o;
+  auto body = [options, master, step, timeout]() -> StorePtr {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    StorePtr store;
+    if (master) {
+      *step = "resolving the master address";
+      resolve_master(*master, options.rank(), deadline);
+      *step = "connecting to the store";
+      store = make_tcp_store(*master, options);
+    } else {
+      store = c10::make_intrusive<c10d::FileStore>(options.init_method().substr(7),
+                                                   options.world_size());
+      store->setTimeout(timeout);
+    }
+    *step = "announcing this rank and counting arrivals";
+    detail::wait_for_all_ranks(store, options.rank(), options.world_size(), timeout,
+                               "rendezvous");
+    return store;
+  };
+  auto blocked = [&] {
+    const std::string where =
+        master ? "the rendezvous store at " + master->host + ":" + std::to_string(master->port)
+               : "the file store " + method.substr(7);
+    const bool connected = std::string(step->load()) != "connecting to the store";
+    throw TimeoutError(
+        "ddp: rank " + std::to_string(o.rank()) + ": " + where + " did not answer within " +
+        std::to_string((timeout + grace).count()) + " ms (this rank was " + step->load() +
+        ")" + (!master ? std::string(": the file system does not answer.")
+               : std::string(connected ? ": the connection was accepted, so a process listens "
+                                         "there, but it does not answer as rank 0's store would"
+                                       : "") +
+                     ". Another program may hold MASTER_PORT (choose another), or rank 0 is "
+                     "stopped or cut off."));
+  };
+  return detail::run_bounded<StorePtr>(body, timeout + grace, blocked);
 }
 
 std::string rendezvous_master_host(const InitOptions& o) {
@@ -242,6 +313,9 @@ ProcessGroupPtr init_process_group(InitOptions options) {
       throw InvalidArgument("ddp: init_process_group called twice; call "
                             "destroy_process_group() first");
     }
+  }
+  if (auto seconds = detail::env_int("DDP_TIMEOUT", 1, 1 << 24)) {
+    options.timeout(std::chrono::seconds(*seconds));  // a job-wide setting, no recompiling
   }
   const Backend& backend = find_backend(resolve_backend_name(options.backend()));
   StorePtr store;

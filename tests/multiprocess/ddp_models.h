@@ -21,6 +21,19 @@ struct ShuffledMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(ShuffledMlp);
 
+// Two layers of one shape, registered p, q (or q, p when `swapped`): a
+// shape check alone cannot tell the two orders apart.
+struct TwinLayersImpl : torch::nn::Module {
+  torch::nn::Linear p{nullptr}, q{nullptr};
+  explicit TwinLayersImpl(bool swapped) {
+    if (swapped) q = register_module("q", torch::nn::Linear(16, 16));
+    p = register_module("p", torch::nn::Linear(16, 16));
+    if (!swapped) q = register_module("q", torch::nn::Linear(16, 16));
+  }
+  torch::Tensor forward(torch::Tensor x) { return q(torch::tanh(p(x))); }
+};
+TORCH_MODULE(TwinLayers);
+
 // A trunk, three branches and a head; forward(x, k) takes branch k only,
 // or all of them summed when k < 0.
 struct BranchyImpl : torch::nn::Module {

@@ -228,6 +228,29 @@ else
     "expected exit 127 and stderr naming ddprun-test-no-such-program"
 fi
 
+# --max-restarts: a job that fails once is stopped and started again on a
+# fresh port with the restart count in the environment; one that keeps
+# failing gives up after K restarts naming the last failure.
+has_re() { grep -qE -- "$2" "$1"; }
+run_ddprun --nproc-per-node 2 --max-restarts 1 sh -c \
+  'echo "attempt $DDP_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; if [ "$DDP_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi'
+ports=$(grep -o "port [0-9]*" "$OUT" | sort -u | wc -l)
+if [[ $RC -eq 0 ]] && has "$OUT" "[rank 1] attempt 1 1" && [[ $ports -eq 2 ]] &&
+   has_re "$ERR" "restarting every rank \(restart 1 of 1\) after: rank 1 \(pid [0-9]+\) exited with status 3"; then
+  pass "--max-restarts 1: a rank fails once, the job restarts on a fresh port and completes"
+else
+  fail "--max-restarts 1: a rank fails once, the job restarts on a fresh port and completes" \
+    "expected exit 0, attempt 1 on rank 1, two ports, and the restart named"
+fi
+run_ddprun --nproc-per-node 2 --max-restarts 2 sh -c 'if [ "$RANK" = 1 ]; then exit 4; fi; sleep 10'
+if [[ $RC -eq 4 && $ELAPSED -le 20 ]] &&
+   has_re "$ERR" "giving up after 2 restart\(s\); the last failure: rank 1 \(pid [0-9]+\) exited with status 4"; then
+  pass "--max-restarts 2: a job that keeps failing gives up with the last failure's status"
+else
+  fail "--max-restarts 2: a job that keeps failing gives up with the last failure's status" \
+    "expected exit 4 naming the last failure"
+fi
+
 echo
 if [[ $FAILURES -ne 0 ]]; then
   echo "$FAILURES check(s) failed"

@@ -79,6 +79,23 @@ sleep 0.5
 expect "port in use" 1 "cannot host the rendezvous store at 127.0.0.1:$port" \
   -- env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$demo"
 kill $holder 2>/dev/null
+# A MASTER_PORT held by a program that accepts and never answers, and a
+# MASTER_ADDR that does not resolve: the true cause, within the timeout
+# (3 s here, plus the rendezvous's grace of 1 s and process start).
+python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); c=s.accept(); time.sleep(60)' "$port" &
+holder=$!
+sleep 0.5
+start=$SECONDS
+expect "a port that accepts and never answers" 1 "store at 127.0.0.1:$port did not answer within 4000 ms.*the connection was accepted.*Another program may hold MASTER_PORT" \
+  -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_RENDEZVOUS_TIMEOUT_S=3 "$demo"
+[ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "silent port took $((SECONDS - start)) s"
+kill $holder 2>/dev/null
+for r in 0 1; do
+  start=$SECONDS
+  expect "rank $r: MASTER_ADDR that does not resolve" 1 "MASTER_ADDR='no-such-host.invalid' does not resolve to an address" \
+    -- env RANK=$r WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT="$(free_port)" DDP_RENDEZVOUS_TIMEOUT_S=3 "$demo"
+  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "unresolvable took $((SECONDS - start)) s"
+done
 
 # A rank killed with SIGKILL mid-allreduce: the others fail, naming it. Gloo
 # names peers from its connections (shm_test.sh covers shm's own naming).
@@ -99,6 +116,35 @@ fi
 elapsed=$(( $(date +%s) - start ))
 if [ "$elapsed" -lt 20 ]; then ok "survivors failed within the timeout (${elapsed}s < 20s)"; else
   echo "not ok - survivors took ${elapsed}s"; failed=1; fi
+# Rank 0, the store's host, stopped (SIGSTOP) rather than dead: the others
+# fail after DDP_TIMEOUT (overriding the program's 600 s), name the
+# unresponsive store host, and exit promptly (a store call without deadline
+# used to block their failure handling and teardown forever).
+port=$(free_port)
+env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 0 --after 3 --timeout-s 600 --fault stop >"$tmp/stopped0" 2>&1 &
+stopped=$!
+start=$SECONDS
+expect "SIGSTOP of rank 0: rank 1 names it and exits" 3 "Timed out.*The store hosted by rank 0 does not answer either: rank 0 is stopped" \
+  -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 0 --after 3 --timeout-s 600 --fault stop
+[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 0: rank 1 took $((SECONDS - start)) s"
+{ kill -KILL $stopped && wait $stopped; } 2>/dev/null
+# Rank 1 of 3 stopped: the others name it as the rank that does not respond.
+port=$(free_port)
+for r in 0 1; do
+  env RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 1 --after 3 --timeout-s 600 --fault stop >"$tmp/stop$r" 2>&1 &
+done
+start=$SECONDS
+expect "SIGSTOP of rank 1: rank 2 names it" 3 "[Rr]ank\(s\) 1 (did not report this failure|have not reported)" \
+  -- env RANK=2 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 1 --after 3 --timeout-s 600 --fault stop
+[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 1: rank 2 took $((SECONDS - start)) s"
+for p in $(jobs -p); do { kill -KILL $p && wait $p; } 2>/dev/null; done
+# A rank that finished normally is not said to have been killed.
+port=$(free_port)
+env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 --fault exit >"$tmp/exit1" 2>&1 &
+expect "a rank that returned from main: named as such" 3 "rank 1 had closed its process group without a failure" \
+  -- env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 --fault exit
+if grep -q "killed" "$tmp/out" "$tmp/err"; then not_ok "a rank that returned from main was said to be killed"; else ok "... and not said to be killed"; fi
+
 expect "ddprun names the killed rank and exits 137" 137 "ddprun: rank 1 \(pid [0-9]+\) was killed by signal 9" \
   -- "$ddprun" --nproc-per-node 3 "$fault" --victim 1 --after 3 --timeout-s 20
 

@@ -74,9 +74,10 @@ std::string format_seconds(double s) {
 
 class supervisor {
  public:
-  supervisor(const options& opts, int master_port) : opts_(opts), master_port_(master_port) {}
+  supervisor(const options& opts, int master_port, int restart_count)
+      : opts_(opts), master_port_(master_port), restart_count_(restart_count) {}
 
-  int run() {
+  launch_result run() {
     start_ranks();
     for (;;) {
       handle_signals();
@@ -95,7 +96,12 @@ class supervisor {
       close_stream(r.out);
       close_stream(r.err);
     }
-    return decided_status_.value_or(0);
+    launch_result result;
+    result.status = decided_status_.value_or(0);
+    result.interrupted = interrupted_;
+    result.exec_failed = exec_failed_;
+    result.failure = failure_;
+    return result;
   }
 
  private:
@@ -112,6 +118,7 @@ class supervisor {
       id.nnodes = opts_.nnodes;
       id.master_addr = opts_.master_addr;
       id.master_port = master_port_;
+      id.restart_count = restart_count_;
 
       child_spec spec;
       spec.command = opts_.command;
@@ -122,7 +129,9 @@ class supervisor {
       spec.stdin_from_dev_null = stdin_is_tty;
       spawned_child child = spawn_child(spec);
       if (child.pid < 0) {
-        say("cannot start rank " + std::to_string(id.rank) + ": " + child.error);
+        failure_ = "cannot start rank " + std::to_string(id.rank) + ": " + child.error;
+        say(failure_);
+        exec_failed_ = true;
         decide(1);
         stop_all(SIGTERM);
         break;
@@ -139,7 +148,9 @@ class supervisor {
       ranks_.push_back(std::move(r));
       if (child.exec_errno != 0) {
         ranks_.back().exec_failed = true;
-        say("cannot execute '" + opts_.command[0] + "': " + std::strerror(child.exec_errno));
+        failure_ = "cannot execute '" + opts_.command[0] + "': " + std::strerror(child.exec_errno);
+        say(failure_);
+        exec_failed_ = true;
         decide(exec_failure_status(child.exec_errno));
         stop_all(SIGTERM);
         break;
@@ -151,6 +162,7 @@ class supervisor {
   void handle_signals() {
     for (const int sig : drain_signal_pipe()) {
       if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reap() runs anyway
+      if (!decided_status_) interrupted_ = true;
       decide(128 + sig);
       const int count = running_count();
       if (count > 0) {
@@ -187,6 +199,7 @@ class supervisor {
         message += " exited with status " + std::to_string(WEXITSTATUS(status));
         decide(WEXITSTATUS(status));
       }
+      failure_ = message;
       if (others > 0) message += "; stopping the other " + std::to_string(others) + " rank(s)";
       say(message);
       stop_all(SIGTERM);
@@ -295,8 +308,11 @@ class supervisor {
 
   const options& opts_;
   const int master_port_;
+  const int restart_count_;
   std::vector<rank_process> ranks_;
   std::optional<int> decided_status_;
+  bool interrupted_ = false, exec_failed_ = false;
+  std::string failure_;  // the deciding failure, for a restart's report
   bool stopping_ = false;
   bool killed_ = false;
   std::optional<clock_type::time_point> kill_deadline_;
@@ -305,13 +321,10 @@ class supervisor {
 
 }  // namespace
 
-int run_launcher(const options& opts, int master_port) {
-  std::string error;
-  if (!install_signal_pipe(error)) {
-    say("cannot set up signal handling: " + error);
-    return 1;
-  }
-  supervisor s(opts, master_port);
+bool install_launcher_signals(std::string& error) { return install_signal_pipe(error); }
+
+launch_result run_launcher(const options& opts, int master_port, int restart_count) {
+  supervisor s(opts, master_port, restart_count);
   return s.run();
 }
 

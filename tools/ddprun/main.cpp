@@ -3,7 +3,8 @@
 //
 // main() parses the arguments (bad ones: one-line error, exit 2), picks a
 // free rendezvous port when none was given on a single-node run, and hands
-// over to the launcher, whose result is ddprun's exit status.
+// over to the launcher, whose result is ddprun's exit status; with
+// --max-restarts it starts the whole job again after a failure.
 #include "free_port.h"
 #include "launcher.h"
 #include "options.h"
@@ -27,19 +28,38 @@ int main(int argc, char** argv) {
   }
   const ddprun::options& opts = parsed.opts;
 
-  int master_port = 0;
-  if (opts.master_port) {
-    master_port = *opts.master_port;
-  } else {
-    std::string error;
-    const auto port = ddprun::find_free_port(opts.master_addr, error);
-    if (!port) {
-      std::fprintf(stderr, "ddprun: cannot pick a free port on --master-addr %s (%s); pass "
-                   "--master-port P\n", opts.master_addr.c_str(), error.c_str());
-      return 1;
-    }
-    master_port = *port;
+  std::string error;
+  if (!ddprun::install_launcher_signals(error)) {
+    std::fprintf(stderr, "ddprun: cannot set up signal handling: %s\n", error.c_str());
+    return 1;
   }
-  std::fflush(stdout);  // ddprun writes its own output with write(2) from here on
-  return ddprun::run_launcher(opts, master_port);
+  // With --max-restarts, a failed job is stopped as a whole (the launcher
+  // does that) and started again on a fresh rendezvous port, so that no rank
+  // meets a store or a peer of the failed attempt.
+  for (int attempt = 0;; ++attempt) {
+    int master_port = 0;
+    if (opts.master_port) {
+      master_port = *opts.master_port;
+    } else {
+      const auto port = ddprun::find_free_port(opts.master_addr, error);
+      if (!port) {
+        std::fprintf(stderr, "ddprun: cannot pick a free port on --master-addr %s (%s); pass "
+                     "--master-port P\n", opts.master_addr.c_str(), error.c_str());
+        return 1;
+      }
+      master_port = *port;
+    }
+    std::fflush(stdout);  // ddprun writes its own output with write(2) from here on
+    const ddprun::launch_result r = ddprun::run_launcher(opts, master_port, attempt);
+    if (r.status == 0 || r.interrupted || r.exec_failed) return r.status;
+    if (attempt == opts.max_restarts) {
+      if (opts.max_restarts > 0) {
+        std::fprintf(stderr, "ddprun: giving up after %d restart(s); the last failure: %s\n",
+                     opts.max_restarts, r.failure.c_str());
+      }
+      return r.status;
+    }
+    std::fprintf(stderr, "ddprun: restarting every rank (restart %d of %d) after: %s\n",
+                 attempt + 1, opts.max_restarts, r.failure.c_str());
+  }
 }

@@ -21,6 +21,7 @@ constexpr const char* k_expect_node_rank = "--node-rank K with K an integer in [
 constexpr const char* k_expect_addr = "--master-addr HOST with HOST a host name or IP address";
 constexpr const char* k_expect_port = "--master-port P with P an integer in [1, 65535]";
 constexpr const char* k_expect_grace = "--grace-period-s S with S a number of seconds >= 0";
+constexpr const char* k_expect_restarts = "--max-restarts K with K an integer in [0, 1000]";
 
 // Strict decimal integer: optional '-', digits only, within [lo, hi].
 std::optional<long> parse_integer(const std::string& text, long lo, long hi) {
@@ -69,6 +70,7 @@ const char* expected_form(const std::string& flag) {
   if (flag == "--master-addr") return k_expect_addr;
   if (flag == "--master-port") return k_expect_port;
   if (flag == "--grace-period-s") return k_expect_grace;
+  if (flag == "--max-restarts") return k_expect_restarts;
   return nullptr;
 }
 
@@ -103,6 +105,10 @@ std::string apply_value(const std::string& flag, const std::string& value, optio
     const auto s = parse_seconds(value);
     if (!s) return bad_value(flag, k_expect_grace, value);
     opts.grace_period_s = *s;
+  } else if (flag == "--max-restarts") {
+    const auto n = parse_integer(value, 0, 1000);
+    if (!n) return bad_value(flag, k_expect_restarts, value);
+    opts.max_restarts = static_cast<int>(*n);
   }
   return "";
 }
@@ -164,7 +170,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     if (expected == nullptr) {
       result.error = "unknown flag '" + arg.substr(0, eq) +
                      "'; expected --nproc-per-node, --nnodes, --node-rank, --master-addr, "
-                     "--master-port, --no-prefix, --grace-period-s, --help, or -- before "
+                     "--master-port, --no-prefix, --grace-period-s, --max-restarts, --help, or -- before "
                      "the program";
       return result;
     }
@@ -189,7 +195,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
 
 std::string usage_text() {
   return R"(usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-              [--no-prefix] [--grace-period-s S] [--] program [args...]
+              [--no-prefix] [--grace-period-s S] [--max-restarts K] [--] program [args...]
 
 Starts N copies ("ranks") of program on this node, each with the environment a
 ddp (or torch.distributed) program reads to join the job, supervises them, and
@@ -207,6 +213,10 @@ flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
                        write to ddprun's stdout/stderr directly
   --grace-period-s S   seconds to wait after SIGTERM/SIGINT before SIGKILL
                        (default 5)
+  --max-restarts K     when a rank fails, stop every rank and start them all
+                       again, on a fresh rendezvous port (single node, no
+                       --master-port), up to K times (default 0); not after
+                       ddprun's own SIGINT/SIGTERM or an exec failure
   -h, --help           print this text and exit
   --                   end of ddprun's flags; the next argument is the program
 
@@ -218,12 +228,15 @@ environment of each rank (added to ddprun's own environment):
   LOCAL_WORLD_SIZE           N
   GROUP_RANK, NODE_RANK      K
   GROUP_WORLD_SIZE           M
+  DDP_RESTART_COUNT,         how many times the job was restarted (0 first)
+  TORCHELASTIC_RESTART_COUNT
 
 exit status:
   0        every rank exited 0
   S        the first rank that failed exited with status S (128+sig when it
            was killed by signal sig); the other ranks got SIGTERM, then
-           SIGKILL after the grace period
+           SIGKILL after the grace period (with --max-restarts: of the last
+           attempt, whose failure ddprun names when it gives up)
   128+sig  ddprun got SIGINT or SIGTERM (forwarded to every rank)
   2        bad arguments
   126/127  the program could not be executed / was not found

@@ -17,6 +17,7 @@ namespace {
 constexpr const char* k_names[] = {
     "MASTER_ADDR", "MASTER_PORT", "RANK",      "WORLD_SIZE",       "LOCAL_RANK",
     "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE",
+    "DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
 };
 
 bool is_set_by_ddprun(const char* entry) {
@@ -44,6 +45,8 @@ std::vector<std::string> rank_environment(const char* const* base, const rank_id
       {"GROUP_RANK", std::to_string(id.node_rank)},
       {"NODE_RANK", std::to_string(id.node_rank)},
       {"GROUP_WORLD_SIZE", std::to_string(id.nnodes)},
+      {"DDP_RESTART_COUNT", std::to_string(id.restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
   };
   for (const auto& [name, value] : values) env.push_back(std::string(name) + "=" + value);
   const bool threads_set = std::any_of(env.begin(), env.end(), [](const std::string& e) {

@@ -15,6 +15,7 @@ struct rank_identity {
   int nnodes = 1;
   std::string master_addr;
   int master_port = 0;
+  int restart_count = 0;  // DDP_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT
 };
 
 // The rank's complete environment as "NAME=value" strings: `base` (normally

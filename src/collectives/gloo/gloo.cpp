@@ -15,18 +15,22 @@
 
 #include "collectives/gloo/collectives.h"
 #include "collectives/gloo/engine.h"
+#include "collectives/gloo/failure_reports.h"
 #include "collectives/gloo/network.h"
 #include "collectives/gloo/store.h"
 #include "collectives/task_queue.h"
 #include "rendezvous/arrival.h"
+#include "rendezvous/bounded.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -41,7 +45,24 @@ std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
   return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
 }
 
-const char* kFailureKey = "ddp/gloo/first_failure";
+constexpr std::chrono::seconds kFailureHandlingGrace(10);
+
+// 16 bits of a hash of a collective's kind and byte count. They go into the
+// upper half of its Gloo tag, its issue number into the lower: ranks whose
+// collectives differ in size then use different slots, and Gloo, rather than
+// enforcing sizes inside its own I/O thread (which aborts the process: a
+// larger message than the receiver posted), leaves both waiting until the
+// timeout, a TimeoutError. A different op or dtype of the same byte size
+// still meets (DDP's per-iteration tally names it; DDP_DEBUG=detail too).
+// At most 2^16 collectives are in flight at once.
+uint32_t shape_bits(const char* kind, const at::Tensor& t, int64_t bytes = -1) {
+  if (bytes < 0) bytes = t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; h ^= h >> 29; };
+  for (const char* c = kind; *c; ++c) mix(static_cast<unsigned char>(*c));
+  mix(static_cast<uint64_t>(bytes));
+  return static_cast<uint32_t>((h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) & 0xffff);
+}
 
 // Whether `text` mentions `address` ("[ip]:port") as a whole: ":6339" must
 // not match inside ":63390".
@@ -65,29 +86,49 @@ class Engine final : public detail::GlooEngine {
   explicit Engine(const detail::GlooEngineSetup& setup)
       : owner_{setup.rank, setup.size, setup.where}, store_(setup.store), options_(setup.options) {
     const int rank = owner_.rank, size = owner_.size;
-    detail::wait_for_all_ranks(store_, rank, size, options_.timeout(), "gloo");
     auto device = make_device();
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(options_.timeout());
-    detail::GlooStore gloo_store(store_);
-    try {
-      context->connectFullMesh(gloo_store, device);
-    } catch (const std::exception& e) {
-      throw CommunicationError("ddp: " + owner_.where +
-                               ": connecting to the other ranks failed: " + e.what() +
-                               ". Check that every rank can reach the others' "
-                               "addresses (DDP_SOCKET_IFNAME picks the interface).");
-    }
-    context_ = context;
-    learn_peer_addresses();
-    queue_ = std::make_unique<detail::TaskQueue>(owner_.where, options_.timeout(),
+    // The store calls of this rendezvous are bounded as a whole: a stopped
+    // rank 0 would block them in recv() forever. The body owns its captures.
+    const auto timeout = options_.timeout();
+    const std::string where = owner_.where;
+    auto connect = [store = store_, device, rank, size, timeout, where]() mutable {
+      detail::wait_for_all_ranks(store, rank, size, timeout, "gloo");
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(timeout);
+      detail::GlooStore gloo_store(store);
+      try {
+        context->connectFullMesh(gloo_store, device);
+      } catch (const std::exception& e) {
+        throw CommunicationError("ddp: " + where + ": connecting to the other ranks failed: " +
+                                 e.what() + ". Check that every rank can reach the others' "
+                                 "addresses (DDP_SOCKET_IFNAME picks the interface).");
+      }
+      return Connected{context, learn_peer_addresses(*context, store, rank, size)};
+    };
+    const auto limit = timeout + std::max(std::chrono::milliseconds(2000), timeout / 10);
+    auto connected = detail::run_bounded<Connected>(connect, limit, [&] {
+      throw TimeoutError("ddp: " + where + ": connecting the Gloo group did not finish within " +
+                         std::to_string(limit.count()) + " ms: the store hosted by rank 0 does "
+                         "not answer (rank 0 stopped, frozen or cut off?)");
+    });
+    context_ = connected.context;
+    peer_by_address_ = std::move(connected.peer_by_address);
+    reports_ = std::make_unique<detail::FailureReports>(store_, rank, size);
+    // A Work's default wait outlasts Gloo's own timeout by the time failure
+    // handling may take (bounded store calls, FailureReports), so that the
+    // error which names the unresponsive ranks is the one the caller sees.
+    queue_ = std::make_unique<detail::TaskQueue>(owner_.where, timeout + kFailureHandlingGrace,
                                                  options_.threads());
   }
 
-  ~Engine() override { queue_->stop(); }  // the tasks use context_ and store_
+  ~Engine() override {
+    queue_->stop();  // the tasks use context_ and store_
+    if (queue_->broken_reason().empty()) reports_->closed_cleanly();
+  }
 
   WorkPtr allreduce(at::Tensor tensor, ReduceOp op) override {
-    return enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+    return enqueue("allreduce", shape_bits("allreduce", tensor),
+                   tensor_detail(tensor, to_string(op)), {tensor},
                    [tensor, op](const gloo_ops::Call& call) {
                      gloo_ops::allreduce(call, tensor, op);
                    });
@@ -96,21 +137,25 @@ class Engine final : public detail::GlooEngine {
   WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override {
     std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
                          " tensors of " + c10::toString(tensors[0].scalar_type());
-    return enqueue("allreduce_coalesced", detail, tensors,
+    int64_t bytes = 0;
+    for (const auto& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
+    return enqueue("allreduce_coalesced", shape_bits("allreduce_coalesced", tensors[0], bytes),
+                   detail, tensors,
                    [tensors, op](const gloo_ops::Call& call) {
                      gloo_ops::allreduce_coalesced(call, tensors, op);
                    });
   }
 
   WorkPtr broadcast(at::Tensor tensor, int root) override {
-    return enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+    return enqueue("broadcast", shape_bits("broadcast", tensor),
+                   tensor_detail(tensor) + ", root " + std::to_string(root),
                    {tensor}, [tensor, root](const gloo_ops::Call& call) {
                      gloo_ops::broadcast(call, tensor, root);
                    });
   }
 
   WorkPtr allgather(std::vector<at::Tensor> outputs, at::Tensor input) override {
-    return enqueue("allgather", tensor_detail(input), outputs,
+    return enqueue("allgather", shape_bits("allgather", input), tensor_detail(input), outputs,
                    [outputs, input](const gloo_ops::Call& call) {
                      gloo_ops::allgather(call, outputs, input);
                    });
@@ -118,24 +163,26 @@ class Engine final : public detail::GlooEngine {
 
   WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                          ReduceOp op) override {
-    return enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+    return enqueue("reduce_scatter", shape_bits("reduce_scatter", output),
+                   tensor_detail(output, to_string(op)), {output},
                    [output, inputs, op](const gloo_ops::Call& call) {
                      gloo_ops::reduce_scatter(call, output, inputs, op);
                    });
   }
 
   WorkPtr barrier() override {
-    return enqueue("barrier", "", {}, [](const gloo_ops::Call& call) { gloo_ops::barrier(call); });
+    return enqueue("barrier", shape_bits("barrier", at::Tensor()), "", {},
+                   [](const gloo_ops::Call& call) { gloo_ops::barrier(call); });
   }
 
  private:
-  // Queues `body` and returns its Work.
-  WorkPtr enqueue(const char* kind, const std::string& detail,
+  // Queues `body` and returns its Work; `shape` from shape_bits.
+  WorkPtr enqueue(const char* kind, uint32_t shape, const std::string& detail,
                   std::vector<at::Tensor> outputs,
                   std::function<void(const gloo_ops::Call&)> body) {
     return queue_->enqueue(kind, detail, std::move(outputs),
-                           [this, body = std::move(body)](uint32_t tag, const Work& work) {
-                             return run(tag, work, body);
+                           [this, shape, body = std::move(body)](uint32_t tag, const Work& work) {
+                             return run((shape << 16) | (tag & 0xffff), work, body);
                            });
   }
 
@@ -160,37 +207,45 @@ class Engine final : public detail::GlooEngine {
     }
   }
 
+  struct Connected {
+    std::shared_ptr<gloo::Context> context;
+    std::map<std::string, int> peer_by_address;
+  };
+
   // Publishes this rank's per-peer connection addresses and learns the
   // others', so that an error mentioning an address can name the rank.
   // Gloo's errors cite either end of the connection: map both.
-  void learn_peer_addresses() {
-    const int rank = owner_.rank, size = owner_.size;
+  static std::map<std::string, int> learn_peer_addresses(gloo::Context& context,
+                                                          const StorePtr& store, int rank,
+                                                          int size) {
+    std::map<std::string, int> peer_by_address;
     std::string mine;
     const auto connections = detail::established_tcp_connections();
     for (int r = 0; r < size; ++r) {
       if (r != rank) {
-        std::string address = context_->getPair(r)->address().str();
-        peer_by_address_[address] = r;
+        std::string address = context.getPair(r)->address().str();
+        peer_by_address[address] = r;
         mine += address;
         // A connection rank r opened to this pair's listener: its far end
         // is r's (ephemeral) address, which errors cite too.
         for (const auto& [local, remote] : connections) {
-          if (local == address) peer_by_address_[remote] = r;
+          if (local == address) peer_by_address[remote] = r;
         }
       }
       mine += '\n';
     }
-    store_->set("ddp/gloo/addresses/" + std::to_string(rank),
-                std::vector<uint8_t>(mine.begin(), mine.end()));
+    store->set("ddp/gloo/addresses/" + std::to_string(rank),
+               std::vector<uint8_t>(mine.begin(), mine.end()));
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
-      auto bytes = store_->get("ddp/gloo/addresses/" + std::to_string(r));
+      auto bytes = store->get("ddp/gloo/addresses/" + std::to_string(r));
       std::istringstream lines(std::string(bytes.begin(), bytes.end()));
       std::string line;
       for (int i = 0; std::getline(lines, line); ++i) {
-        if (i == rank) peer_by_address_[line] = r;
+        if (i == rank) peer_by_address[line] = r;
       }
     }
+    return peer_by_address;
   }
 
   std::exception_ptr run(uint32_t tag, const Work& work,
@@ -209,91 +264,73 @@ class Engine final : public detail::GlooEngine {
   }
 
   // Names the peer, tells the other ranks, and closes the connections (the
-  // queue breaks on the CommunicationError returned).
+  // queue breaks on the CommunicationError returned). Says what is known and
+  // no more: what the store holds about the peer, or that the store (rank 0)
+  // does not answer either. Every store call is bounded (FailureReports).
   std::exception_ptr fail(const Work& work, const std::string& gloo_error) {
-    std::string cause = explain(gloo_error);
-    std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
-    std::string first = report_failure(report);
+    const bool timed_out = gloo_error.find("Timed out") != std::string::npos;
+    const auto [peer, address] = cited_peer(gloo_error);
+    std::string cause = gloo_error;
+    if (peer >= 0) {
+      cause = "lost the connection to rank " + std::to_string(peer) + " (" + address + "): " +
+              gloo_error;
+    }
+    const std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
+    auto first = reports_->report(report);
     std::string message = "ddp: " + work.description() + " failed: " + cause;
-    if (cause == gloo_error) {  // the error did not name the peer: who went silent?
-      std::string silent = silent_ranks(std::chrono::seconds(2));
-      if (!silent.empty()) {
-        message += ". No failure report from rank(s) " + silent +
-                   ": probably exited or killed; see their output";
+    bool peer_silent = false, peer_closed = false;
+    if (peer >= 0) {
+      auto known = reports_->about(peer, std::chrono::milliseconds(500));
+      peer_silent = known && known->empty();
+      peer_closed = known && known->find("had closed") != std::string::npos;
+      if (known && !known->empty()) message += ". Before that, " + *known;
+      if (peer_silent) {
+        message += ". Rank " + std::to_string(peer) + " reported nothing: it may have crashed, "
+                   "been killed or lost its network; see its output";
       }
     }
-    if (!first.empty() && first != report) message += " (first failure reported: " + first + ")";
+    // Whoever has not reported a failure is not responding (a timeout), or
+    // is the one that failed without a word.
+    auto silent = peer_silent || peer_closed ? std::nullopt
+                                             : reports_->silent(std::chrono::seconds(2));
+    if (silent && !silent->empty()) {
+      std::string ranks;
+      for (int r : *silent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      message += timed_out ? ". Rank(s) " + ranks + " did not report this failure: they are the "
+                             "ones not responding (stopped, stuck, or issuing another collective)"
+                           : ". Rank(s) " + ranks + " have not reported a failure; see their output";
+    }
+    if (first && !first->empty() && *first != report) {
+      message += " (first failure reported: " + *first + ")";
+    }
+    if (!reports_->store_answers()) {
+      message += ". The store hosted by rank 0 does not answer either: rank 0 is stopped, "
+                 "frozen or cut off from this rank, or has exited";
+    }
     context_->closeConnections();
-    if (gloo_error.find("Timed out") != std::string::npos) {
+    if (timed_out) {
       return std::make_exception_ptr(TimeoutError(
-          message + ". A rank may be stuck, dead, or issuing a different collective; "
-                    "DDP_DEBUG=detail compares collectives across ranks."));
+          message + ". DDP_DEBUG=detail compares collectives across ranks; DDP_TIMEOUT "
+                    "(seconds) sets how long a collective waits."));
     }
     return std::make_exception_ptr(CommunicationError(message));
   }
 
-  std::string explain(const std::string& gloo_error) const {
+  // The rank whose connection address `gloo_error` cites, and the address;
+  // -1 if none.
+  std::pair<int, std::string> cited_peer(const std::string& gloo_error) const {
     for (const auto& [address, rank] : peer_by_address_) {
-      if (cites(gloo_error, address)) {
-        return "lost the connection to rank " + std::to_string(rank) + " (" + address +
-               "): " + gloo_error + ". Rank " + std::to_string(rank) +
-               " has probably exited or been killed; see its output";
-      }
+      if (cites(gloo_error, address)) return {rank, address};
     }
-    return gloo_error;
+    return {-1, ""};
   }
-
-  // Records that this rank failed, and `report` as the job's first failure if
-  // none is yet; returns the first one recorded (empty if the store cannot be
-  // reached).
-  std::string report_failure(const std::string& report) {
-    try {
-      store_->set(failed_key(owner_.rank), std::vector<uint8_t>(report.begin(), report.end()));
-      if (store_->add(std::string(kFailureKey) + "/count", 1) == 1) {
-        store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
-        return report;
-      }
-      // Another rank counted first and is writing its report: wait briefly.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (!store_->check({kFailureKey})) {
-        if (std::chrono::steady_clock::now() >= deadline) return "";
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      auto bytes = store_->get(kFailureKey);
-      return std::string(bytes.begin(), bytes.end());
-    } catch (const std::exception&) {
-      return "";  // the store's host (rank 0) may be the rank that died
-    }
-  }
-
-  // Ranks that have not reported a failure within `patience` (returns once
-  // at most one is left): when a broken connection does not name its peer,
-  // the dead rank is among them. Empty if the store cannot be reached.
-  std::string silent_ranks(std::chrono::milliseconds patience) {
-    const auto deadline = std::chrono::steady_clock::now() + patience;
-    try {
-      for (;;) {
-        std::string silent;
-        int count = 0;
-        for (int r = 0; r < owner_.size; ++r) {
-          if (r == owner_.rank || store_->check({failed_key(r)})) continue;
-          silent += (count++ ? ", " : "") + std::to_string(r);
-        }
-        if (count <= 1 || std::chrono::steady_clock::now() >= deadline) return silent;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    } catch (const std::exception&) {
-      return "";
-    }
-  }
-
-  static std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 
   const Owner owner_;
   const StorePtr store_;
   const GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
   std::map<std::string, int> peer_by_address_;  // written before the queue starts
+  std::unique_ptr<detail::FailureReports> reports_;
   std::unique_ptr<detail::TaskQueue> queue_;     // last: stopped first
 };
 

@@ -1,0 +1,115 @@
+#include "collectives/gloo/failure_reports.h"
+
+#include <ddp/errors.h>
+
+#include "rendezvous/bounded.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <thread>
+
+namespace ddp::detail {
+namespace {
+
+// How long one store round trip may take before the store counts as
+// unresponsive: generous for a loaded host, short next to any timeout.
+constexpr std::chrono::milliseconds kStoreLimit(3000);
+
+const std::string kFirst = "ddp/gloo/first_failure";
+std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
+std::string closed_key(int rank) { return "ddp/gloo/closed/" + std::to_string(rank); }
+
+std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+struct Unanswered {};
+
+}  // namespace
+
+FailureReports::FailureReports(StorePtr store, int rank, int size)
+    : store_(std::move(store)), rank_(rank), size_(size) {}
+
+// The body runs on a helper thread and owns its captures: if the store never
+// answers, the thread stays blocked and this rank goes on without it.
+template <typename T>
+std::optional<T> FailureReports::bounded(std::function<T(const StorePtr&)> body,
+                                         std::chrono::milliseconds extra) {
+  if (!answers_) return std::nullopt;
+  try {
+    StorePtr store = store_;
+    return run_bounded<T>([store, body] { return body(store); }, kStoreLimit + extra,
+                          [] { throw Unanswered{}; });
+  } catch (const Unanswered&) {
+    answers_ = false;
+  } catch (const std::exception&) {
+    answers_ = false;  // the store's host is gone (connection refused or reset)
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> FailureReports::report(const std::string& report) {
+  const int rank = rank_;
+  return bounded<std::string>(
+      [rank, report](const StorePtr& store) -> std::string {
+        store->set(failed_key(rank), bytes(report));
+        if (store->add(kFirst + "/count", 1) == 1) {
+          store->set(kFirst, bytes(report));
+          return report;
+        }
+        // Another rank counted first and is writing its report: wait briefly.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (!store->check({kFirst})) {
+          if (std::chrono::steady_clock::now() >= deadline) return "";
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        return text(store->get(kFirst));
+      },
+      std::chrono::seconds(2));
+}
+
+std::optional<std::vector<int>> FailureReports::silent(std::chrono::milliseconds patience) {
+  const int rank = rank_, size = size_;
+  return bounded<std::vector<int>>(
+      [rank, size, patience](const StorePtr& store) {
+        const auto deadline = std::chrono::steady_clock::now() + patience;
+        for (;;) {
+          std::vector<int> silent;
+          for (int r = 0; r < size; ++r) {
+            if (r != rank && !store->check({failed_key(r)})) silent.push_back(r);
+          }
+          if (silent.size() <= 1 || std::chrono::steady_clock::now() >= deadline) return silent;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      },
+      patience);
+}
+
+std::optional<std::string> FailureReports::about(int peer, std::chrono::milliseconds patience) {
+  return bounded<std::string>(
+      [peer, patience](const StorePtr& store) -> std::string {
+        const auto deadline = std::chrono::steady_clock::now() + patience;
+        for (;;) {
+          if (store->check({failed_key(peer)})) {
+            return "rank " + std::to_string(peer) + " had failed: " +
+                   text(store->get(failed_key(peer)));
+          }
+          if (store->check({closed_key(peer)})) {
+            return "rank " + std::to_string(peer) + " had closed its process group without a "
+                   "failure (its program finished, or left training, before this collective)";
+          }
+          if (std::chrono::steady_clock::now() >= deadline) return "";
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      },
+      patience);
+}
+
+void FailureReports::closed_cleanly() {
+  const int rank = rank_;
+  bounded<bool>([rank](const StorePtr& store) {
+    store->set(closed_key(rank), bytes("1"));
+    return true;
+  }, std::chrono::milliseconds(0));
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,147 @@
+#include "reducer/iteration_status.h"
+
+#include <ddp/errors.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace ddp::detail {
+namespace {
+
+// Per rank: marker, missing, forwards, stray_after, collective count, hash (2 halves).
+constexpr int64_t kSlots = 7;
+constexpr int32_t kMarker = 0x44445053;  // "DDPS"
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// "rank 1: 6; ranks 0, 2: 5" — ranks grouped by value, in rank order of first appearance.
+template <typename Value, typename Show>
+std::string grouped(const std::vector<RankReport>& reports, Value value, Show show) {
+  std::vector<std::pair<decltype(value(reports[0])), std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    auto v = value(reports[r]);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) {
+      groups.push_back({v, {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  std::string out;
+  for (const auto& g : groups) out += "\n  " + rank_list(g.second) + ": " + show(g.first);
+  return out;
+}
+
+std::string hex(uint64_t h) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace
+
+IterationStatus::IterationStatus(int64_t bitmap_len, int rank, int size)
+    : bitmap_len_(bitmap_len),
+      rank_(rank),
+      size_(size),
+      tensor_(at::zeros({bitmap_len + kSlots * size}, at::kInt)) {}
+
+void IterationStatus::write(const RankReport& mine) {
+  int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * rank_;
+  slot[0] = kMarker;
+  slot[1] = mine.missing;
+  slot[2] = mine.forwards;
+  slot[3] = mine.stray_after;
+  slot[4] = static_cast<int32_t>(mine.tally.count);
+  slot[5] = static_cast<int32_t>(mine.tally.hash & 0xffffffffu);
+  slot[6] = static_cast<int32_t>(mine.tally.hash >> 32);
+}
+
+std::vector<RankReport> IterationStatus::read() const {
+  std::vector<RankReport> out(size_);
+  std::vector<int> garbled;
+  for (int r = 0; r < size_; ++r) {
+    const int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * r;
+    if (slot[0] != kMarker) garbled.push_back(r);
+    RankReport& rep = out[r];
+    rep.missing = slot[1];
+    rep.forwards = slot[2];
+    rep.stray_after = slot[3];
+    rep.tally.count = static_cast<uint32_t>(slot[4]);
+    rep.tally.hash = static_cast<uint32_t>(slot[5]) |
+                     (static_cast<uint64_t>(static_cast<uint32_t>(slot[6])) << 32);
+  }
+  if (!garbled.empty()) {
+    throw CommunicationError(
+        "ddp: rank " + std::to_string(rank_) + ": the end-of-backward status exchange came "
+        "back garbled (" + rank_list(garbled) + "): on some rank it met a different collective, "
+        "so the ranks' collectives are out of step (a rank issued a collective the others did "
+        "not, or skipped one). No gradient was written; the group's later results cannot be "
+        "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
+  }
+  return out;
+}
+
+void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
+  int32_t fewest = reports[0].forwards;
+  for (const auto& r : reports) fewest = std::min(fewest, r.forwards);
+  std::vector<int> ahead, stray;
+  for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    if (reports[r].forwards != fewest) ahead.push_back(r);
+    if (reports[r].stray_after >= 0) stray.push_back(r);
+  }
+  bool same_tally = true;
+  for (const auto& r : reports) {
+    same_tally = same_tally && r.tally.count == reports[0].tally.count &&
+                 r.tally.hash == reports[0].tally.hash;
+  }
+  if (ahead.empty() && stray.empty() && same_tally) return;  // the usual case: no strings built
+  const std::string where = "ddp: rank " + std::to_string(rank) + ": ";
+  const std::string nothing_written = "\nNo gradient was averaged or written in this iteration.";
+  if (!ahead.empty()) {
+    throw InvalidArgument(
+        where + "the ranks reached this backward after different numbers of forward passes:" +
+        grouped(reports, [](const RankReport& r) { return r.forwards; },
+                [](int32_t v) { return std::to_string(v) + " forward passes"; }) +
+        "\n" + rank_list(ahead) + " ran a forward whose backward() was skipped, or an extra "
+        "(micro-)step, so this backward is paired with another iteration on the other ranks." +
+        nothing_written +
+        " Every rank must run the same forward and backward passes; a forward that no "
+        "backward() follows (evaluation) belongs under torch::NoGradGuard.");
+  }
+  if (!stray.empty()) {
+    std::string detail;
+    for (int r : stray) {
+      detail += "\n  rank " + std::to_string(r) + ": after its forward pass #" +
+                std::to_string(reports[r].stray_after);
+    }
+    throw InvalidArgument(
+        where + rank_list(stray) + " ran a backward() that no DDP forward prepared "
+        "(backward() twice after one forward, or a backward through the parameters outside "
+        "the DDP forward):" + detail +
+        "\nThose gradients were not averaged: that replica now differs from the others." +
+        nothing_written + " Run one backward() per DDP forward.");
+  }
+  // Only the tallies differ.
+  throw CollectiveMismatch(
+      where + "the ranks issued different collectives since the previous iteration's check "
+      "(kind, reduce op, dtype, element count and order are hashed):" +
+      grouped(reports,
+              [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
+              [](const std::pair<uint64_t, uint64_t>& v) {
+                return std::to_string(v.first) + " collectives, hash " + hex(v.second);
+              }) +
+      "\nTheir results were wrong or paired across ranks." + nothing_written +
+      " Every rank must issue the same collectives in the same order; rerun with "
+      "DDP_DEBUG=detail to see the first that differs.");
+}
+
+}  // namespace ddp::detail
