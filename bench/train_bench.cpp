@@ -187,18 +187,20 @@ Config parse(Args& args) {
   return c;
 }
 
-// The launcher's WORLD_SIZE must be --world-size: say which is wrong.
+// The launcher's world size (ddprun's, torchrun's, mpirun's or srun's
+// variables) must be --world-size: say which is wrong.
 void check_world_size(const Config& c) {
-  const char* env = std::getenv("WORLD_SIZE");
-  if (!env || !*env) {
+  const ddp::LaunchInfo launch = ddp::launch_info_from_env();
+  if (launch.world_size < 0) {
     throw std::runtime_error(
         "WORLD_SIZE is not set: run one process per rank under a launcher, e.g. "
         "`ddprun --nproc-per-node " + std::to_string(c.world_size) +
-        " ddp_bench train ...` or bench/netem");
+        " ddp_bench train ...`, bench/netem, or mpirun -np " + std::to_string(c.world_size));
   }
-  if (std::string(env) != std::to_string(c.world_size)) {
+  if (launch.world_size != c.world_size) {
     throw std::runtime_error("--world-size " + std::to_string(c.world_size) +
-                             " but the launcher started WORLD_SIZE=" + env +
+                             " but the launcher (" + launch.source + ") started " +
+                             std::to_string(launch.world_size) +
                              " ranks: they must be equal (e.g. ddprun --nproc-per-node " +
                              std::to_string(c.world_size) + ")");
   }
