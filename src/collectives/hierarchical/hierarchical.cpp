@@ -92,12 +92,16 @@ class HierarchicalProcessGroup::Impl {
     op_state->flat = flat;
     op_state->op = op;
     op_state->epilogue = std::move(epilogue);
-    if (flat.numel() == 0) {
-      finish(op_state, nullptr);
-    } else if (topology_.uniform) {
-      start_sliced(op_state);
-    } else {
-      start_leaders(op_state);
+    try {
+      if (flat.numel() == 0) {
+        finish(op_state, nullptr);
+      } else if (topology_.uniform) {
+        start_sliced(op_state);
+      } else {
+        start_leaders(op_state);
+      }
+    } catch (...) {  // a stage refused on this thread: the Work says so, in order
+      finish(op_state, std::current_exception());
     }
     return outer;
   }
