@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -44,6 +45,7 @@ std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string
   store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> hosts(size);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
   for (int r = 0; r < size; ++r) {
     const std::string key = prefix + std::to_string(r);
     while (!store->check({key})) {
@@ -61,9 +63,12 @@ std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string
                            ": learning which ranks share a host timed out after " +
                            std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
                            " of " + std::to_string(size) + " ranks arrived (missing: " +
-                           missing + "). Start every rank with the same world size.");
+                           missing + "): they passed the rendezvous, so they chose another "
+                           "backend (DDP_BACKEND must be the same on every rank) or failed "
+                           "since; see their output.");
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(pause);  // backing off: N ranks poll one store
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
     }
     auto bytes = store->get(key);
     hosts[r].assign(bytes.begin(), bytes.end());

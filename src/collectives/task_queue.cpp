@@ -27,6 +27,7 @@ void TaskQueue::stop() {
 WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
                            std::vector<at::Tensor> outputs, Body body) {
   WorkPtr work;
+  bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint32_t tag = next_tag_++;
@@ -34,8 +35,16 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
                                       (detail.empty() ? "" : " (" + detail + ")") + " on " +
                                       where_,
                                   timeout_, std::move(outputs));
-    queue_.push_back(Task{tag, work, last_, std::move(body)});
-    last_ = work;
+    refused = stopping_;  // no worker would run it
+    if (!refused) {
+      queue_.push_back(Task{tag, work, last_, std::move(body)});
+      last_ = work;
+    }
+  }
+  if (refused) {  // say so now, not at its timeout (outside the lock: callbacks run)
+    work->finish(std::make_exception_ptr(CommunicationError(
+        "ddp: " + work->description() + " not run: the group is being destroyed")));
+    return work;
   }
   queue_cv_.notify_one();  // outside the lock: the worker can take it at once
   return work;

@@ -91,6 +91,16 @@ TEST(Registry, OptionsOfAnotherBackendAreRefused) {
   EXPECT_TRUE(contains(m, "NotGlooOptions, not GlooOptions, but the backend is gloo")) << m;
 }
 
+TEST(Registry, AutoTakesTheOptionsOfThePartItPicks) {
+  StorePtr store = c10::make_intrusive<c10d::HashStore>();
+  // One host: auto picks shm, and Gloo's options (for the cross-host part)
+  // are no error.
+  auto pg = make_group(store, 0, 1,
+                       InitOptions().timeout(std::chrono::seconds(60))
+                           .backend_options(std::make_shared<GlooOptions>(GlooOptions().threads(2))));
+  EXPECT_EQ(pg->backend_name(), "shm");
+}
+
 TEST(Registry, RegisteringTwiceOrWithoutCreateIsRefused) {
   Backend b;
   b.name = "gloo";

@@ -1,7 +1,10 @@
 // Work's completion contract (include/ddp/work.h): callbacks run once, in
 // the order they were added, even when one is added from another thread
 // while the completing thread is still running the earlier ones.
+#include <ddp/errors.h>
 #include <ddp/work.h>
+
+#include "collectives/task_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -41,6 +44,32 @@ TEST(Work, CallbackAddedWhileOthersRunRunsAfterThem) {
   completer.join();
   work.on_complete([&] { order += "C"; });  // settled: runs here, at once
   EXPECT_EQ(order, "ABC");
+}
+
+TEST(TaskQueue, RunsInIssueOrderAndRefusesWorkAfterStop) {
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  std::mutex mutex;
+  std::string order;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 20; ++i) {
+    works.push_back(queue.enqueue("op", "", {}, [](uint32_t, const Work&) { return nullptr; }));
+    works.back()->on_complete([&, i] {
+      std::lock_guard<std::mutex> lock(mutex);
+      order += std::to_string(i) + ",";
+    });
+  }
+  for (auto& w : works) w->wait();
+  EXPECT_EQ(order, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,");
+  queue.stop();
+  auto late = queue.enqueue("op", "", {}, [](uint32_t, const Work&) { return nullptr; });
+  ASSERT_TRUE(late->is_completed());  // at once, not at its timeout
+  try {
+    late->wait();
+    FAIL() << "a Work issued after stop() succeeded";
+  } catch (const CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("the group is being destroyed"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

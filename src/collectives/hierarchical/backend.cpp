@@ -1,7 +1,9 @@
 // The registry's entries "hierarchical" (always the composition) and "auto"
 // (the default: shared memory within one host, the cross-host backend when
 // every host has one rank, the composition otherwise).
+#include <ddp/backends/gloo.h>
 #include <ddp/backends/hierarchical.h>
+#include <ddp/backends/shm.h>
 
 #include <ddp/errors.h>
 
@@ -13,6 +15,20 @@
 
 namespace ddp::detail {
 namespace {
+
+// auto takes HierarchicalOptions, or the options of the part they belong to
+// (GlooOptions: across hosts; ShmOptions: within a host), so that a program
+// tuning Gloo or shm need not name the backend.
+HierarchicalOptions auto_options_for(const BackendSetup& setup) {
+  const BackendOptions* given = setup.options.get();
+  if (dynamic_cast<const GlooOptions*>(given)) {
+    return HierarchicalOptions().cross_options(setup.options);
+  }
+  if (dynamic_cast<const ShmOptions*>(given)) {
+    return HierarchicalOptions().local_options(setup.options);
+  }
+  return options_for<HierarchicalOptions>(setup, "auto", "HierarchicalOptions");
+}
 
 std::vector<std::string> hosts(const BackendSetup& setup) {
   return hosts_of_ranks(setup.store, "hosts/", setup.rank, setup.world_size, setup.timeout);
@@ -45,7 +61,7 @@ Backend auto_backend() {
   b.name = "auto";
   b.summary = "shm within one host, gloo across hosts, hierarchical when both (the default)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    auto options = options_for<HierarchicalOptions>(setup, "auto", "HierarchicalOptions");
+    HierarchicalOptions options = auto_options_for(setup);
     auto labels = hosts(setup);
     Topology t = topology_of(labels, setup.rank);
     if (t.host_count == 1) return plain(setup, options.local_backend(), options.local_options());

@@ -52,8 +52,9 @@ class HierarchicalProcessGroup::Impl {
     flat_ = build(cross, setup, options_.cross_options(), "flat", setup.rank, setup.world_size);
   }
 
-  // Waits (bounded) for the operations in flight: their later stages use
-  // the sub-groups, which are destroyed after this.
+  // Waits (bounded) for the operations in flight, then closes: stages that
+  // would follow fail instead of issuing, and the sub-groups finish what
+  // they hold while this object (and its mutexes) still exist.
   ~Impl() {
     WorkPtr last;
     {
@@ -62,8 +63,16 @@ class HierarchicalProcessGroup::Impl {
     }
     try {
       if (last) last->wait();
-    } catch (...) {  // its error went to its owner
+    } catch (...) {  // a failure went to its Work; a timeout: closing fails the rest
     }
+    {
+      std::lock_guard<std::recursive_mutex> lock(stage_mutex_);
+      closing_ = true;
+    }
+    first_local_.reset();
+    cross_.reset();
+    second_local_.reset();
+    flat_.reset();
   }
 
   std::string name() const {
@@ -180,6 +189,15 @@ class HierarchicalProcessGroup::Impl {
             std::function<void()> next) {
     stage->on_complete([this, r, stage, next = std::move(next)] {
       if (auto error = stage->exception()) return finish(r, error);
+      // Held while the next stage is issued (re-entered when that stage
+      // completes at once): the destructor's closing waits for it.
+      std::lock_guard<std::recursive_mutex> lock(stage_mutex_);
+      if (closing_) {
+        return finish(r, std::make_exception_ptr(CommunicationError(
+                             "ddp: " + r->outer->description() +
+                             ": the group was destroyed before the operation finished")));
+      }
+      if (auto error = broken()) return finish(r, error);  // an earlier all-reduce failed
       try {
         next();
       } catch (...) {
@@ -238,6 +256,9 @@ class HierarchicalProcessGroup::Impl {
   ProcessGroupPtr second_local_;  // stage 3: all-gather (or broadcast)
   ProcessGroupPtr cross_;         // stage 2; null on non-first ranks of uneven hosts
   ProcessGroupPtr flat_;          // every rank: the other collectives
+
+  std::recursive_mutex stage_mutex_;
+  bool closing_ = false;          // guarded by stage_mutex_: the destructor has begun
 
   std::mutex mutex_;
   uint64_t next_ = 0;             // guarded by mutex_: the next operation's number
