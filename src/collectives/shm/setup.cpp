@@ -23,6 +23,7 @@ const char* kPeerKey = "ddp/shm/peer/";
 const char* kSegmentKey = "ddp/shm/segment";
 const char* kErrorMark = "error: ";
 const char* kMapFailedKey = "ddp/shm/map_failed";
+const char* kMapFailedCountKey = "ddp/shm/map_failed/count";
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -143,9 +144,15 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
     try {
       out.segment = Segment::open(name, size, o.slots(), o.chunk_bytes());
     } catch (const std::exception& e) {
-      Segment::unlink(name);  // the group cannot form: leave nothing behind
-      store->set(kMapFailedKey, to_bytes("rank " + std::to_string(rank) + ": " + e.what()));
-      throw;
+      // The first rank that fails speaks for all, and only then removes the
+      // name (which makes later ranks' opens fail too: they cite the first).
+      if (store->add(kMapFailedCountKey, 1) == 1) {
+        store->set(kMapFailedKey, to_bytes("rank " + std::to_string(rank) + ": " + e.what()));
+        Segment::unlink(name);  // the group cannot form: leave nothing behind
+        throw;
+      }
+      throw CommunicationError("ddp: " + where + ": the shm set-up failed on " +
+                               to_string(store->get(kMapFailedKey)));
     }
   }
   Segment& seg = out.segment;
