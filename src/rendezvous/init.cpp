@@ -234,8 +234,11 @@ StorePtr rendezvous(InitOptions& o) {
                : std::string(connected ? ": the connection was accepted, so a process listens "
                                          "there, but it does not answer as rank 0's store would"
                                        : "") +
-                     ". Another program may hold MASTER_PORT (choose another), or rank 0 is "
-                     "stopped or cut off."));
+                     (connected ? ". Another program may hold MASTER_PORT (choose another), or "
+                                  "rank 0 is stopped or cut off."
+                                : ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs; or "
+                                  "another program holds the port, or rank 0 is stopped or "
+                                  "cut off.")));
   };
   return detail::run_bounded<StorePtr>(body, timeout + grace, blocked);
 }

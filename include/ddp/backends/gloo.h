@@ -25,7 +25,8 @@
 
 namespace ddp {
 
-// Pass as InitOptions::backend_options (a shared_ptr) with backend "gloo".
+// Pass as InitOptions::backend_options (a shared_ptr) with backend "gloo", or
+// "auto" (which uses them where it picks gloo: across hosts).
 struct GlooOptions : BackendOptions {
   enum class Algorithm {
     RING,   // bandwidth-optimal ring (reduce-scatter + allgather)
