@@ -103,7 +103,7 @@ class SimpleGA : public Simple {
 // the incoming gradient into param.grad()): runs after the addition, on the
 // autograd thread, once per backward. Keeps the accumulator alive (the
 // parameter holds it only weakly) and removes itself at destruction. As in
-// src/detail/autograd_hooks.cpp.
+// src/reducer/autograd_hooks.cpp.
 class GradReadyHook {
  public:
   GradReadyHook(const torch::Tensor& param, std::function<void()> on_ready)
