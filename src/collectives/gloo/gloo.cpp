@@ -19,6 +19,7 @@
 #include "collectives/gloo/network.h"
 #include "collectives/gloo/store.h"
 #include "collectives/task_queue.h"
+#include "collectives/work_detail.h"
 #include "rendezvous/arrival.h"
 #include "rendezvous/bounded.h"
 
@@ -39,11 +40,6 @@ namespace ddp {
 namespace gloo_ops = detail::gloo_ops;
 
 namespace {
-
-std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
-  std::string s = op ? std::string(op) + ", " : "";
-  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
-}
 
 constexpr std::chrono::seconds kFailureHandlingGrace(10);
 
@@ -128,19 +124,18 @@ class Engine final : public detail::GlooEngine {
 
   WorkPtr allreduce(at::Tensor tensor, ReduceOp op) override {
     return enqueue("allreduce", shape_bits("allreduce", tensor),
-                   tensor_detail(tensor, to_string(op)), {tensor},
+                   detail::tensor_detail(tensor, to_string(op)), {tensor},
                    [tensor, op](const gloo_ops::Call& call) {
                      gloo_ops::allreduce(call, tensor, op);
                    });
   }
 
   WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override {
-    std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
-                         " tensors of " + c10::toString(tensors[0].scalar_type());
+    const std::string what = detail::coalesced_detail(tensors, op);
     int64_t bytes = 0;
     for (const auto& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
     return enqueue("allreduce_coalesced", shape_bits("allreduce_coalesced", tensors[0], bytes),
-                   detail, tensors,
+                   what, tensors,
                    [tensors, op](const gloo_ops::Call& call) {
                      gloo_ops::allreduce_coalesced(call, tensors, op);
                    });
@@ -148,14 +143,15 @@ class Engine final : public detail::GlooEngine {
 
   WorkPtr broadcast(at::Tensor tensor, int root) override {
     return enqueue("broadcast", shape_bits("broadcast", tensor),
-                   tensor_detail(tensor) + ", root " + std::to_string(root),
+                   detail::tensor_detail(tensor) + ", root " + std::to_string(root),
                    {tensor}, [tensor, root](const gloo_ops::Call& call) {
                      gloo_ops::broadcast(call, tensor, root);
                    });
   }
 
   WorkPtr allgather(std::vector<at::Tensor> outputs, at::Tensor input) override {
-    return enqueue("allgather", shape_bits("allgather", input), tensor_detail(input), outputs,
+    return enqueue("allgather", shape_bits("allgather", input), detail::tensor_detail(input),
+                   outputs,
                    [outputs, input](const gloo_ops::Call& call) {
                      gloo_ops::allgather(call, outputs, input);
                    });
@@ -164,7 +160,7 @@ class Engine final : public detail::GlooEngine {
   WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                          ReduceOp op) override {
     return enqueue("reduce_scatter", shape_bits("reduce_scatter", output),
-                   tensor_detail(output, to_string(op)), {output},
+                   detail::tensor_detail(output, to_string(op)), {output},
                    [output, inputs, op](const gloo_ops::Call& call) {
                      gloo_ops::reduce_scatter(call, output, inputs, op);
                    });
@@ -177,10 +173,10 @@ class Engine final : public detail::GlooEngine {
 
  private:
   // Queues `body` and returns its Work; `shape` from shape_bits.
-  WorkPtr enqueue(const char* kind, uint32_t shape, const std::string& detail,
+  WorkPtr enqueue(const char* kind, uint32_t shape, const std::string& what,
                   std::vector<at::Tensor> outputs,
                   std::function<void(const gloo_ops::Call&)> body) {
-    return queue_->enqueue(kind, detail, std::move(outputs),
+    return queue_->enqueue(kind, what, std::move(outputs),
                            [this, shape, body = std::move(body)](uint32_t tag, const Work& work) {
                              return run((shape << 16) | (tag & 0xffff), work, body);
                            });

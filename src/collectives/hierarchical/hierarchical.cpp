@@ -11,6 +11,7 @@
 
 #include "collectives/hierarchical/topology.h"
 #include "collectives/issue_order.h"
+#include "collectives/work_detail.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -290,17 +291,9 @@ int HierarchicalProcessGroup::local_size() const { return impl_->topology().loca
 int HierarchicalProcessGroup::host_index() const { return impl_->topology().host_index; }
 int HierarchicalProcessGroup::host_count() const { return impl_->topology().host_count; }
 
-namespace {
-
-std::string detail_of(const at::Tensor& t, ReduceOp op) {
-  return std::string(to_string(op)) + ", " + c10::toString(t.scalar_type()) + ", " +
-         std::to_string(t.numel()) + " elements";
-}
-
-}  // namespace
-
 WorkPtr HierarchicalProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
-  return impl_->allreduce(detail_of(tensor, op), {tensor}, tensor.view(-1), op);
+  return impl_->allreduce(detail::tensor_detail(tensor, to_string(op)), {tensor}, tensor.view(-1),
+                          op);
 }
 
 WorkPtr HierarchicalProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
@@ -315,9 +308,8 @@ WorkPtr HierarchicalProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor>
       at += t.numel();
     }
   };
-  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
-                       " tensors of " + c10::toString(tensors[0].scalar_type());
-  return impl_->allreduce(detail, tensors, joined, op, copy_back);
+  const std::string what = detail::coalesced_detail(tensors, op);
+  return impl_->allreduce(what, tensors, joined, op, copy_back);
 }
 
 WorkPtr HierarchicalProcessGroup::do_broadcast(at::Tensor tensor, int root) {

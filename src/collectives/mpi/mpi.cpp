@@ -13,6 +13,7 @@
 #include "collectives/cpu_tensors.h"
 #include "collectives/mpi/runtime.h"
 #include "collectives/task_queue.h"
+#include "collectives/work_detail.h"
 
 #include <ATen/ATen.h>
 
@@ -34,11 +35,6 @@ struct Op {
   std::function<int(MPI_Request*)> start;
   std::function<void()> done;
 };
-
-std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
-  std::string s = op ? std::string(op) + ", " : "";
-  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
-}
 
 void* data(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
 
@@ -203,7 +199,7 @@ WorkPtr MpiProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
           [=] {
             if (op == ReduceOp::AVG) tensor.div_(ranks);
           }};
-  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+  return impl_->enqueue("allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
                         std::move(call));
 }
 
@@ -225,9 +221,8 @@ WorkPtr MpiProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
             if (op == ReduceOp::AVG) flat->div_(ranks);
             unflatten(*flat, tensors);
           }};
-  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
-                       " tensors of " + c10::toString(dtype);
-  return impl_->enqueue("allreduce_coalesced", detail, tensors, std::move(call));
+  const std::string what = detail::coalesced_detail(tensors, op);
+  return impl_->enqueue("allreduce_coalesced", what, tensors, std::move(call));
 }
 
 WorkPtr MpiProcessGroup::do_broadcast(at::Tensor tensor, int root) {
@@ -239,7 +234,8 @@ WorkPtr MpiProcessGroup::do_broadcast(at::Tensor tensor, int root) {
                               mpi::datatype(tensor.scalar_type()), root, comm, r);
           },
           [] {}};
-  return impl_->enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+  return impl_->enqueue("broadcast",
+                        detail::tensor_detail(tensor) + ", root " + std::to_string(root),
                         {tensor}, std::move(call));
 }
 
@@ -256,7 +252,7 @@ WorkPtr MpiProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tenso
             return MPI_Iallgather(data(input), n, type, data(*flat), n, type, comm, r);
           },
           [=] { unflatten(*flat, outputs); }};
-  return impl_->enqueue("allgather", tensor_detail(input), outputs, std::move(call));
+  return impl_->enqueue("allgather", detail::tensor_detail(input), outputs, std::move(call));
 }
 
 WorkPtr MpiProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
@@ -277,7 +273,7 @@ WorkPtr MpiProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Te
           [=] {
             if (op == ReduceOp::AVG) output.div_(ranks);
           }};
-  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+  return impl_->enqueue("reduce_scatter", detail::tensor_detail(output, to_string(op)), {output},
                         std::move(call));
 }
 

@@ -14,6 +14,7 @@
 #include "collectives/shm/collectives.h"
 #include "collectives/shm/setup.h"
 #include "collectives/task_queue.h"
+#include "collectives/work_detail.h"
 
 #include <ATen/ATen.h>
 
@@ -24,11 +25,6 @@ namespace ddp {
 namespace shm = detail::shm;
 
 namespace {
-
-std::string tensor_detail(const at::Tensor& t, const char* op = nullptr) {
-  std::string s = op ? std::string(op) + ", " : "";
-  return s + c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + " elements";
-}
 
 void validate(const ShmOptions& o) {
   auto bad = [](const std::string& what) {
@@ -135,17 +131,16 @@ std::string ShmProcessGroup::unsupported_reason(const at::Tensor& t) const {
 
 WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   const int64_t small = impl_->options().small_bytes();
-  return impl_->enqueue("allreduce", tensor_detail(tensor, to_string(op)), {tensor},
+  return impl_->enqueue("allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
                         [tensor, op, small](shm::Channel& ch) {
                           shm::allreduce(ch, tensor, op, small);
                         });
 }
 
 WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
-  std::string detail = std::string(to_string(op)) + ", " + std::to_string(tensors.size()) +
-                       " tensors of " + c10::toString(tensors[0].scalar_type());
+  const std::string what = detail::coalesced_detail(tensors, op);
   const int64_t small = impl_->options().small_bytes();
-  return impl_->enqueue("allreduce_coalesced", detail, tensors,
+  return impl_->enqueue("allreduce_coalesced", what, tensors,
                         [tensors, op, small](shm::Channel& ch) {
                           if (tensors.size() == 1) return shm::allreduce(ch, tensors[0], op, small);
                           std::vector<at::Tensor> flat;
@@ -161,19 +156,20 @@ WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
 }
 
 WorkPtr ShmProcessGroup::do_broadcast(at::Tensor tensor, int root) {
-  return impl_->enqueue("broadcast", tensor_detail(tensor) + ", root " + std::to_string(root),
+  return impl_->enqueue("broadcast",
+                        detail::tensor_detail(tensor) + ", root " + std::to_string(root),
                         {tensor},
                         [tensor, root](shm::Channel& ch) { shm::broadcast(ch, tensor, root); });
 }
 
 WorkPtr ShmProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
-  return impl_->enqueue("allgather", tensor_detail(input), outputs,
+  return impl_->enqueue("allgather", detail::tensor_detail(input), outputs,
                         [outputs, input](shm::Channel& ch) { shm::allgather(ch, outputs, input); });
 }
 
 WorkPtr ShmProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                                            ReduceOp op) {
-  return impl_->enqueue("reduce_scatter", tensor_detail(output, to_string(op)), {output},
+  return impl_->enqueue("reduce_scatter", detail::tensor_detail(output, to_string(op)), {output},
                         [output, inputs, op](shm::Channel& ch) {
                           shm::reduce_scatter(ch, output, inputs, op);
                         });
