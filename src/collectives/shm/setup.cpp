@@ -24,6 +24,7 @@ const char* kSegmentKey = "ddp/shm/segment";
 const char* kErrorMark = "error: ";
 const char* kMapFailedKey = "ddp/shm/map_failed";
 const char* kMapFailedCountKey = "ddp/shm/map_failed/count";
+const char* kRefusedKey = "ddp/shm/refused_other_hosts";
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -120,9 +121,21 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm");
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));
-  // Every rank has read every peer before any refuses: rank 0, which hosts
-  // the store, may exit at once after refusing.
+  // Every rank has read every peer before any refuses, and rank 0, which
+  // hosts the store and may exit at once after refusing, refuses last.
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm/peers_read");
+  const bool one_host = std::all_of(peers.begin(), peers.end(),
+                                    [&](const Peer& p) { return p.host == peers[0].host; });
+  if (!one_host) {
+    if (rank != 0) {
+      store->add(kRefusedKey, 1);
+    } else {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (store->add(kRefusedKey, 0) < size - 1 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+  }
   require_one_host(peers, where);
 
   Attached out;
