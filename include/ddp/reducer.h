@@ -98,7 +98,7 @@ class Reducer {
   void record_forward_time(double ms);
 
   // The last completed iteration's statistics.
-  IterationStats last_stats() const;
+  IterationStats stats() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_indices() const;
   const ProcessGroupPtr& process_group() const;

@@ -99,6 +99,6 @@ void DistributedDataParallelImpl::after_forward(const std::vector<torch::Tensor>
   if (require_backward_grad_sync_) reducer_->record_forward_time(forward_ms);
 }
 
-IterationStats DistributedDataParallelImpl::stats() const { return reducer_->last_stats(); }
+IterationStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }
 
 }  // namespace ddp

@@ -50,6 +50,16 @@ BucketSet::BucketSet(const std::vector<at::Tensor>& params,
   }
 }
 
+void BucketSet::begin_iteration(const ProcessGroup& group) {
+  for (auto& b : buckets_) {
+    if (b.work && !b.work->is_completed()) b.work->wait();
+    if (b.future) wait_for(b.future, group.timeout(), "communication hook");
+    b.pending = b.params.size();
+    b.work.reset();
+    b.future.reset();
+  }
+}
+
 void BucketSet::swap_buffers() {
   for (auto& b : buckets_) {
     if (!b.spare.defined()) {

@@ -39,6 +39,11 @@ class BucketSet {
   Bucket& of(size_t param) { return buckets_[slots_[param].bucket]; }
   at::Tensor& view(size_t param) { return of(param).views[slots_[param].index]; }
 
+  // A synchronized iteration begins: every bucket pending again. A
+  // reduction still in flight (launched for a forward whose backward never
+  // came) is waited for first, within `group`'s timeout.
+  void begin_iteration(const ProcessGroup& group);
+
   // Exchanges each bucket's buffer with its spare: the reduced buffers stay
   // with the gradients that alias them, the spares take the next iteration.
   void swap_buffers();

@@ -144,4 +144,28 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
       "DDP_DEBUG=detail to see the first that differs.");
 }
 
+void check_no_missing_gradient(const std::vector<RankReport>& reports,
+                               const std::vector<size_t>& missing,
+                               const std::vector<std::string>& names, int rank) {
+  std::string ranks;
+  int64_t total = 0;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const int32_t count = reports[r].missing;
+    if (count == 0) continue;
+    total += count;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(count) + ")";
+  }
+  if (total == 0) return;
+  std::string here;
+  for (size_t i : missing) here += "\n  #" + std::to_string(i) + " '" + names[i] + "'";
+  throw InvalidArgument(
+      "ddp: rank " + std::to_string(rank) +
+      ": backward finished but some parameters got no gradient on rank(s) " + ranks +
+      (missing.empty() ? std::string(" (each such rank names them)") : ". On this rank:" + here) +
+      "\nNo gradient was averaged or written. If some parameters are unused in some "
+      "iterations, construct DistributedDataParallel with find_unused_parameters(true); "
+      "otherwise make the loss depend on every parameter, or list the parameter in "
+      "parameters_to_ignore.");
+}
+
 }  // namespace ddp::detail

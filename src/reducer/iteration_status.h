@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ddp::detail {
@@ -29,6 +30,7 @@ class IterationStatus {
   IterationStatus(int64_t bitmap_len, int rank, int size);
   // The tensor to allreduce (SUM); its first bitmap_len entries are the bitmap.
   at::Tensor& tensor() { return tensor_; }
+  const at::Tensor& tensor() const { return tensor_; }
   at::Tensor bitmap() const { return tensor_.narrow(0, 0, bitmap_len_); }
   void write(const RankReport& mine);
   // Every rank's report, after the allreduce. CommunicationError when some
@@ -48,5 +50,11 @@ class IterationStatus {
 // twice), or different collectives. Missing gradients are the Reducer's to
 // report, since it names the parameters.
 void check_same_iteration(const std::vector<RankReport>& reports, int rank);
+
+// Raises on every rank when some rank's parameters got no gradient, naming
+// the ranks and, on each of them, its own: `missing` (indices into `names`).
+void check_no_missing_gradient(const std::vector<RankReport>& reports,
+                               const std::vector<size_t>& missing,
+                               const std::vector<std::string>& names, int rank);
 
 }  // namespace ddp::detail

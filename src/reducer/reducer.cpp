@@ -1,57 +1,57 @@
-// The Reducer (paper Algorithm 1).
+// The Reducer (paper Algorithm 1; its line numbers are cited below).
 //
-// Per iteration, in REDUCE mode: each gradient hook copies its gradient,
-// divided by the world size, into its bucket slice (or makes the gradient
-// that slice, with gradient_as_bucket_view) and decrements the bucket's
-// pending count; buckets whose count reaches zero are launched strictly in
-// index order. Parameters found unused by the graph walk are ready at once,
-// contributing zeros (or what they accumulated under no_sync). At the end of
-// backward (an engine callback) the rest is launched, one small allreduce
-// carries the used-parameter bitmap and each rank's count of parameters that
-// got no gradient, everything is waited for, and the averages are written
-// back — unless some rank lacked a gradient, then every rank throws.
-//
-// In ACCUMULATE mode (no_sync) hooks only remember which parameters were
-// used; the first REDUCE iteration after reduces the accumulated gradients.
+// An iteration is a walk through the phases of reducer/iteration.h:
+// - forward (lines 8-11): prepare_for_backward() starts a synchronized
+//   iteration (kReducing) and marks the parameters the graph does not reach
+//   ready at once, or, under no_sync, only accumulates (kAccumulating).
+// - autograd_hook (lines 12-19): each gradient goes into its bucket slice
+//   (contribute(): the one place that decides who averages) and the buckets
+//   that became full are launched, strictly in index order.
+// - the finalizing step the paper omits (after line 21): at the end of
+//   backward, finalize_backward() launches what is left with zeros for the
+//   missing gradients, exchanges one small status (the used-parameter
+//   bitmap and what each rank did), waits, checks, and writes the averages
+//   back — or raises on every rank, writing nothing.
+// Two learners ride along: GradientOrder (bucket order from the first
+// iteration's gradient order, §6.2.1) and StaticGraph (static_graph).
 #include <ddp/reducer.h>
 
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
 
-#include "reducer/autograd_hooks.h"
-#include "reducer/bucket_set.h"
-#include "reducer/iteration_status.h"
-#include "rendezvous/env.h"
 #include "hooks/hook_runner.h"
 #include "module/model_sync.h"
+#include "reducer/autograd_hooks.h"
+#include "reducer/bucket_set.h"
+#include "reducer/gradient_order.h"
+#include "reducer/iteration.h"
+#include "reducer/iteration_stats.h"
+#include "reducer/iteration_status.h"
+#include "reducer/static_graph.h"
+#include "rendezvous/env.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include <algorithm>
 #include <iostream>
 #include <mutex>
 
 namespace ddp {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-}  // namespace
+using detail::Phase;
+using Clock = detail::Iteration::Clock;
 
 class Reducer::Impl {
  public:
+  // Algorithm 1, lines 4-7 (DistributedDataParallel broadcasts, lines 2-3).
   Impl(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
        ReducerOptions options)
       : params_(std::move(params)),
         names_(std::move(names)),
         group_(std::move(group)),
         options_(options),
-        debug_(detail::debug_level_from_env()) {
+        debug_(detail::debug_level_from_env()),
+        gradient_order_(!options_.find_unused_parameters()) {
     if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
     if (names_.size() != params_.size()) {
       throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) +
@@ -71,14 +71,13 @@ class Reducer::Impl {
                             "parameters_to_ignore)");
     }
     const size_t n = params_.size();
-    ready_.assign(n, false);
-    arrivals_.assign(n, 0);
+    it_.ready.assign(n, false);
+    it_.arrivals.assign(n, 0);
     local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
-    build_buckets(assign_buckets(params_, reverse_order(n), options_.first_bucket_cap_bytes(),
-                                 options_.bucket_cap_bytes()));
+    build_buckets(reverse_order(n));
     for (size_t i = 0; i < n; ++i) {
       hooks_.push_back(std::make_unique<detail::GradReadyHook>(params_[i], [this, i] {
-        on_grad_ready(i);
+        autograd_hook(i);
       }));
     }
   }
@@ -92,29 +91,35 @@ class Reducer::Impl {
     }
   }
 
+  // Algorithm 1, lines 8-11, after the wrapped forward ran.
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++forwards_;
     if (!synchronize) {
-      mode_ = Mode::ACCUMULATE;
+      it_.phase = Phase::kAccumulating;
       return;
     }
     stats_pending_ = IterationStats{};
-    if (rebuild_due_) rebuild_buckets();
-    start_iteration();
-    mode_ = Mode::REDUCE;
+    if (gradient_order_.rebuild_due()) {
+      build_buckets(gradient_order_.take_rank0_order(*group_));
+      stats_pending_.buckets_rebuilt = true;
+    }
+    buckets_.begin_iteration(*group_);
+    gradient_order_.begin_iteration();
+    it_.begin_reducing(params_.size());
     for (const auto& out : outputs) {
       detail::at_backward_start(out, [this, token = std::weak_ptr<int>(alive_)] {
-        if (token.lock()) note_backward_start();
+        if (token.lock()) on_backward_start();
       });
     }
+    // Line 10: parameters the graph does not reach are ready now.
     if (options_.find_unused_parameters()) {
       auto reached = detail::reachable_nodes(outputs);
       for (size_t i = 0; i < params_.size(); ++i) {
-        if (!reached.count(hooks_[i]->accumulator())) mark_unused_ready(i);
+        if (!reached.count(hooks_[i]->accumulator())) mark_ready_without_gradient(i);
       }
-    } else if (options_.static_graph() && static_learned_) {
-      for (size_t i : static_unused_) mark_unused_ready(i);
+    } else if (options_.static_graph() && static_graph_.learned()) {
+      for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
     }
   }
 
@@ -123,7 +128,7 @@ class Reducer::Impl {
     const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
     if (!hook) throw InvalidArgument(where + "the hook is empty");
     if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
-    if (iterations_ > 0 || mode_ != Mode::IDLE) {
+    if (iterations_ > 0 || it_.phase != Phase::kIdle) {
       throw InvalidArgument(where + "training has started; register the hook before the first "
                                     "forward/backward");
     }
@@ -135,7 +140,7 @@ class Reducer::Impl {
     stats_pending_.forward_ms = forward_ms;
   }
 
-  IterationStats last_stats() const {
+  IterationStats stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
@@ -150,96 +155,47 @@ class Reducer::Impl {
   const ProcessGroupPtr& group() const { return group_; }
 
  private:
-  enum class Mode { IDLE, ACCUMULATE, REDUCE };
-
-  // --- buckets ---------------------------------------------------------
-  void build_buckets(const std::vector<std::vector<size_t>>& assignment) {
-    buckets_ = detail::BucketSet(params_, assignment, options_.gradient_as_bucket_view());
-  }
-
-  // Rank 0's first-iteration ready order, on every rank (§6.2.1).
-  void rebuild_buckets() {
-    rebuild_due_ = false;
-    at::Tensor order = at::tensor(std::vector<int64_t>(ready_order_.begin(), ready_order_.end()),
-                                  at::kLong);
-    group_->broadcast(order, 0)->wait();
-    std::vector<size_t> sequence(order.data_ptr<int64_t>(),
-                                 order.data_ptr<int64_t>() + order.numel());
-    build_buckets(assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
-                                 options_.bucket_cap_bytes()));
-    stats_pending_.buckets_rebuilt = true;
-  }
-
-  // --- one iteration ---------------------------------------------------
-  void start_iteration() {
-    std::fill(ready_.begin(), ready_.end(), false);
-    std::fill(arrivals_.begin(), arrivals_.end(), 0);
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      detail::Bucket& b = buckets_[k];
-      // A bucket launched for an earlier forward that saw no backward.
-      if (b.work && !b.work->is_completed()) b.work->wait();
-      if (b.future) detail::wait_for(b.future, group_->timeout(), "communication hook");
-      b.pending = b.params.size();
-      b.work.reset();
-      b.future.reset();
-    }
-    next_launch_ = 0;
-    finalize_queued_ = false;
-    backward_started_ = false;
-    launched_any_ = false;
-    record_order_ = !order_recorded_;
-    if (record_order_) ready_order_.clear();
+  // Line 4: `sequence` (parameter indices) cut into buckets, first one small.
+  void build_buckets(const std::vector<size_t>& sequence) {
+    buckets_ = detail::BucketSet(params_,
+                                 assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
+                                                options_.bucket_cap_bytes()),
+                                 options_.gradient_as_bucket_view());
   }
 
   // Backward reached a forward output: the outermost backward pass has
   // started, so the end-of-backward callback goes to it (a gradient hook may
   // first fire inside a reentrant backward, e.g. checkpointing).
-  void note_backward_start() {
+  void on_backward_start() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (mode_ != Mode::REDUCE) return;
-    if (!backward_started_) {
-      backward_started_ = true;
-      backward_start_ = Clock::now();
-    }
+    if (it_.phase != Phase::kReducing) return;
+    if (!it_.backward_start) it_.backward_start = Clock::now();
     queue_finalize();
   }
 
   void queue_finalize() {
-    if (finalize_queued_) return;
-    finalize_queued_ = true;
-    detail::at_end_of_backward([this] { finalize(); });
+    if (it_.finalize_queued) return;
+    it_.finalize_queued = true;
+    detail::at_end_of_backward([this] { finalize_backward(); });
   }
 
-  void on_grad_ready(size_t i) {
+  // Algorithm 1, lines 12-19: parameter i's gradient was accumulated.
+  void autograd_hook(size_t i) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (mode_ == Mode::IDLE) {  // not reduced: reported to every rank in the next status
+    if (it_.phase == Phase::kIdle) {  // not reduced: reported to every rank in the next status
       if (stray_after_ < 0) stray_after_ = forwards_;
       return;
     }
     local_used_.data_ptr<int32_t>()[i] = 1;
-    if (mode_ == Mode::ACCUMULATE) return;
-    last_hook_ = Clock::now();
-    if (!backward_started_) {  // no forward output on the path: start here
-      backward_started_ = true;
-      backward_start_ = last_hook_;
-    }
+    if (it_.phase == Phase::kAccumulating) return;
+    it_.last_hook = Clock::now();
+    if (!it_.backward_start) it_.backward_start = it_.last_hook;  // no output on the path
     queue_finalize();
-    ++arrivals_[i];
+    const int arrivals = ++it_.arrivals[i];
     if (options_.static_graph()) {
-      if (!static_learned_) {  // first iteration: only observe
-        if (arrivals_[i] == 1) static_arrival_order_.push_back(i);
-        return;
-      }
-      if (arrivals_[i] < expected_arrivals_[i]) return;  // more to come
-      if (arrivals_[i] > expected_arrivals_[i]) {
-        throw InvalidArgument(
-            "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" +
-            std::to_string(i) + " '" + names_[i] + "' got " + std::to_string(arrivals_[i]) +
-            " gradients in this backward pass but " + std::to_string(expected_arrivals_[i]) +
-            " in the first one: the graph is not static; construct DistributedDataParallel "
-            "without static_graph");
-      }
-    } else if (ready_[i]) {
+      if (!static_graph_.learned()) return static_graph_.observe(i, arrivals);
+      if (!static_graph_.complete(i, arrivals, names_[i], group_->rank())) return;
+    } else if (it_.ready[i]) {
       throw InvalidArgument(
           "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) +
           " '" + names_[i] + "' got its gradient twice in one backward pass (reentrant "
@@ -249,107 +205,135 @@ class Reducer::Impl {
     mark_ready(i);
   }
 
+  // Lines 13-16: the gradient goes into its slice of the bucket.
   void mark_ready(size_t i) {
     at::NoGradGuard no_grad;
-    at::Tensor& view = bucket_view(i);
+    at::Tensor& view = buckets_.view(i);
     at::Tensor& grad = params_[i].mutable_grad();
     if (grad.defined()) {
-      if (hook_runner_) {  // the hook averages
-        if (grad.data_ptr() != view.data_ptr()) view.copy_(grad);
-      } else if (grad.data_ptr() == view.data_ptr()) {
-        view.div_(world_size_);
-      } else {
-        at::div_out(view, grad, world_size_);  // copy and average in one pass
-      }
+      contribute(view, grad);
       if (options_.gradient_as_bucket_view()) grad = view;
     } else {
       view.zero_();
     }
-    if (record_order_) ready_order_.push_back(i);
+    gradient_order_.note_ready(i);
     set_ready(i);
   }
 
   // Ready without a gradient this pass: contributes what no_sync passes
   // accumulated, else zeros. A gradient that is a bucket view is detached
   // first, so that a globally unused parameter keeps it untouched.
-  void mark_unused_ready(size_t i) {
+  void mark_ready_without_gradient(size_t i) {
     at::NoGradGuard no_grad;
-    at::Tensor& view = bucket_view(i);
-    at::Tensor& grad = params_[i].mutable_grad();
-    const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && grad.defined();
+    at::Tensor& view = buckets_.view(i);
+    const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 &&
+                             params_[i].grad().defined();
     detach_grad_from_bucket(i);
-    if (accumulated && hook_runner_) {
-      view.copy_(grad);
-    } else if (accumulated) {
-      at::div_out(view, grad, world_size_);
+    if (accumulated) {
+      contribute(view, params_[i].grad());
     } else {
       view.zero_();
     }
     set_ready(i);
   }
 
+  // The one place that decides who averages. Without a hook the bucket
+  // holds gradient / world size, so the allreduce's sum is the average; a
+  // hook gets the plain gradients and averages itself (comm_hook.h).
+  void contribute(at::Tensor& view, const at::Tensor& grad) {
+    const bool in_place = grad.data_ptr() == view.data_ptr();  // gradient_as_bucket_view
+    if (hook_runner_) {
+      if (!in_place) view.copy_(grad);
+    } else if (in_place) {
+      view.div_(world_size_);
+    } else {
+      at::div_out(view, grad, world_size_);  // copy and average in one pass
+    }
+  }
+
+  // Lines 17-19: a full bucket launches, with every full one after it.
   void set_ready(size_t i) {
-    ready_[i] = true;
+    it_.ready[i] = true;
     if (--buckets_.of(i).pending == 0 && options_.overlap_communication()) {
       launch_ready_buckets();
     }
   }
 
   void launch_ready_buckets() {
-    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-      if (!launched_any_) {
-        launched_any_ = true;
-        comm_start_ = Clock::now();
-      }
-      detail::Bucket& b = buckets_[next_launch_];
+    while (it_.next_launch < buckets_.size() && buckets_[it_.next_launch].pending == 0) {
+      const size_t k = it_.next_launch++;
+      detail::Bucket& b = buckets_[k];
       b.launched = Clock::now();
+      if (!it_.comm_start) it_.comm_start = b.launched;
       if (hook_runner_) {
         std::vector<at::Tensor> params;
         for (size_t i : b.params) params.push_back(params_[i]);
-        b.future = hook_runner_->submit(GradBucket(next_launch_, next_launch_ + 1 == buckets_.size(),
-                                                   b.flat, std::move(params)));
+        b.future = hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat,
+                                                   std::move(params)));
       } else {
         b.work = group_->allreduce(b.flat);
       }
-      ++next_launch_;
     }
   }
 
-  at::Tensor& bucket_view(size_t i) { return buckets_.view(i); }
-
-  // --- end of backward -------------------------------------------------
-  void finalize() {
+  // --- the finalizing step -----------------------------------------------
+  // At the end of backward, on the autograd thread; what it throws comes out
+  // of backward() on every rank alike.
+  void finalize_backward() {
     std::lock_guard<std::mutex> lock(mutex_);
-    struct Reset {
-      Mode& mode;
-      ~Reset() { mode = Mode::IDLE; }
-    } reset{mode_};
-    const auto compute_end = last_hook_;
-    if (options_.static_graph() && !static_learned_) learn_static_graph();
-
-    std::vector<size_t> missing;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (ready_[i]) continue;
-      missing.push_back(i);
-      detach_grad_from_bucket(i);
-      bucket_view(i).zero_();  // launched anyway: every rank issues the same collectives
-      ready_[i] = true;
-      --buckets_.of(i).pending;
-    }
-    launch_ready_buckets();
-
+    it_.phase = Phase::kFinalizing;
+    struct BackToIdle {
+      detail::Iteration& it;
+      ~BackToIdle() { it.phase = Phase::kIdle; }
+    } back_to_idle{it_};
+    const Clock::time_point compute_end = it_.last_hook;
+    if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
+    const std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
+    Clock::time_point comm_end = *it_.comm_start;
     // Hooks issue collectives from the communication thread: let them all
     // finish before this thread issues its own, so the order is the same on
     // every rank. Without hooks the buckets' allreduces are already queued.
-    Clock::time_point comm_end = comm_start_;
-    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
+    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
+    const detail::IterationStatus status = exchange_status(missing, comm_end);
+    check_reports(status.read(), missing);
+    write_back_averages(status);
+    if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
+    gradient_order_.end_iteration(params_.size());
+    finish_stats(compute_end, comm_end);
+  }
 
-    // One small allreduce: the used-parameter bitmap, then per rank what it
-    // did this iteration (see iteration_status.h).
-    const bool bitmap = options_.find_unused_parameters() || options_.static_graph();
-    const int64_t n = bitmap ? static_cast<int64_t>(params_.size()) : 0;
+  // static_graph's first iteration launched nothing during backward: now
+  // that it knows the graph, in the order gradients arrived.
+  void learn_static_graph() {
+    static_graph_.learn(it_.arrivals);
+    for (size_t i : static_graph_.arrival_order()) mark_ready(i);
+    for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
+  }
+
+  // Parameters that got no gradient are launched as zeros anyway, so that
+  // every rank issues the same collectives; they are reported, not written.
+  std::vector<size_t> launch_the_rest_with_zeros_for_missing() {
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (it_.ready[i]) continue;
+      missing.push_back(i);
+      detach_grad_from_bucket(i);
+      buckets_.view(i).zero_();
+      it_.ready[i] = true;
+      --buckets_.of(i).pending;
+    }
+    launch_ready_buckets();
+    return missing;
+  }
+
+  // One small allreduce: the used-parameter bitmap, then per rank what it
+  // did this iteration (iteration_status.h). Returns when it and every
+  // bucket are reduced; `comm_end` becomes the last bucket's completion.
+  detail::IterationStatus exchange_status(const std::vector<size_t>& missing,
+                                          Clock::time_point& comm_end) {
+    const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
     detail::IterationStatus status(n, group_->rank(), group_->size());
-    if (bitmap) status.bitmap().copy_(local_used_);
+    if (has_bitmap()) status.bitmap().copy_(local_used_);
     detail::RankReport mine;
     mine.missing = static_cast<int32_t>(missing.size());
     mine.forwards = static_cast<int32_t>(forwards_);
@@ -357,44 +341,13 @@ class Reducer::Impl {
     mine.tally = group_->take_tally();
     status.write(mine);
     auto status_work = group_->allreduce(status.tensor());
-    if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_start_);
+    if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
     status_work->wait();
     local_used_.zero_();
-    check_reports(status.read(), missing);
-
-    stats_pending_.unused_parameters = 0;
-    const int32_t* used = status.tensor().data_ptr<int32_t>();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (bitmap && used[i] == 0) {  // globally unused: gradient untouched
-        ++stats_pending_.unused_parameters;
-        if (debug_ == detail::DebugLevel::DETAIL) stats_pending_.unused_parameter_names.push_back(names_[i]);
-        continue;
-      }
-      write_back(i);
-    }
-    if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
-    if (!order_recorded_) {
-      order_recorded_ = true;
-      rebuild_due_ = !options_.find_unused_parameters();
-      for (size_t i = 0; i < params_.size(); ++i) {  // never arrived: at the end
-        if (std::find(ready_order_.begin(), ready_order_.end(), i) == ready_order_.end()) {
-          ready_order_.push_back(i);
-        }
-      }
-    }
-    finish_stats(compute_end, comm_end);
+    return status;
   }
 
-  void learn_static_graph() {
-    static_learned_ = true;
-    expected_arrivals_ = arrivals_;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (arrivals_[i] == 0) static_unused_.push_back(i);
-    }
-    // First iteration: nothing was launched during backward; do it now.
-    for (size_t i : static_arrival_order_) mark_ready(i);
-    for (size_t i : static_unused_) mark_unused_ready(i);
-  }
+  bool has_bitmap() const { return options_.find_unused_parameters() || options_.static_graph(); }
 
   // Every rank holds the same reports, so all raise together. Once raised,
   // the counters restart in step, so a program that catches the error can
@@ -404,60 +357,40 @@ class Reducer::Impl {
     stray_after_ = -1;
     forwards_ = reports[0].forwards;  // all equal, unless this raises
     detail::check_same_iteration(reports, group_->rank());
-    std::string ranks;
-    int64_t total = 0;
-    for (int r = 0; r < group_->size(); ++r) {
-      int32_t count = reports[r].missing;
-      if (count == 0) continue;
-      total += count;
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(count) + ")";
-    }
-    if (total == 0) return;
-    std::string here;
-    for (size_t i : missing) here += "\n  #" + std::to_string(i) + " '" + names_[i] + "'";
-    throw InvalidArgument(
-        "ddp: rank " + std::to_string(group_->rank()) +
-        ": backward finished but some parameters got no gradient on rank(s) " + ranks +
-        (missing.empty() ? std::string(" (each such rank names them)")
-                         : ". On this rank:" + here) +
-        "\nNo gradient was averaged or written. If some parameters are unused in some "
-        "iterations, construct DistributedDataParallel with find_unused_parameters(true); "
-        "otherwise make the loss depend on every parameter, or list the parameter in "
-        "parameters_to_ignore.");
+    detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
   }
 
-  // The gradient becomes its slice of the reduced bucket: no copy. Without
+  // Each gradient becomes its slice of the reduced bucket: no copy. Without
   // gradient_as_bucket_view the buckets are then swapped with spares, so
   // the next iteration communicates in other memory than the gradients.
-  void write_back(size_t i) {
-    params_[i].mutable_grad() = bucket_view(i);
+  // A parameter no rank used keeps its gradient untouched.
+  void write_back_averages(const detail::IterationStatus& status) {
+    stats_pending_.unused_parameters = 0;
+    const int32_t* used = status.tensor().data_ptr<int32_t>();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (has_bitmap() && used[i] == 0) {
+        ++stats_pending_.unused_parameters;
+        if (debug_ == detail::DebugLevel::DETAIL) {
+          stats_pending_.unused_parameter_names.push_back(names_[i]);
+        }
+        continue;
+      }
+      params_[i].mutable_grad() = buckets_.view(i);
+    }
   }
 
   // A gradient that aliases its bucket slice is given its own memory before
   // the slice is overwritten with something that is not its gradient.
   void detach_grad_from_bucket(size_t i) {
     at::Tensor& grad = params_[i].mutable_grad();
-    if (grad.defined() && grad.data_ptr() == bucket_view(i).data_ptr()) grad = grad.clone();
+    if (grad.defined() && grad.data_ptr() == buckets_.view(i).data_ptr()) grad = grad.clone();
   }
 
   void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end) {
-    IterationStats& s = stats_pending_;
-    s.iteration = ++iterations_;
-    s.synchronized = true;
-    const auto now = Clock::now();
-    s.backward_compute_ms = backward_started_ ? ms(backward_start_, compute_end) : 0;
-    s.finalize_ms = ms(compute_end, now);
-    if (launched_any_) {
-      s.communication_ms = ms(comm_start_, comm_end);
-      s.overlapped_ms = std::max(0.0, ms(comm_start_, std::min(comm_end, compute_end)));
-    }
-    s.backward_start = backward_start_;
-    for (const auto& b : buckets_.all()) {
-      const int64_t bytes = b.flat.numel() * b.flat.element_size();
-      s.bucket_bytes.push_back(bytes);
-      s.bucket_timings.push_back({bytes, ms(backward_start_, b.launched), ms(backward_start_, b.done)});
-    }
-    stats_ = s;
+    stats_pending_.iteration = ++iterations_;
+    stats_pending_.synchronized = true;
+    detail::record_timings(stats_pending_, it_, buckets_, compute_end, comm_end);
+    stats_ = stats_pending_;
     if (debug_ != detail::DebugLevel::OFF) {
       std::cerr << "ddp[rank " << group_->rank() << "]: " << stats_.summary() << std::endl;
     }
@@ -471,28 +404,19 @@ class Reducer::Impl {
   const std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // token for graph hooks
   const at::Tensor world_size_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
 
-  mutable std::mutex mutex_;  // guards every field below
-  Mode mode_ = Mode::IDLE;
-  detail::BucketSet buckets_;
-  std::vector<bool> ready_;           // this iteration
-  std::vector<int> arrivals_;         // gradient hook calls this iteration
-  at::Tensor local_used_;             // int32 bitmap, accumulated across no_sync passes
-  size_t next_launch_ = 0;            // next bucket to launch
-  bool finalize_queued_ = false, backward_started_ = false, launched_any_ = false;
-  Clock::time_point backward_start_, last_hook_, comm_start_;
-  // Gradient order prediction (§6.2.1).
-  bool record_order_ = false, order_recorded_ = false, rebuild_due_ = false;
-  std::vector<size_t> ready_order_;
-  // static_graph: learned in the first synchronized iteration.
-  bool static_learned_ = false;
-  std::vector<int> expected_arrivals_;
-  std::vector<size_t> static_arrival_order_;
-  std::vector<size_t> static_unused_;
-  int64_t iterations_ = 0;
-  int64_t forwards_ = 0;      // prepare_for_backward calls, no_sync ones included
-  int64_t stray_after_ = -1;  // >= 0: a backward no forward prepared ran after forward #this
-  IterationStats stats_pending_, stats_;
-  std::unique_ptr<detail::HookRunner> hook_runner_;  // set once, before training
+  // Hooks run on the autograd thread, the rest on the training thread: one
+  // mutex for the state below.
+  mutable std::mutex mutex_;
+  detail::Iteration it_;                  // guarded by mutex_
+  detail::BucketSet buckets_;             // guarded by mutex_
+  at::Tensor local_used_;                 // guarded by mutex_; int32, accumulated over no_sync
+  detail::GradientOrder gradient_order_;  // guarded by mutex_
+  detail::StaticGraph static_graph_;      // guarded by mutex_
+  int64_t iterations_ = 0;                // guarded by mutex_; synchronized ones completed
+  int64_t forwards_ = 0;      // guarded by mutex_; prepare_for_backward calls, no_sync included
+  int64_t stray_after_ = -1;  // guarded by mutex_; >= 0: a stray backward ran after forward #this
+  IterationStats stats_pending_, stats_;             // guarded by mutex_
+  std::unique_ptr<detail::HookRunner> hook_runner_;  // guarded by mutex_; set once, before training
   // Last member: hooks go first at destruction, before the state they use.
   std::vector<std::unique_ptr<detail::GradReadyHook>> hooks_;
 };
@@ -508,7 +432,7 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
-IterationStats Reducer::last_stats() const { return impl_->last_stats(); }
+IterationStats Reducer::stats() const { return impl_->stats(); }
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const { return impl_->bucket_indices(); }
 const ProcessGroupPtr& Reducer::process_group() const { return impl_->group(); }
 

@@ -1,5 +1,8 @@
 #include <ddp/statistics.h>
 
+#include "reducer/iteration_stats.h"
+
+#include <algorithm>
 #include <cstdio>
 
 namespace ddp {
@@ -30,3 +33,33 @@ std::string IterationStats::summary() const {
 }
 
 }  // namespace ddp
+
+namespace ddp::detail {
+namespace {
+
+double ms(Iteration::Clock::time_point from, Iteration::Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+}  // namespace
+
+void record_timings(IterationStats& s, const Iteration& it, const BucketSet& buckets,
+                    Iteration::Clock::time_point compute_end,
+                    Iteration::Clock::time_point comm_end) {
+  const auto now = Iteration::Clock::now();
+  const auto backward_start = it.backward_start.value_or(Iteration::Clock::time_point{});
+  s.backward_compute_ms = it.backward_start ? ms(backward_start, compute_end) : 0;
+  s.finalize_ms = ms(compute_end, now);
+  if (it.comm_start) {
+    s.communication_ms = ms(*it.comm_start, comm_end);
+    s.overlapped_ms = std::max(0.0, ms(*it.comm_start, std::min(comm_end, compute_end)));
+  }
+  s.backward_start = backward_start;
+  for (const auto& b : buckets.all()) {
+    const int64_t bytes = b.flat.numel() * b.flat.element_size();
+    s.bucket_bytes.push_back(bytes);
+    s.bucket_timings.push_back({bytes, ms(backward_start, b.launched), ms(backward_start, b.done)});
+  }
+}
+
+}  // namespace ddp::detail

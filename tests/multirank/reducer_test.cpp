@@ -184,7 +184,7 @@ TEST(Reducer, BucketsLaunchInOrderAsSoonAsReadyDuringBackward) {
       EXPECT_EQ(events, (Events{"grad w2", "allreduce 7", "grad w1", "allreduce 5", "grad w0",
                                 "allreduce 3"}));
       expect_grads(chain, expected_average(2, {0}), rank);
-      IterationStats s = reducer.last_stats();
+      IterationStats s = reducer.stats();
       EXPECT_EQ(s.iteration, 1);
       EXPECT_EQ(s.bucket_count(), 3u);
       EXPECT_TRUE(s.synchronized);
@@ -253,12 +253,12 @@ TEST(Reducer, RebuildsBucketsInRank0sGradientOrderAfterTheFirstIteration) {
         out.sum().backward();
         Events events = without_status(log.take());
         if (step == 1 && !find_unused) {
-          EXPECT_TRUE(reducer.last_stats().buckets_rebuilt);
+          EXPECT_TRUE(reducer.stats().buckets_rebuilt);
           EXPECT_EQ(events.front(), "broadcast 3") << "rank 0's order, on every rank";
           events.erase(events.begin());
         }
         if (step == 0 || find_unused) {
-          EXPECT_FALSE(reducer.last_stats().buckets_rebuilt);
+          EXPECT_FALSE(reducer.stats().buckets_rebuilt);
           EXPECT_EQ(events, (Events{"grad w2", "grad w1", "allreduce 5", "grad w0",
                                     "allreduce 3", "allreduce 7"}));
         } else {
@@ -290,7 +290,7 @@ TEST(Reducer, UnusedParametersContributeZerosAndGloballyUnusedOnesAreUntouched) 
     out.sum().backward();
     expect_grads(chain, expected_average(2, {0}, /*skip_on_rank1=*/0), rank);
     EXPECT_TRUE(at::equal(spare.grad(), at::full({2}, 42.0, at::kDouble)));
-    EXPECT_EQ(reducer.last_stats().unused_parameters, 1);
+    EXPECT_EQ(reducer.stats().unused_parameters, 1);
   });
 }
 
@@ -309,7 +309,7 @@ TEST(Reducer, NoSyncAccumulatesLocallyAndTheNextSynchronizedPassReducesTheSum) {
       if (step < 2) EXPECT_TRUE(log.take().empty()) << "a collective under no_sync";
     }
     expect_grads(chain, expected_average(2, {0, 1, 2}), rank);
-    EXPECT_EQ(reducer.last_stats().iteration, 1);
+    EXPECT_EQ(reducer.stats().iteration, 1);
   });
 }
 
@@ -344,7 +344,7 @@ TEST(Reducer, StaticGraphLearnsInTheFirstIterationAndOverlapsAfter) {
       }
       expect_grads(chain, expected_average(2, {step}), rank);
       EXPECT_FALSE(spare.grad().defined());
-      EXPECT_EQ(reducer.last_stats().unused_parameters, 1);
+      EXPECT_EQ(reducer.stats().unused_parameters, 1);
     }
   });
 }

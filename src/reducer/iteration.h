@@ -1,0 +1,56 @@
+// Where the Reducer is in an iteration, and what it has seen of it: the
+// state that Algorithm 1's functions (forward, autograd_hook, and the
+// finalizing step the paper omits) hand to each other.
+//
+//          prepare_for_backward(sync)            first gradient hook or
+//   kIdle ---------------------------> kReducing  backward start: queues the
+//     ^  \                               |        end-of-backward callback
+//     |   \ prepare_for_backward(no_sync)| end of backward
+//     |    v                             v
+//     |   kAccumulating              kFinalizing --(status, checks, write-back)--> kIdle
+//     |    | (stays until the next prepare_for_backward)
+//
+// A gradient hook in kIdle is a backward() that no forward prepared; in
+// kAccumulating it only marks its parameter used; in kReducing it fills the
+// parameter's bucket slice and launches the buckets that became ready.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace ddp::detail {
+
+enum class Phase {
+  kIdle,          // no forward prepared since the last synchronized backward ended
+  kAccumulating,  // no_sync: gradients accumulate in .grad; used parameters are remembered
+  kReducing,      // gradients go into bucket slices; full buckets launch in index order
+  kFinalizing,    // end of backward: what is missing, status exchange, checks, write-back
+};
+
+struct Iteration {
+  using Clock = std::chrono::steady_clock;
+
+  Phase phase = Phase::kIdle;
+  std::vector<bool> ready;       // parameter i's slice holds its contribution
+  std::vector<int> arrivals;     // gradient hook calls per parameter (static_graph counts them)
+  size_t next_launch = 0;        // buckets [0, next_launch) are launched
+  bool finalize_queued = false;  // the end-of-backward callback is registered
+  std::optional<Clock::time_point> backward_start;  // the outermost backward began
+  std::optional<Clock::time_point> comm_start;      // the first bucket was launched
+  Clock::time_point last_hook;                      // the last gradient hook ran
+
+  // A synchronized iteration begins (kReducing) over `params` parameters.
+  void begin_reducing(size_t params) {
+    phase = Phase::kReducing;
+    ready.assign(params, false);
+    arrivals.assign(params, 0);
+    next_launch = 0;
+    finalize_queued = false;
+    backward_start.reset();
+    comm_start.reset();
+  }
+};
+
+}  // namespace ddp::detail
