@@ -1,4 +1,5 @@
-// Communication hooks (reference/ddp-comm-hooks-doc.txt): replace the plain
+// Communication hooks (PyTorch's documentation, "DDP Communication Hooks",
+// torch.distributed.algorithms.ddp_comm_hooks): replace the plain
 // allreduce of each gradient bucket, e.g. to compress it.
 //
 //   model->register_comm_hook(pg, ddp::fp16_compress_hook);

@@ -1,21 +1,17 @@
 #include <ddp/hooks/debugging_hooks.h>
 #include <ddp/hooks/default_hooks.h>
 
-#include <ddp/init.h>
+#include "rendezvous/default_group.h"
 
 #include <ATen/ATen.h>
 
 namespace ddp {
 namespace {
 
-ProcessGroupPtr resolve(const ProcessGroupPtr& group) {
-  return group ? group : default_process_group();
-}
-
 // Casts to `dtype`, divides, allreduces, and writes the result back into the
 // bucket's own buffer.
 FuturePtr compress_hook(at::ScalarType dtype, const ProcessGroupPtr& group, GradBucket& bucket) {
-  auto pg = resolve(group);
+  auto pg = detail::group_or_default(group);
   at::Tensor buffer = bucket.buffer();
   at::Tensor compressed = buffer.to(dtype).div_(pg->size());
   auto future = as_future(pg->allreduce(compressed), compressed);
@@ -29,7 +25,7 @@ FuturePtr compress_hook(at::ScalarType dtype, const ProcessGroupPtr& group, Grad
 }  // namespace
 
 FuturePtr allreduce_hook(const ProcessGroupPtr& group, GradBucket& bucket) {
-  auto pg = resolve(group);
+  auto pg = detail::group_or_default(group);
   at::Tensor buffer = bucket.buffer();
   buffer.div_(pg->size());
   return as_future(pg->allreduce(buffer), buffer);

@@ -13,7 +13,9 @@
 #include <ddp/hooks/powersgd.h>
 
 #include <ddp/errors.h>
-#include <ddp/init.h>
+#include <ddp/hooks/default_hooks.h>
+
+#include "rendezvous/default_group.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,10 +25,6 @@
 
 namespace ddp {
 namespace {
-
-ProcessGroupPtr resolve(const ProcessGroupPtr& group) {
-  return group ? group : default_process_group();
-}
 
 // Orthonormalizes the columns of `m` (n x r) in place.
 void orthogonalize(at::Tensor m, double epsilon) {
@@ -46,8 +44,8 @@ void orthogonalize(at::Tensor m, double epsilon) {
   }
 }
 
-// Fills `q` with standard normal values from torch's CPU generator seeded
-// with `seed` (as torch.manual_seed(seed); torch.randn(...) would).
+// Fills `q` with standard normal values from `generator` (seeded from
+// state.next_seed(): as torch.manual_seed(seed); torch.randn(...) would).
 void fill_random(at::Tensor q, at::Generator& generator) {
   q.copy_(at::randn(q.sizes(), generator, q.options()));
 }
@@ -67,11 +65,6 @@ at::Tensor apply_error_feedback(std::map<size_t, at::Tensor>& errors, size_t ind
     input.add_(it->second);
   }
   return input.clone();
-}
-
-FuturePtr vanilla_allreduce(const ProcessGroupPtr& pg, at::Tensor buffer) {
-  buffer.div_(pg->size());
-  return as_future(pg->allreduce(buffer), buffer);
 }
 
 }  // namespace
@@ -125,6 +118,12 @@ void PowerSGDState::end_compressed_step(size_t index, const at::Tensor& input_co
   maybe_increase_iter(bucket);
 }
 
+FuturePtr PowerSGDState::allreduce_before_start(GradBucket& bucket) {
+  if (iter_ >= start_powerSGD_iter) return FuturePtr();
+  maybe_increase_iter(bucket);
+  return allreduce_hook(process_group, bucket);
+}
+
 void PowerSGDState::maybe_increase_iter(const GradBucket& bucket) {
   if (bucket.is_last()) ++iter_;
 }
@@ -132,7 +131,7 @@ void PowerSGDState::maybe_increase_iter(const GradBucket& bucket) {
 void PowerSGDState::report_compression_stats(const GradBucket& bucket) {
   if (!bucket.is_last() || iter_ < next_stats_report_) return;
   auto s = compression_stats();
-  if (resolve(process_group)->rank() == 0) {
+  if (detail::group_or_default(process_group)->rank() == 0) {
     std::cerr << "ddp PowerSGD: iteration " << iter_ << ": " << s.numel_before
               << " elements before compression, " << s.numel_after << " after, rate " << s.rate
               << std::endl;
@@ -150,12 +149,9 @@ uint64_t PowerSGDState::next_seed() {
 }
 
 FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
-  auto pg = resolve(state.process_group);
+  if (auto plain = state.allreduce_before_start(bucket)) return plain;
+  auto pg = detail::group_or_default(state.process_group);
   at::Tensor input = bucket.buffer();
-  if (state.iter_ < state.start_powerSGD_iter) {
-    state.maybe_increase_iter(bucket);
-    return vanilla_allreduce(pg, input);
-  }
   const size_t index = bucket.index();
   at::Tensor input_copy;
   if (state.use_error_feedback) input_copy = apply_error_feedback(state.error_, index, input);
@@ -249,12 +245,9 @@ FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
 }
 
 FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
-  auto pg = resolve(state.process_group);
+  if (auto plain = state.allreduce_before_start(bucket)) return plain;
+  auto pg = detail::group_or_default(state.process_group);
   at::Tensor buffer = bucket.buffer();
-  if (state.iter_ < state.start_powerSGD_iter) {
-    state.maybe_increase_iter(bucket);
-    return vanilla_allreduce(pg, buffer);
-  }
   const size_t index = bucket.index();
   const int64_t length = buffer.numel();
   const int64_t side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(length))));

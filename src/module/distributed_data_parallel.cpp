@@ -4,6 +4,7 @@
 #include <ddp/init.h>
 
 #include "module/model_sync.h"
+#include "rendezvous/default_group.h"
 
 #include <c10/core/GradMode.h>
 
@@ -34,7 +35,7 @@ NoSyncGuard::~NoSyncGuard() { ddp_.require_backward_grad_sync_ = previous_; }
 
 void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions options) {
   options_ = std::move(options);
-  group_ = options_.process_group() ? options_.process_group() : default_process_group();
+  group_ = detail::group_or_default(options_.process_group());
   const auto& wrapped = wrapped_;
   register_module(kModuleName, wrapped);
 

@@ -1,5 +1,5 @@
-// Debugging communication hooks (ddp-comm-hooks-doc: "Debugging
-// Communication Hooks"). They do not produce correct gradients.
+// Debugging communication hooks (PyTorch's documentation, "DDP
+// Communication Hooks": "Debugging Communication Hooks"). They do not produce correct gradients.
 #pragma once
 
 #include <ddp/comm_hook.h>

@@ -1,5 +1,5 @@
-// The default communication hooks (ddp-comm-hooks-doc: "Default
-// Communication Hooks"). Their state is the process group to reduce over; a
+// The default communication hooks (PyTorch's documentation, "DDP
+// Communication Hooks": "Default Communication Hooks"). Their state is the process group to reduce over; a
 // null group means ddp::default_process_group().
 #pragma once
 

@@ -1,5 +1,6 @@
 // PowerSGD gradient compression (Vogels et al., NeurIPS 2019) as DDP
-// communication hooks (ddp-comm-hooks-doc: "PowerSGD Communication Hook").
+// communication hooks (PyTorch's documentation, "DDP Communication Hooks":
+// "PowerSGD Communication Hook").
 //
 //   ddp::PowerSGDState state(pg, /*matrix_approximation_rank=*/2, /*start_powerSGD_iter=*/10);
 //   model->register_comm_hook(std::move(state), ddp::powerSGD_hook);
@@ -58,6 +59,9 @@ class PowerSGDState {
   friend FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket);
   friend FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket);
 
+  // How both hooks begin: before start_powerSGD_iter, the bucket's plain
+  // allreduce (the iteration counted); null once PowerSGD has started.
+  FuturePtr allreduce_before_start(GradBucket& bucket);
   void maybe_increase_iter(const GradBucket& bucket);
   // After decompression: remembers the local error (error feedback), drops
   // P and Q without warm start, counts the iteration.
