@@ -34,7 +34,7 @@ iteration's timeline, in the format of `ddp_bench train --timeline`
 (bench/timeline.h; bench/eval/timeline.py analyses both).
 
 Rank 0 prints a table and, with --json, writes rows in the format of
-`ddp_bench train --json` (bench/train_summary.py combines both).
+`ddp_bench train --json` (`bench/evaluate.py train` compares both).
 """
 
 import argparse

@@ -47,6 +47,8 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402  (bench/eval/plots.py)
+from harness import md_table, paired_ratio, write_json  # noqa: E402
+from harness import median as med  # noqa: E402
 import timeline as tlmod  # noqa: E402  (bench/eval/timeline.py)
 
 MODEL_ORDER = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
@@ -189,11 +191,6 @@ def stats(values):
             "n": len(v)}
 
 
-def med(values):
-    v = [x for x in values if isinstance(x, (int, float)) and math.isfinite(x)]
-    return statistics.median(v) if v else None
-
-
 def fmt(x, d=1):
     return "–" if x is None else "%.*f" % (d, x)
 
@@ -205,20 +202,6 @@ def fmt_ms(st):
 def change_pct(new, old):
     """new relative to old, in % (+: slower/larger)."""
     return None if new is None or not old else (new / old - 1.0) * 100.0
-
-
-def esc(text):
-    return str(text).replace("|", "\\|").replace("\n", " / ")
-
-
-def md_table(headers, rows, right=None):
-    if right is None:  # numbers to the right: columns whose cells all start like one
-        numeric = lambda c: str(c)[:1] in set("0123456789-+–.")  # noqa: E731
-        right = [bool(rows) and all(numeric(r[i]) for r in rows) for i in range(len(headers))]
-    out = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join("---:" if r else "---" for r in right) + "|"]
-    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
-    return "\n".join(out)
 
 
 def fmt_value(name, v):
@@ -312,9 +295,8 @@ def compare(sides, scale=1.0):
         res[side + "_samples_ms"] = [x / scale for x in c["samples"]] if c else []
     o, t = sides.get("ddp"), sides.get("pytorch")
     res["ratio"] = res["ddp"]["median"] / res["pytorch"]["median"] if res["ddp"] and res["pytorch"] else None
-    common = [r for r in (o["rounds"] if o else {}) if t and r in t["rounds"] and t["rounds"][r]]
-    res["ratio_by_round"] = med([o["rounds"][r] / t["rounds"][r] for r in common]) if common else None
-    res["rounds_paired"] = len(common)
+    res["ratio_by_round"], ratios = paired_ratio(o["rounds"] if o else {}, t["rounds"] if t else {})
+    res["rounds_paired"] = len(ratios)
     return res
 
 
@@ -399,12 +381,6 @@ def finish(ctx, sec, data, draw):
     doc.update(data)
     write_json(os.path.join(ctx.dir, "exp%d-%s.json" % (sec["num"], sec["name"])), doc)
     return sec
-
-
-def write_json(path, doc):
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-        f.write("\n")
 
 
 def absent(ctx, sec):
