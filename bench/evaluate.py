@@ -14,6 +14,8 @@ subcommands (bench/README.md says what each runs and which program it uses):
   collectives   allreduce by backend against c10d and raw MPI, with the bus
                 bandwidth plot (eval/collectives.py)
   report        the report of a `paper` results directory again (eval/report.py)
+  models        the C++ and Python benchmark models: same parameters and weights?
+                (eval/models_check.py)
   digits        scikit-learn's digits as CSV for `ddp_bench converge`
 
 Every subcommand snapshots ddp_bench, libddp and ddprun from --build first
@@ -36,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "eva
 import collectives  # noqa: E402
 import compare  # noqa: E402
 import harness  # noqa: E402
+import models_check  # noqa: E402
 import paper  # noqa: E402
 
 
@@ -60,6 +63,7 @@ def main():
     paper.add_parser(sub)
     compare.add_parsers(sub)
     collectives.add_parser(sub)
+    models_check.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")
     r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")
     r.add_argument("--docs", default="", help="also replace the evaluation section of this "

@@ -43,11 +43,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 from harness import PYTHON, REPO, Log, Snapshot, die, git_description, quick_out, \
     require_python, run_bounded, side_order, write_digits_csv
+import models_check
 from presets import PRESETS
 
 EXPERIMENTS = {1: "split", 2: "breakdown", 3: "buckets", 4: "scaling", 5: "nosync",
@@ -232,28 +232,18 @@ def exp_hooks(ctx, link):
 
 def model_check(ctx, models):
     """C++ and Python models: same parameter names, shapes and order (and
-    whether the initial weights match), from their --print listings."""
+    whether the initial weights match): models_check.py."""
     result = {}
     for model in models:
-        cxx = subprocess.run([ctx.bench, "models", "--print", model], capture_output=True,
-                             text=True, env=ctx.env)
-        py = subprocess.run([PYTHON, os.path.join(REPO, "bench", "models", "models.py"),
-                             "--print", model], capture_output=True, text=True)
-        a, b = (r.stdout.split("\n") for r in (cxx, py))
-        strip = lambda lines: [" ".join(l.split()[:-1]) for l in lines if l[:1].isdigit()]  # noqa
-        sums = lambda lines: [l.split()[-1] for l in lines if l[:1].isdigit()]  # noqa
-        result[model] = {"same_structure": cxx.returncode == 0 and py.returncode == 0 and
-                         strip(a) == strip(b) and bool(strip(a)),
-                         "same_initial_weights": sums(a) == sums(b) and bool(sums(a)),
-                         "tensors": len(strip(a)),
-                         "parameters": next((int(l.split()[1]) for l in a
-                                             if l.startswith("total ")), None)}
-        if not result[model]["same_structure"]:
-            sys.exit("evaluate: the C++ and Python %s differ (bench/models/check_models.sh %s "
-                     "shows where); refusing to compare them" % (model, model))
+        check = models_check.compare(ctx.bench, ctx.env, model)
+        if not check["same_structure"]:
+            die("the C++ and Python %s: %s; refusing to compare them"
+                % (model, models_check.describe(check)))
+        result[model] = {k: check[k] for k in ("same_structure", "same_initial_weights",
+                                               "tensors", "parameters")}
         ctx.log.say("model %s: same structure in C++ and Python (%d tensors), initial weights %s"
-            % (model, result[model]["tensors"],
-               "equal" if result[model]["same_initial_weights"] else "differ"))
+                    % (model, check["tensors"],
+                       "equal" if check["same_initial_weights"] else "differ"))
     return result
 
 
