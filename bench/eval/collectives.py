@@ -33,7 +33,8 @@ def add_parser(sub):
     p.add_argument("--launcher", choices=("ddprun", "mpirun"), default="ddprun",
                    help="mpirun: for the mpi and mpi-raw rows (loopback only)")
     p.add_argument("--nproc", type=int, default=2, help="ranks (default 2)")
-    p.add_argument("--mpirun-args", default="", help="extra mpirun arguments, e.g. '--bind-to none'")
+    p.add_argument("--mpirun-args", default="",
+                   help="extra mpirun arguments, e.g. '--bind-to none'")
     p.add_argument("--name", help="result files' name (default collectives-LINK or "
                                   "collectives-mpirun)")
     p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"

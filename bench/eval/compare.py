@@ -33,7 +33,7 @@ import time
 import hooks_table
 import train_table
 from harness import PYTHON, REPO, Log, Snapshot, die, git_description, md_table, \
-    paired_ratio, quick_out, require_python, run_bounded, side_order, write_json
+    paired_ratio, quick_out, require_python, run_bounded, alternated, write_json
 
 PYTORCH_TRAIN = os.path.join(REPO, "bench", "pytorch_ddp_train.py")
 HOOKS = "none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1"
@@ -42,8 +42,10 @@ BATCHED_FAILS = "fails in PyTorch 1.13 (batched_powerSGD_hook: _orthogonalize as
 
 
 def common_arguments(p, name, rounds, iters, warmup, timeout):
-    p.add_argument("--rounds", type=int, default=rounds, help="alternated rounds (default %(default)s)")
-    p.add_argument("--iters", type=int, default=iters, help="timed iterations per run (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=rounds,
+                   help="alternated rounds (default %(default)s)")
+    p.add_argument("--iters", type=int, default=iters,
+                   help="timed iterations per run (default %(default)s)")
     p.add_argument("--warmup", type=int, default=warmup,
                    help="untimed iterations per run first (default %(default)s)")
     p.add_argument("--timeout", type=int, default=timeout,
@@ -52,7 +54,8 @@ def common_arguments(p, name, rounds, iters, warmup, timeout):
                    % quick_out(name))
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--quick", action="store_true",
-                   help="1 round of 2 timed iterations on the MLP: checks the pipeline, not the numbers")
+                   help="1 round of 2 timed iterations on the MLP: checks the pipeline, "
+                        "not the numbers")
 
 
 def add_parsers(sub):
@@ -98,7 +101,8 @@ def quick(args, name):
             args.models = "mlp"
         if getattr(args, "hooks", None) == HOOKS:
             args.hooks = "none,fp16"
-    args.out = args.out or (quick_out(name) if args.quick else os.path.join(REPO, "bench", "results"))
+    args.out = args.out or (quick_out(name) if args.quick else
+                            os.path.join(REPO, "bench", "results"))
     os.makedirs(args.out, exist_ok=True)
     require_python()
 
@@ -147,30 +151,29 @@ def run_train(args):
             ours_launch = snap.mpirun_cmd(args.world_size, ours_env, ["--bind-to", "none"])
         else:
             ours_launch = snap.launcher(args.link, args.world_size)
+        pytorch_launch = snap.launcher(args.link, args.world_size)
         paths = []
-        for model in args.models.split(","):
-            for r in range(1, args.rounds + 1):
-                for side in side_order(("ddp", "pytorch"), r - 1):
-                    json_path = os.path.join(runs_dir, "%s-%s-r%d.json" % (model, side, r))
-                    tail = ["--model", model] + common + ["--tag", "round %d" % r,
-                                                          "--json", json_path]
-                    if side == "ddp":
-                        cmd = ours_launch + [snap.bench, "train"] + tail + shlex.split(args.ddp_args)
-                    else:
-                        cmd = snap.launcher(args.link, args.world_size) + [PYTHON, PYTORCH_TRAIN] + \
-                            tail + shlex.split(args.pytorch_args)
-                    status, _ = runs.run("%s round %d/%d: %s" % (model, r, args.rounds, side), cmd,
-                                         json_path, ours_env if side == "ddp" else None)
-                    if status:
-                        die("train: %s round %d (%s) failed with status %d; see %s"
-                            % (model, r, side, status, log.path))
-                    paths.append(json_path)
+        for model, r, side in alternated(args.models.split(","), args.rounds, ("ddp", "pytorch")):
+            json_path = os.path.join(runs_dir, "%s-%s-r%d.json" % (model, side, r))
+            tail = ["--model", model] + common + ["--tag", "round %d" % r, "--json", json_path]
+            if side == "ddp":
+                cmd = ours_launch + [snap.bench, "train"] + tail + shlex.split(args.ddp_args)
+            else:
+                cmd = pytorch_launch + [PYTHON, PYTORCH_TRAIN] + tail + \
+                    shlex.split(args.pytorch_args)
+            status, _ = runs.run("%s round %d/%d: %s" % (model, r, args.rounds, side), cmd,
+                                 json_path, ours_env if side == "ddp" else None)
+            if status:
+                die("train: %s round %d (%s) failed with status %d; see %s"
+                    % (model, r, side, status, log.path))
+            paths.append(json_path)
         note = "%d rounds x %d timed iterations (after %d warm-up) per side; %s%s%s%s" % (
             args.rounds, args.iters, args.warmup, snap.malloc_note,
             "; ours on DDP_BACKEND=%s" % args.backend if args.backend else "",
             "; ddp_bench train " + args.ddp_args if args.ddp_args else "",
             "; pytorch_ddp_train.py " + args.pytorch_args if args.pytorch_args else "")
-        md, errors = train_table.summarize(paths, args.link, note, os.path.join(args.out, name + ".json"))
+        md, errors = train_table.summarize(paths, args.link, note,
+                                           os.path.join(args.out, name + ".json"))
     return finish(log, os.path.join(args.out, name), md, errors)
 
 
@@ -204,33 +207,30 @@ def run_hooks(args):
         common = ["--world-size", "2", "--iters", str(args.iters), "--warmup", str(args.warmup)]
         failed = set()  # a model x hook x side that failed is not run again
         paths = []
-        for model in args.models.split(","):
-            for hook in args.hooks.split(","):
-                for r in range(1, args.rounds + 1):
-                    for side in side_order(("ddp", "pytorch"), r - 1):
-                        json_path = os.path.join(runs_dir, "%s-%s-%s-r%d.json" % (model, hook, side, r))
-                        record = {"side": side, "model": model, "hook": hook}
-                        if side == "pytorch" and hook == "batched_powersgd1" and \
-                                not args.try_pytorch_batched:
-                            write_json(json_path, dict(record, failed=BATCHED_FAILS))
-                            paths.append(json_path)
-                            continue
-                        if (model, hook, side) in failed:
-                            log.say("%s %s round %d: %s skipped (failed in an earlier round)"
-                                    % (model, hook, r, side))
-                            continue
-                        tail = ["--model", model] + common + ["--hook", hook, "--tag", "round %d" % r,
-                                                              "--json", json_path]
-                        cmd = snap.launcher(args.link, 2) + (
-                            [snap.bench, "train", "--impls", "ddp"] if side == "ddp" else
-                            [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"]) + tail
-                        status, text = runs.run("%s %s round %d/%d: %s" % (
-                            model, hook, r, args.rounds, side), cmd, json_path)
-                        if status:
-                            failed.add((model, hook, side))
-                            write_json(json_path, dict(record, failed=failure(status, text, args.timeout)))
-                            log.say("  FAILED: " + record_failed(json_path))
-                        paths.append(json_path)
+        configs = [(m, h) for m in args.models.split(",") for h in args.hooks.split(",")]
+        for (model, hook), r, side in alternated(configs, args.rounds, ("ddp", "pytorch")):
+            json_path = os.path.join(runs_dir, "%s-%s-%s-r%d.json" % (model, hook, side, r))
+            record = {"side": side, "model": model, "hook": hook}
+            if side == "pytorch" and hook == "batched_powersgd1" and not args.try_pytorch_batched:
+                write_json(json_path, dict(record, failed=BATCHED_FAILS))
+                paths.append(json_path)
+                continue
+            if (model, hook, side) in failed:
+                log.say("%s %s round %d: %s skipped (failed in an earlier round)"
+                        % (model, hook, r, side))
+                continue
+            cmd = [snap.bench, "train", "--impls", "ddp"] if side == "ddp" else \
+                [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"]
+            cmd = snap.launcher(args.link, 2) + cmd + ["--model", model] + common + \
+                ["--hook", hook, "--tag", "round %d" % r, "--json", json_path]
+            status, text = runs.run("%s %s round %d/%d: %s" % (model, hook, r, args.rounds, side),
+                                    cmd, json_path)
+            if status:
+                failed.add((model, hook, side))
+                record["failed"] = failure(status, text, args.timeout)
+                write_json(json_path, record)
+                log.say("  FAILED: " + record["failed"])
+            paths.append(json_path)
         note = "%d rounds x %d timed iterations (after %d warm-up) per side, hook and model; " \
                "DDP iteration only; %s" % (args.rounds, args.iters, args.warmup, snap.malloc_note)
         md = hooks_table.summarize(paths, args.link, note,
@@ -247,11 +247,6 @@ def failure(status, text, timeout_s):
             reason += ", not through its warm-up"
     err = next((l for l in text.splitlines() if re.search(r"Error|error|Assert|terminate", l)), "")
     return "%s: %s" % (reason, err.strip()[:300])
-
-
-def record_failed(path):
-    with open(path) as f:
-        return json.load(f)["failed"]
 
 
 # --- hierarchical -----------------------------------------------------------------
@@ -272,25 +267,24 @@ def run_hierarchical(args):
                   "--warmup", str(args.warmup)]
         per = {s: {} for s in SIDES3}   # side -> round -> median ms
         sent = {s: [] for s in SIDES3}  # bytes both nodes sent over the link, per run
-        for r in range(1, args.rounds + 1):
-            for side in side_order(SIDES3, r - 1):
-                json_path = os.path.join(snap.dir, "%s-r%d.json" % (side, r))
-                if side == "pytorch":
-                    cmd, env = [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
-                else:
-                    cmd = [snap.bench, "train", "--impls", "ddp"]
-                    env = {"DDP_BACKEND": "auto" if side == "hierarchical" else "gloo"}
-                status, text = runs.run("round %d/%d: %s" % (r, args.rounds, side),
-                                        launch + cmd + common + ["--json", json_path], json_path, env)
-                if status:
-                    log.say("%s round %d failed (status %d): %s" % (side, r, status,
-                                                                   " / ".join(text.splitlines()[-3:])))
-                    continue
-                with open(json_path) as f:
-                    rows = [x for x in json.load(f)["rows"] if x["impl"] in ("ddp", "pytorch_ddp")]
-                if rows:
-                    per[side][r] = rows[0]["median_ms"]
-                sent[side].append(sum(int(b) for b in re.findall(r"(\d+) bytes sent", text)))
+        for _, r, side in alternated([None], args.rounds, SIDES3):
+            json_path = os.path.join(snap.dir, "%s-r%d.json" % (side, r))
+            if side == "pytorch":
+                cmd, env = [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
+            else:
+                cmd = [snap.bench, "train", "--impls", "ddp"]
+                env = {"DDP_BACKEND": "auto" if side == "hierarchical" else "gloo"}
+            status, text = runs.run("round %d/%d: %s" % (r, args.rounds, side),
+                                    launch + cmd + common + ["--json", json_path], json_path, env)
+            if status:
+                log.say("%s round %d failed (status %d): %s"
+                        % (side, r, status, " / ".join(text.splitlines()[-3:])))
+                continue
+            with open(json_path) as f:
+                rows = [x for x in json.load(f)["rows"] if x["impl"] in ("ddp", "pytorch_ddp")]
+            if rows:
+                per[side][r] = rows[0]["median_ms"]
+            sent[side].append(sum(int(b) for b in re.findall(r"(\d+) bytes sent", text)))
     lines = ["# DDP training, 2 nodes x 2 ranks, link %s, model %s" % (args.rate, args.model), "",
              md_table(["side", "median ms per iteration (median of runs)", "runs",
                        "link bytes per run (both nodes, tc)"],

@@ -29,7 +29,7 @@ PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and matplotlib
 # about 25 ms per iteration that have nothing to do with DDP. Fixed
 # thresholds give both sides the same allocator behaviour.
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
-FIXED_MALLOC_NOTE = "both sides with MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
+FIXED_MALLOC_NOTE = "both sides with " + " ".join("%s=%s" % kv for kv in FIXED_MALLOC.items())
 DIGITS_GZ = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 
 
@@ -194,6 +194,15 @@ def side_order(sides, shift):
     """The sides of round `shift` (0-based): rotated by one each round."""
     k = shift % len(sides)
     return list(sides[k:]) + list(sides[:k])
+
+
+def alternated(configs, rounds, sides):
+    """(config, round, side) in the order to run them: per configuration,
+    rounds 1..`rounds`, each running every side once, rotated round by round."""
+    for config in configs:
+        for r in range(1, rounds + 1):
+            for side in side_order(sides, r - 1):
+                yield config, r, side
 
 
 # --- statistics and tables --------------------------------------------------------
