@@ -14,6 +14,7 @@ subcommands (bench/README.md says what each runs and which program it uses):
   collectives   allreduce by backend against c10d and raw MPI, with the bus
                 bandwidth plot (eval/collectives.py)
   report        the report of a `paper` results directory again (eval/report.py)
+  timeline      one run's timeline: the blog's columns, a Chrome trace (eval/timeline.py)
   models        the C++ and Python benchmark models: same parameters and weights?
                 (eval/models_check.py)
   digits        scikit-learn's digits as CSV for `ddp_bench converge`
@@ -40,6 +41,7 @@ import compare  # noqa: E402
 import harness  # noqa: E402
 import models_check  # noqa: E402
 import paper  # noqa: E402
+import timeline  # noqa: E402
 
 
 def run_digits(args):
@@ -56,6 +58,8 @@ def run_report(args):
 
 
 def main():
+    if sys.argv[1:2] == ["timeline"]:
+        return timeline.main(sys.argv[2:]) or 0
     p = argparse.ArgumentParser(prog="bench/evaluate.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 2)[2])
@@ -69,6 +73,9 @@ def main():
     r.add_argument("--docs", default="", help="also replace the evaluation section of this "
                    "markdown file (docs/benchmarks.md) and copy the images beside it")
     r.set_defaults(run=run_report)
+    # Listed here; main() hands its arguments to eval/timeline.py, --help included.
+    sub.add_parser("timeline", help="one run's timeline: the blog's columns, one iteration as "
+                   "a Chrome trace")
     d = sub.add_parser("digits", help="scikit-learn's digits as CSV (needs python3-sklearn)")
     d.add_argument("csv", help="where to write it, e.g. /tmp/digits.csv")
     d.set_defaults(run=run_digits)
