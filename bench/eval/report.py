@@ -4,6 +4,9 @@
     bench/eval/report.py DIR [--docs docs/benchmarks.md --images docs/img/eval]
                              [--smooth W] [--strict]
 
+(`bench/evaluate.py paper` runs it after its runs, `bench/evaluate.py report
+DIR [--docs FILE]` on a kept directory.)
+
 DIR is what bench/evaluate.py writes: meta.json (preset, links, machine, git,
 model check, notes) and runs.json (one entry per run: experiment 1..8, link,
 side ddp|pytorch, model, params, round, json, status, error), each run's JSON
