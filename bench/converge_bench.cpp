@@ -39,7 +39,7 @@ namespace ddp_bench {
 const char* const kConvergeUsage = R"(usage: ddp_bench converge --data DIGITS.csv [options]
 Run once per rank under a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, e.g.
-  bench/digits_csv.sh /tmp/digits.csv
+  bench/evaluate.py digits /tmp/digits.csv
   ddprun --nproc-per-node 2 -- build/bench/ddp_bench converge --data /tmp/digits.csv \
       --sync-every 1,2,4,8 --json converge_ddp.json
 Trains a 3-layer MLP on scikit-learn's "digits" with DistributedDataParallel,
@@ -51,7 +51,7 @@ bench/pytorch_converge.py does the same with PyTorch's DDP (same options);
 
 options:
   --data PATH          the digits as plain CSV (64 pixels 0..16, then the
-                       label, per row): bench/digits_csv.sh writes it
+                       label, per row): bench/evaluate.py digits writes it
   --sync-every LIST    values of K, run one after the other (default 1,2,4,8)
   --steps N            micro-batches per run (default 400)
   --batch B            samples per rank per micro-batch (default 16)
@@ -88,7 +88,7 @@ Config parse(Args& args) {
   Config c;
   c.data = args.take("--data").value_or("");
   if (c.data.empty()) {
-    throw UsageError("--data is required: the digits CSV (bench/digits_csv.sh /tmp/digits.csv)");
+    throw UsageError("--data is required: the digits CSV (bench/evaluate.py digits /tmp/digits.csv)");
   }
   if (auto list = args.take("--sync-every")) {
     c.sync_every.clear();
@@ -128,7 +128,7 @@ Digits load_digits(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     throw std::runtime_error("cannot read --data " + path +
-                             ": write it with bench/digits_csv.sh (needs python3-sklearn)");
+                             ": write it with bench/evaluate.py digits (needs python3-sklearn)");
   }
   std::vector<float> x;
   std::vector<int64_t> y;

@@ -1,489 +1,86 @@
 #!/usr/bin/python3
-"""The evaluation: the paper's §5 experiments and the blog's six-variant
-table, for ddp and PyTorch's DDP in the same run, on loopback and on shaped
-links; then the report (bench/eval/report.py: JSON, PNGs, markdown).
+"""The benchmark pipeline: one subcommand per kind of table or plot.
 
-    bench/evaluate.py --preset quick      # under 15 minutes on a 2-core machine
-    bench/evaluate.py --preset full       # adds ResNet-50 and BERT-base, more rounds
-    bench/evaluate.py --preset quick --experiments 2,7 --links 10g --docs ''
+Every table and plot of docs/benchmarks.md comes from one of these
+subcommands (bench/README.md says what each runs and which program it uses):
 
-Experiments (numbers as in docs/benchmarks.md):
-  1 split      allreduce of T float32 split into tensors of 1K..T elements, all
-               launched then waited (Fig. 2): ddp vs c10d's ProcessGroupGloo
-  2 breakdown  forward / backward compute / communication / optimizer, with
-               and without overlap (Fig. 6); the latency targets
-  3 buckets    bucket cap 0..200 MB, per-iteration latency (Fig. 7/8)
-  4 scaling    1..N ranks, latency and efficiency (Fig. 9)
-  5 nosync     no_sync every 1, 2, 4, 8 micro-batches: latency (Fig. 10) and
-               loss on sklearn's digits (Fig. 11)
-  6 roundrobin 1, 3, 5 Gloo groups round-robin (Fig. 12)
-  7 variants   the blog's five hand-written variants, ddp and PyTorch's DDP,
-               with compute / non-compute / idle / overlap from timelines
-  8 hooks      iteration time and bytes per iteration for each hook
+  paper         the paper's §5 experiments and the blog's six variants, ours
+                against PyTorch's DDP, with the report (eval/paper.py)
+  train         `ddp_bench train` against PyTorch's DDP, alternated run by run;
+                --backend mpi|shm|gloo|auto picks ours (eval/compare.py)
+  hooks         communication hooks, ours against PyTorch's (eval/compare.py)
+  hierarchical  2 nodes x 2 ranks on a shaped link: hierarchical, flat Gloo,
+                PyTorch's DDP (eval/compare.py)
+  collectives   allreduce by backend against c10d and raw MPI, with the bus
+                bandwidth plot (eval/collectives.py)
+  report        the report of a `paper` results directory again (eval/report.py)
+  timeline      one run's timeline: the blog's columns, a Chrome trace (eval/timeline.py)
+  models        the C++ and Python benchmark models: same parameters and weights?
+                (eval/models_check.py)
+  digits        scikit-learn's digits as CSV for `ddp_bench converge`
 
-Method (docs/benchmarks.md): every configuration runs once per side per
-round, the two sides alternating (round 1: ddp first, round 2: PyTorch
-first, ...); inside a run the measurements interleave by iteration; one
-intra-op thread per rank; a sample is the slowest rank's time. The code under
-test is a snapshot of ddp_bench, libddp and ddprun taken at the start. Shaped
-links come from bench/netem (network namespaces, veth, tc tbf); without root
-it falls back to loopback and the link recorded says so.
+Every subcommand snapshots ddp_bench, libddp and ddprun from --build first
+(a rebuild meanwhile cannot change the code under test), bounds each run by
+a time limit, and alternates the sides round by round (eval/harness.py).
+`--quick` runs each one tiny, into $TMPDIR/ddp-bench-quick/, to check that
+the pipeline works; its numbers mean nothing.
 
-Output: DIR/runs.json (every run: experiment, link, side, model, parameters,
-round, its JSON, status), DIR/meta.json, the runs' JSON under DIR/runs/,
-DIR/log.txt, and what report.py writes (DIR/report.md, DIR/expN-*.png/json,
-DIR/traces/); with --docs (default docs/benchmarks.md) the report replaces
-the evaluation section there and its images go to docs/img/eval/.
+    bench/evaluate.py train --link 1g
+    bench/evaluate.py hooks --quick
+    bench/evaluate.py SUBCOMMAND --help
 """
 
 import argparse
-import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and matplotlib
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval"))
 
-# What each preset runs. Models' own defaults (batch, image size, sequence
-# length) are in bench/models/models.h and models.py.
-PRESETS = {
-    "quick": {
-        "links": ["loopback", "10g"],
-        "run_timeout_s": 120,
-        "rounds": 1, "iters": 6, "warmup": 2,
-        "split_total": "6M", "split_sizes": "4K,16K,64K,256K,1M,6M", "split_rounds": 2,
-        "breakdown_models": ["mlp", "resnet18", "bert_small"],
-        "bucket_models": ["resnet18"], "bucket_links": ["10g"],
-        "buckets_mb": [0, 1, 5, 10, 25, 50, 100, 200],
-        "scaling_model": "mlp", "world_sizes": [1, 2, 3, 4],
-        "nosync_model": "mlp", "sync_every": [1, 2, 4, 8], "converge_steps": 240,
-        "rr_model": "mlp", "process_groups": [1, 3, 5],
-        "variants_model": "bert_small", "variants_iters": 4,
-        "hooks_model": "mlp", "hooks": ["none", "fp16", "bf16", "powersgd4"],
-    },
-    # Every experiment once, as small as it goes: checks the harness, not the numbers.
-    "smoke": {
-        "links": ["loopback", "10g"],
-        "run_timeout_s": 60,
-        "rounds": 1, "iters": 2, "warmup": 1,
-        "split_total": "1M", "split_sizes": "64K,1M", "split_rounds": 1,
-        "breakdown_models": ["mlp"], "bucket_models": ["mlp"], "bucket_links": ["10g"],
-        "buckets_mb": [0, 25],
-        "scaling_model": "mlp", "world_sizes": [1, 3],
-        "nosync_model": "mlp", "sync_every": [1, 2], "converge_steps": 16,
-        "rr_model": "mlp", "process_groups": [1, 3],
-        "variants_model": "mlp", "variants_iters": 2,
-        "hooks_model": "mlp", "hooks": ["none", "bf16"],
-    },
-    "full": {
-        "links": ["loopback", "10g", "1g"],
-        "run_timeout_s": 900,
-        "rounds": 3, "iters": 10, "warmup": 3,
-        "split_total": "60M", "split_sizes": "1K,4K,16K,64K,256K,1M,4M,16M,60M",
-        "split_rounds": 5,
-        "breakdown_models": ["mlp", "resnet18", "bert_small", "resnet50", "bert_base"],
-        "bucket_models": ["resnet50", "bert_base"], "bucket_links": ["loopback", "10g"],
-        "buckets_mb": [0, 1, 5, 10, 25, 50, 100, 200],
-        "scaling_model": "resnet18", "world_sizes": [1, 2, 3, 4],
-        "nosync_model": "resnet18", "sync_every": [1, 2, 4, 8], "converge_steps": 480,
-        "rr_model": "bert_small", "process_groups": [1, 3, 5],
-        "variants_model": "bert_small", "variants_iters": 8,
-        "hooks_model": "resnet18",
-        "hooks": ["none", "fp16", "bf16", "powersgd1", "powersgd4", "batched_powersgd1"],
-    },
-}
-EXPERIMENTS = {1: "split", 2: "breakdown", 3: "buckets", 4: "scaling", 5: "nosync",
-               6: "roundrobin", 7: "variants", 8: "hooks"}
+import collectives  # noqa: E402
+import compare  # noqa: E402
+import harness  # noqa: E402
+import models_check  # noqa: E402
+import paper  # noqa: E402
+import timeline  # noqa: E402
 
 
-def log(ctx, text):
-    line = "evaluate: " + text
-    print(line, file=sys.stderr, flush=True)
-    with open(os.path.join(ctx.out, "log.txt"), "a") as f:
-        f.write(line + "\n")
+def run_digits(args):
+    error = harness.write_digits_csv(args.csv)
+    if error:
+        harness.die("digits: " + error)
+    print("evaluate: wrote %s (1797 rows: 64 pixels 0..16, then the label)" % args.csv,
+          file=sys.stderr)
+    return 0
 
 
-def run_bounded(cmd, env, timeout_s):
-    """Runs cmd in its own process group; past timeout_s the whole group gets
-    SIGTERM (bench/netem and ddprun clean up on it), then SIGKILL. Returns
-    (status, stdout and stderr); a hung run's status is 124, as timeout(1)'s."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        # bench/netem's teardown after SIGTERM takes up to ~13 s (namespaces).
-        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                out, _ = proc.communicate(timeout=grace)
-                break
-            except subprocess.TimeoutExpired:
-                out = ""
-        return 124, (out or "") + "\nevaluate: no result after %d s: stopped (hung?)" % timeout_s
-
-
-def snapshot(build, into):
-    """Copies ddp_bench, ddprun and libddp: a rebuild during the evaluation
-    must not change the code under test halfway."""
-    bench = os.path.join(build, "bench", "ddp_bench")
-    ddprun = os.path.join(build, "tools", "ddprun", "ddprun")
-    for path, target in ((bench, "ddp_bench"), (ddprun, "ddprun")):
-        if not os.access(path, os.X_OK):
-            sys.exit("evaluate: %s not found: build first (scripts/build.sh, or cmake --build %s "
-                     "--target %s)" % (path, build, target))
-        shutil.copy2(path, os.path.join(into, target))
-    ldd = subprocess.run(["ldd", bench], capture_output=True, text=True).stdout
-    for line in ldd.splitlines():
-        parts = line.split()
-        if parts and parts[0].startswith("libddp") and len(parts) > 2:
-            shutil.copy2(parts[2], os.path.join(into, parts[0]))
-    return os.path.join(into, "ddp_bench"), os.path.join(into, "ddprun")
-
-
-class Context:
-    def __init__(self, args, preset, snap):
-        self.out = args.out
-        self.preset = preset
-        self.bench, self.ddprun = snapshot(args.build, snap)
-        self.scratch = snap  # removed at the end
-        self.env = dict(os.environ)
-        self.env["LD_LIBRARY_PATH"] = snap + (":" + self.env["LD_LIBRARY_PATH"]
-                                              if self.env.get("LD_LIBRARY_PATH") else "")
-        # Both sides with the same fixed malloc thresholds: glibc's adaptive
-        # ones settle differently in Python and cost it ~25 ms of page faults
-        # per ResNet-18 iteration (bench/train_compare.sh).
-        self.env["MALLOC_MMAP_THRESHOLD_"] = "33554432"
-        self.env["MALLOC_TRIM_THRESHOLD_"] = "1073741824"
-        self.runs = []
-        self.failures = 0
-
-    def launcher(self, link, world, bridge=False):
-        """The command prefix that starts `world` ranks on `link` (`bridge`:
-        joined by a bridge even when 2, as for more)."""
-        if link == "loopback" or world == 1:
-            return [self.ddprun, "--nproc-per-node", str(world), "--"]
-        return [os.path.join(REPO, "bench", "netem"), "--rate", link, "--nodes", str(world),
-                "--ddprun", self.ddprun] + (["--bridge"] if bridge else []) + ["--"]
-
-    def run(self, experiment, link, side, model, params, rnd, cmd, json_path, world=2,
-            launch=True, bridge=False):
-        """Runs one configuration; records it in runs.json whatever happens."""
-        rel = os.path.relpath(json_path, self.out)
-        full = (self.launcher(link, world, bridge) if launch else []) + cmd
-        label = "exp %d %s %s %s %s round %d" % (experiment, link, side, model,
-                                                 json.dumps(params, sort_keys=True), rnd)
-        log(self, "%s (load %s)" % (label, open("/proc/loadavg").read().split()[0]))
-        t0 = time.time()
-        returncode, text = run_bounded(full, self.env, self.preset["run_timeout_s"])
-        entry = {"experiment": experiment, "link": link, "side": side, "model": model,
-                 "params": params, "round": rnd, "json": rel, "seconds": round(time.time() - t0, 1)}
-        output = text.strip().splitlines()
-        with open(os.path.join(self.out, "log.txt"), "a") as f:
-            f.write("\n".join(l for l in output if not l.startswith("[rank 1"))[-20000:] + "\n")
-        self.record(entry, returncode == 0 and os.path.exists(json_path),
-                    "\n".join(output[-12:]) or "exit status %d" % returncode, label)
-        return entry["status"] == "ok"
-
-    def record(self, entry, ok, error, label):
-        """Adds a run to runs.json, failed ones with their error."""
-        if ok:
-            entry["status"] = "ok"
-        else:
-            self.failures += 1
-            entry.update(status="failed", json=None, error=error)
-            log(self, "%s FAILED: %s" % (label, error.splitlines()[-1] if error else ""))
-        self.runs.append(entry)
-        with open(os.path.join(self.out, "runs.json"), "w") as f:
-            json.dump(self.runs, f, indent=1)
-
-    def path(self, experiment, link, name):
-        d = os.path.join(self.out, "runs", "exp%d-%s" % (experiment, EXPERIMENTS[experiment]), link)
-        os.makedirs(d, exist_ok=True)
-        return os.path.join(d, name + ".json")
-
-    def train_pair(self, experiment, link, model, params, ddp_args, pytorch_args, world=2,
-                   iters=None, warmup=None, ddp_impls="ddp,local,allreduce", bridge=False):
-        """ddp_bench train and pytorch_ddp_train.py on one configuration, the
-        sides alternating round by round."""
-        p = self.preset
-        common = ["--model", model, "--world-size", str(world),
-                  "--iters", str(iters or p["iters"]), "--warmup", str(warmup or p["warmup"])]
-        tag = "-".join("%s%s" % (k, v) for k, v in sorted(params.items()))
-        for rnd in range(1, p["rounds"] + 1):
-            sides = ("ddp", "pytorch") if (rnd + self.alternation) % 2 else ("pytorch", "ddp")
-            for side in sides:
-                out = self.path(experiment, link, "%s-%s-%s-r%d" % (model, side, tag, rnd))
-                if side == "ddp":
-                    cmd = [self.bench, "train"] + common + ["--impls", ddp_impls] + ddp_args
-                else:
-                    impls = ddp_impls.replace("ddp", "pytorch_ddp").replace("local", "pytorch_local")
-                    impls = ",".join(i for i in impls.split(",") if i != "allreduce")
-                    cmd = [PYTHON, os.path.join(REPO, "bench", "pytorch_ddp_train.py")] + common + \
-                        ["--impls", impls] + pytorch_args
-                self.run(experiment, link, side, model, params, rnd,
-                         cmd + ["--tag", "round %d" % rnd, "--json", out], out, world=world,
-                         bridge=bridge)
-        self.alternation += 1
-
-    alternation = 0
-
-
-# --- the experiments ------------------------------------------------------------
-
-def exp_split(ctx, link):
-    p = ctx.preset
-    out = ctx.path(1, link, "split")
-    ctx.run(1, link, "ddp", "-", {"total": p["split_total"]}, 1,
-            [ctx.bench, "split", "--total", p["split_total"], "--splits", p["split_sizes"],
-             "--rounds", str(p["split_rounds"]), "--json", out], out)
-
-
-def exp_breakdown(ctx, link):
-    for model in ctx.preset["breakdown_models"]:
-        ctx.train_pair(2, link, model, {"overlap": True}, [], [])
-        # With timelines: PyTorch's logger cannot time a deferring hook's
-        # communication (report.py takes it from the timeline); ours for symmetry.
-        ctx.train_pair(2, link, model, {"overlap": False}, ["--no-overlap", "--timeline"],
-                       ["--no-overlap", "--timeline"], ddp_impls="ddp")
-
-
-def exp_buckets(ctx, link):
-    if link not in ctx.preset["bucket_links"]:
-        return
-    for model in ctx.preset["bucket_models"]:
-        for mb in ctx.preset["buckets_mb"]:
-            arg = ["--bucket-cap-mb", str(mb)]
-            ctx.train_pair(3, link, model, {"bucket_cap_mb": mb}, arg, arg, ddp_impls="ddp")
-
-
-def exp_scaling(ctx, link):
-    model = ctx.preset["scaling_model"]
-    for world in ctx.preset["world_sizes"]:
-        if world == 1 and link != "loopback":
-            continue  # one rank has no link; the loopback run is the baseline
-        # A bridge at every size: the same topology from 2 ranks on.
-        ctx.train_pair(4, link, model, {"world_size": world}, [], [], world=world,
-                       ddp_impls="ddp", bridge=True)
-
-
-def exp_nosync(ctx, link):
-    p = ctx.preset
-    model = p["nosync_model"]
-    for k in p["sync_every"]:
-        arg = ["--sync-every", str(k)]
-        # Fewer iterations for larger K (an iteration is K micro-batches), at
-        # least 2: the time per K stays within about twice K=1's.
-        iters = max(2, p["iters"] // k)
-        ctx.train_pair(5, link, model, {"sync_every": k}, arg, arg, iters=iters,
-                       warmup=1, ddp_impls="ddp")
-
-
-def exp_converge(ctx):
-    """Fig. 11: loss against micro-batch on sklearn's digits, on loopback (the
-    link does not change the loss)."""
-    p = ctx.preset
-    data = os.path.join(ctx.scratch, "digits.csv")
-    if not os.path.exists(data):
-        proc = subprocess.run(["bash", os.path.join(REPO, "bench", "digits_csv.sh"), data],
-                              capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            for side in ("ddp", "pytorch"):
-                ctx.record({"experiment": 5, "link": "loopback", "side": side,
-                            "model": "digits_mlp", "params": {"kind": "converge"}, "round": 1,
-                            "json": None, "seconds": 0}, False,
-                           "no digits data: " + proc.stderr.strip(), "exp 5 loss (digits)")
-            return
-    ks = ",".join(str(k) for k in p["sync_every"])
-    common = ["--data", data, "--sync-every", ks, "--steps", str(p["converge_steps"])]
-    for side in ("ddp", "pytorch"):
-        out = ctx.path(5, "loopback", "converge-" + side)
-        cmd = ([ctx.bench, "converge"] if side == "ddp"
-               else [PYTHON, os.path.join(REPO, "bench", "pytorch_converge.py")])
-        ctx.run(5, "loopback", side, "digits_mlp", {"kind": "converge"}, 1,
-                cmd + common + ["--json", out], out)
-
-
-def exp_roundrobin(ctx, link):
-    model = ctx.preset["rr_model"]
-    for g in ctx.preset["process_groups"]:
-        arg = ["--process-groups", str(g)]
-        ctx.train_pair(6, link, model, {"process_groups": g}, arg, arg, ddp_impls="ddp")
-
-
-def exp_variants(ctx, link):
-    """The five variants and ddp interleave round by round inside one run;
-    PyTorch's DDP runs the same micro-batches (accumulating 2) in its own."""
-    p = ctx.preset
-    model = p["variants_model"]
-    out = ctx.path(7, link, "variants-ddp")
-    ctx.run(7, link, "ddp", model, {"variants": "all"}, 1,
-            [ctx.bench, "variants", "--model", model, "--iters", str(p["variants_iters"]),
-             "--rounds", str(p["rounds"]), "--warmup", "1", "--accum", "2", "--json", out], out)
-    out = ctx.path(7, link, "variants-pytorch")
-    ctx.run(7, link, "pytorch", model, {"variant": "pytorch_ddp"}, 1,
-            [PYTHON, os.path.join(REPO, "bench", "pytorch_ddp_train.py"), "--model", model,
-             "--world-size", "2", "--iters", str(p["variants_iters"] * p["rounds"] // 2),
-             "--warmup", "2", "--sync-every", "2", "--impls", "pytorch_ddp", "--timeline",
-             "--json", out], out)
-
-
-def exp_hooks(ctx, link):
-    model = ctx.preset["hooks_model"]
-    for hook in ctx.preset["hooks"]:
-        arg = ["--hook", hook]
-        # PowerSGD starts compressing at iteration 2: keep the warm-up past it.
-        ctx.train_pair(8, link, model, {"hook": hook}, arg, arg, warmup=3, ddp_impls="ddp")
-
-
-def model_check(ctx, models):
-    """C++ and Python models: same parameter names, shapes and order (and
-    whether the initial weights match), from their --print listings."""
-    result = {}
-    for model in models:
-        cxx = subprocess.run([ctx.bench, "models", "--print", model], capture_output=True,
-                             text=True, env=ctx.env)
-        py = subprocess.run([PYTHON, os.path.join(REPO, "bench", "models", "models.py"),
-                             "--print", model], capture_output=True, text=True)
-        a, b = (r.stdout.split("\n") for r in (cxx, py))
-        strip = lambda lines: [" ".join(l.split()[:-1]) for l in lines if l[:1].isdigit()]  # noqa
-        sums = lambda lines: [l.split()[-1] for l in lines if l[:1].isdigit()]  # noqa
-        result[model] = {"same_structure": cxx.returncode == 0 and py.returncode == 0 and
-                         strip(a) == strip(b) and bool(strip(a)),
-                         "same_initial_weights": sums(a) == sums(b) and bool(sums(a)),
-                         "tensors": len(strip(a)),
-                         "parameters": next((int(l.split()[1]) for l in a
-                                             if l.startswith("total ")), None)}
-        if not result[model]["same_structure"]:
-            sys.exit("evaluate: the C++ and Python %s differ (bench/models/check_models.sh %s "
-                     "shows where); refusing to compare them" % (model, model))
-        log(ctx, "model %s: same structure in C++ and Python (%d tensors), initial weights %s"
-            % (model, result[model]["tensors"],
-               "equal" if result[model]["same_initial_weights"] else "differ"))
-    return result
+def run_report(args):
+    return paper.report(args.dir, args.docs)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    if sys.argv[1:2] == ["timeline"]:
+        return timeline.main(sys.argv[2:]) or 0
+    p = argparse.ArgumentParser(prog="bench/evaluate.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 2)[2])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    p.add_argument("--experiments", default="1,2,3,4,5,6,7,8",
-                   help="which experiments (numbers, comma-separated)")
-    p.add_argument("--links", help="override the preset's links (loopback and tc rates/presets "
-                                   "such as 1g, 10g, 25g)")
-    p.add_argument("--rounds", type=int, help="override the preset's rounds")
-    p.add_argument("--models", help="override every experiment's models (comma-separated)")
-    p.add_argument("--out", help="results directory (default bench/results/eval-<preset>)")
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--add", action="store_true",
-                   help="add these runs to an existing results directory (e.g. the big models "
-                        "to a quick run) instead of starting it afresh; the report covers all")
-    p.add_argument("--docs", default=os.path.join(REPO, "docs", "benchmarks.md"),
-                   help="markdown file whose evaluation section is replaced ('' for none)")
+    sub = p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    paper.add_parser(sub)
+    compare.add_parsers(sub)
+    collectives.add_parser(sub)
+    models_check.add_parser(sub)
+    r = sub.add_parser("report", help="the report of a `paper` results directory, again")
+    r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")
+    r.add_argument("--docs", default="", help="also replace the evaluation section of this "
+                   "markdown file (docs/benchmarks.md) and copy the images beside it")
+    r.set_defaults(run=run_report)
+    # Listed here; main() hands its arguments to eval/timeline.py, --help included.
+    sub.add_parser("timeline", help="one run's timeline: the blog's columns, one iteration as "
+                   "a Chrome trace")
+    d = sub.add_parser("digits", help="scikit-learn's digits as CSV (needs python3-sklearn)")
+    d.add_argument("csv", help="where to write it, e.g. /tmp/digits.csv")
+    d.set_defaults(run=run_digits)
     args = p.parse_args()
-    preset = dict(PRESETS[args.preset])
-    if args.links:
-        preset["links"] = args.links.split(",")
-        preset["bucket_links"] = [l for l in preset["bucket_links"] if l in preset["links"]] or \
-            preset["links"][-1:]
-    if args.rounds:
-        preset["rounds"] = args.rounds
-    if args.models:
-        models = args.models.split(",")
-        preset["breakdown_models"] = preset["bucket_models"] = models
-        for key in ("scaling_model", "nosync_model", "rr_model", "variants_model", "hooks_model"):
-            preset[key] = models[0]
-    try:
-        wanted = sorted({int(x) for x in args.experiments.split(",")})
-    except ValueError:
-        p.error("--experiments takes numbers such as 1,2,7")
-    if not set(wanted) <= set(EXPERIMENTS):
-        p.error("experiments are 1..8")
-    args.out = args.out or os.path.join(REPO, "bench", "results", "eval-" + args.preset)
-    previous = None
-    if args.add:
-        try:
-            with open(os.path.join(args.out, "meta.json")) as f:
-                previous = json.load(f)
-            with open(os.path.join(args.out, "runs.json")) as f:
-                previous_runs = json.load(f)
-        except (OSError, ValueError) as e:
-            sys.exit("evaluate: --add needs a finished evaluation in %s: %s" % (args.out, e))
-    elif os.path.exists(os.path.join(args.out, "runs")):
-        shutil.rmtree(os.path.join(args.out, "runs"))
-    os.makedirs(args.out, exist_ok=True)
-    open(os.path.join(args.out, "log.txt"), "a" if args.add else "w").close()
-    if subprocess.run([PYTHON, "-c", "import torch.distributed, matplotlib"],
-                      capture_output=True).returncode != 0:
-        sys.exit("evaluate: %s cannot import torch.distributed and matplotlib: run "
-                 "scripts/install-deps.sh (python3-torch, python3-matplotlib)" % PYTHON)
-
-    snap = tempfile.mkdtemp(prefix="evaluate.")
-    try:
-        ctx = Context(args, preset, snap)
-        if previous:
-            ctx.runs = previous_runs
-        started = time.time()
-        git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--short", "--", "src", "include",
-                                "bench", ":!bench/results"],
-                               capture_output=True, text=True).stdout.strip()
-        log(ctx, "preset %s, experiments %s, links %s; git %s%s" % (
-            args.preset, ",".join(map(str, wanted)), ",".join(preset["links"]), git,
-            " with uncommitted changes" if dirty else ""))
-        models = sorted({m for key in ("breakdown_models", "bucket_models") for m in preset[key]} |
-                        {preset[k] for k in ("scaling_model", "nosync_model", "rr_model",
-                                             "variants_model", "hooks_model")})
-        meta = {"preset": args.preset, "links": preset["links"], "experiments": wanted,
-                "config": preset, "git": git + ("+uncommitted" if dirty else ""),
-                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "model_check": model_check(ctx, models), "notes": []}
-        for n in wanted:
-            for link in preset["links"]:
-                globals()["exp_" + EXPERIMENTS[n]](ctx, link)
-            if n == 5:
-                exp_converge(ctx)
-        meta["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        meta["seconds"] = round(time.time() - started)
-        if previous:  # the first run's description, and what was added when
-            note = "added %s: experiments %s, models %s, links %s, git %s, %d s" % (
-                meta["started_utc"], ",".join(map(str, wanted)), args.models or "the preset's",
-                ",".join(preset["links"]), meta["git"], meta["seconds"])
-            previous["model_check"].update(meta["model_check"])
-            previous["experiments"] = sorted(set(previous["experiments"]) | set(wanted))
-            previous["links"] += [l for l in preset["links"] if l not in previous["links"]]
-            previous["notes"].append(note)
-            previous["finished_utc"] = meta["finished_utc"]
-            previous["seconds"] = previous.get("seconds", 0) + meta["seconds"]
-            meta = previous
-        for entry in ctx.runs:  # the machine, from the first run that recorded it
-            if entry["status"] == "ok":
-                with open(os.path.join(args.out, entry["json"])) as f:
-                    machine = json.load(f).get("machine")
-                if machine:
-                    meta["machine"] = machine
-                    break
-        with open(os.path.join(args.out, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=1)
-        log(ctx, "%d runs, %d failed, %d s" % (len(ctx.runs), ctx.failures, round(time.time() - started)))
-    finally:
-        shutil.rmtree(snap, ignore_errors=True)
-    report = [PYTHON, os.path.join(REPO, "bench", "eval", "report.py"), args.out]
-    if args.docs:
-        report += ["--docs", args.docs, "--images",
-                   os.path.join(os.path.dirname(args.docs), "img", "eval")]
-    return subprocess.run(report).returncode
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // `ddp_bench models`: the models of bench/models/models.h, alone, in one
 // process (no launcher): --print lists a model's parameters with a checksum of
 // their initial values, in the format of `bench/models/models.py --print`
-// (bench/models/check_models.sh diffs the two); --time measures one local
+// (`bench/evaluate.py models` diffs the two); --time measures one local
 // training step, the figure the models' default sizes were chosen by.
 #include "models/models.h"
 #include "subcommands.h"
@@ -24,7 +24,7 @@ no launcher.
                  (checksum: the sum of its initial values in float64, %.9e),
                  then "total N parameters in T tensors"; the same format as
                  `python3 bench/models/models.py --print NAME`
-                 (bench/models/check_models.sh compares the two)
+                 (`bench/evaluate.py models` compares the two)
   --time NAME    one local training step (zero_grad, forward, loss, backward,
                  SGD step): median of K after 1 warm-up, min and max, and
                  the median split

@@ -7,7 +7,7 @@ the others): the paper's Fig. 11 experiment. Run once per rank with Debian's
 python3-torch (/usr/bin/python3) under a launcher that sets RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT:
 
-    bench/digits_csv.sh /tmp/digits.csv
+    bench/evaluate.py digits /tmp/digits.csv
     build/tools/ddprun/ddprun --nproc-per-node 2 -- /usr/bin/python3 \\
         bench/pytorch_converge.py --data /tmp/digits.csv --sync-every 1,2,4,8 \\
         --json converge_pytorch.json
@@ -42,12 +42,12 @@ MASK64 = (1 << 64) - 1
 
 
 def load_digits(path):
-    """(x [n][64] in [0, 1], labels [n]) from the plain CSV digits_csv.sh writes."""
+    """(x [n][64] in [0, 1], labels [n]) from the plain CSV `bench/evaluate.py digits` writes."""
     try:
         f = open(path)
     except OSError as e:
         sys.exit("pytorch_converge.py: cannot read --data %s (%s): write it with "
-                 "bench/digits_csv.sh (needs python3-sklearn)" % (path, e.strerror))
+                 "bench/evaluate.py digits (needs python3-sklearn)" % (path, e.strerror))
     xs, ys = [], []
     with f:
         for row, line in enumerate(f, 1):
@@ -137,7 +137,7 @@ def compare(paths):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", help="the digits as plain CSV (bench/digits_csv.sh writes it)")
+    p.add_argument("--data", help="the digits as plain CSV (bench/evaluate.py digits writes it)")
     p.add_argument("--sync-every", default="1,2,4,8",
                    help="values of K, run one after the other (default 1,2,4,8)")
     p.add_argument("--steps", type=int, default=400, help="micro-batches per run (default 400)")
@@ -157,7 +157,7 @@ def main():
         compare(args.compare)
         return
     if not args.data:
-        p.error("--data is required: the digits CSV (bench/digits_csv.sh /tmp/digits.csv)")
+        p.error("--data is required: the digits CSV (bench/evaluate.py digits /tmp/digits.csv)")
     try:
         ks = [int(k) for k in args.sync_every.split(",")]
     except ValueError:

@@ -31,10 +31,10 @@ PyTorch's DDP without overlap, as `ddp_bench train --no-overlap`. With
 PyTorch's default does, in Python) that timestamps each bucket's launch and
 completion, and a hook on every parameter timestamps the last gradient: the
 iteration's timeline, in the format of `ddp_bench train --timeline`
-(bench/timeline.h; bench/eval/timeline.py analyses both).
+(bench/timeline.h; `bench/evaluate.py timeline` analyses both).
 
 Rank 0 prints a table and, with --json, writes rows in the format of
-`ddp_bench train --json` (bench/train_summary.py combines both).
+`ddp_bench train --json` (`bench/evaluate.py train` compares both).
 """
 
 import argparse

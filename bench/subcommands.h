@@ -23,7 +23,7 @@ extern const char* const kCollectivesUsage;
 
 // train_bench.cpp: training iterations of DistributedDataParallel on a model,
 // with the limit (local compute, allreduce of all gradient bytes) measured
-// in the same run; bench/train_compare.sh adds PyTorch's DDP.
+// in the same run; `bench/evaluate.py train` adds PyTorch's DDP.
 int run_train(Args args);
 extern const char* const kTrainUsage;
 

@@ -16,8 +16,8 @@
 // The limit of an uncompressed DDP iteration is max(local, allreduce); the
 // efficiency is limit / ddp. PyTorch's DDP runs in a separate process
 // (bench/pytorch_ddp_train.py), alternated with this one by
-// bench/train_compare.sh, which also checks that both sides hold the same
-// parameters and combines the results (bench/train_summary.py).
+// `bench/evaluate.py train`, which also checks that both sides hold the same
+// parameters and combines the results (bench/eval/train_table.py).
 //
 // Method. Two phases, each interleaved by iteration (A B, B A, A B, ...) so
 // that its measurements see the same machine state and none always goes
@@ -62,7 +62,7 @@ iteration without DDP ("local"), one allreduce of all gradient bytes
 ("allreduce") and DDP's bucket allreduces alone ("allreduce_buckets"),
 interleaved by iteration in two phases (ddp and local, then the two allreduce
 measurements); rank 0 prints a table and writes JSON.
-bench/train_compare.sh runs this against PyTorch's DDP (bench/pytorch_ddp_train.py).
+`bench/evaluate.py train` runs this against PyTorch's DDP (bench/pytorch_ddp_train.py).
 
 options:
   --model M            mlp (16 x Linear(1024,1024), ReLU, MSE), resnet18 (CIFAR

@@ -4,9 +4,7 @@
 
 #include <ddp/distributed_data_parallel.h>
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
+#include "reducer/autograd_hooks.h"
 
 #include <optional>
 #include <stdexcept>
@@ -99,30 +97,10 @@ class SimpleGA : public Simple {
 
 // --- hooks: run code when a parameter's gradient is fully accumulated --------
 
-// A post hook on `param`'s gradient accumulator (the autograd node that adds
-// the incoming gradient into param.grad()): runs after the addition, on the
-// autograd thread, once per backward. Keeps the accumulator alive (the
-// parameter holds it only weakly) and removes itself at destruction. As in
-// src/reducer/autograd_hooks.cpp.
-class GradReadyHook {
- public:
-  GradReadyHook(const torch::Tensor& param, std::function<void()> on_ready)
-      : accumulator_(torch::autograd::impl::grad_accumulator(param)) {
-    key_ = accumulator_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
-                                         const torch::autograd::variable_list&) {
-          on_ready();
-          return outputs;
-        }));
-  }
-  ~GradReadyHook() { accumulator_->del_post_hook(key_); }
-  GradReadyHook(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(const GradReadyHook&) = delete;
-
- private:
-  std::shared_ptr<torch::autograd::Node> accumulator_;
-  uintptr_t key_ = 0;
-};
+// ddp's own GradReadyHook (src/reducer/autograd_hooks.h): a post hook on the
+// parameter's gradient accumulator that runs once per backward, on the
+// autograd thread, after the gradient has been added into param.grad().
+using ddp::detail::GradReadyHook;
 
 // The hook variants' base: on_grad_ready(i) when parameter i's gradient is
 // complete, knowing whether this backward synchronizes.

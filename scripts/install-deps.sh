@@ -12,7 +12,7 @@ packages=(
   python3-torch                  # PyTorch's own DDP: the reference in tests/bench
   python3-matplotlib             # plots in bench reports
   python3-numpy                  # the PyTorch reference scripts
-  python3-sklearn                # the "digits" data set: bench/digits_csv.sh (converge)
+  python3-sklearn                # the "digits" data set: bench/evaluate.py digits (converge)
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   iproute2                       # ip netns / tc for multi-node tests and bench

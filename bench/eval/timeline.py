@@ -27,7 +27,7 @@ iteration [0, T]:
 
 T and the lengths are summed over the iterations given.
 
-    bench/eval/timeline.py RUN.json [--row NAME] [--iteration K] [--trace OUT.json]
+    bench/evaluate.py timeline RUN.json [--row NAME] [--iteration K] [--trace OUT.json]
 
 prints the columns of every row with a timeline in RUN.json and, with
 --trace, writes iteration K (default 0) of the row as a Chrome trace (Trace
@@ -145,13 +145,14 @@ def rows_with_timelines(run):
             yield row.get("variant") or row.get("impl"), row["timeline"]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="bench/evaluate.py timeline",
+                                description=__doc__.split("\n")[0])
     p.add_argument("run", help="a run's JSON (ddp_bench train/variants, pytorch_ddp_train.py)")
     p.add_argument("--row", help="the row (impl or variant) for --trace (default: the first)")
     p.add_argument("--iteration", type=int, default=0, help="which timed iteration to trace")
     p.add_argument("--trace", help="write that iteration as a Chrome trace here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     with open(args.run) as f:
         run = json.load(f)
     rows = list(rows_with_timelines(run))

@@ -2,7 +2,7 @@
 // data, loss and a one-line description. The Python twin,
 // bench/models/models.py, defines the same models identically (same
 // parameter names, shapes and order; same default-initialization order, so
-// the same seed gives the same weights); bench/models/check_models.sh checks
+// the same seed gives the same weights); `bench/evaluate.py models` checks
 // both against each other.
 //
 //   mlp         16 x Linear(1024, 1024), ReLU between; MSE against a

@@ -5,7 +5,7 @@ Every model here is defined as its C++ twin (bench/models/mlp.h, resnet.h,
 bert.h): the same modules in the same registration order (so the same
 parameter names, shapes and order) and built in the same order with the
 modules' default initialization, so that the same seed gives the same
-weights in libtorch and PyTorch. bench/models/check_models.sh compares
+weights in libtorch and PyTorch. `bench/evaluate.py models` compares
 
     python3 bench/models/models.py --print NAME [--seed S]
     build/bench/ddp_bench models --print NAME [--seed S]

@@ -1,27 +1,24 @@
 #!/usr/bin/python3
-"""Combines the runs of bench/train_compare.sh into tables.
+"""The tables of `bench/evaluate.py train` from its runs (`ddp_bench train
+--json`, side "ddp"; bench/pytorch_ddp_train.py --json, side "pytorch"; or an
+earlier output of this module, whose runs are read again).
 
-    bench/train_summary.py --link 1gbit --json out.json RUN.json...
+Per model it pools the per-iteration samples (slowest rank each) of all
+rounds and reports median, min and max per measurement; ours/PyTorch as the
+ratio of pooled medians and as the median over rounds of the per-round ratio;
+our DDP split (medians of model->stats() per iteration, rank 0); the limit
+max(local, allreduce) from the C++ runs and the efficiency limit / iteration
+time of both sides (where the runs measured them).
 
-Each RUN.json is `ddp_bench train --json` (side "ddp"),
-bench/pytorch_ddp_train.py --json (side "pytorch"), or an earlier output of
-this script (its runs are read again). Per model it pools the
-per-iteration samples (slowest rank each) of all rounds and reports median,
-min and max per measurement; ours/PyTorch as the ratio of pooled medians and
-as the median over rounds of the per-round ratio; our DDP split (medians of
-model->stats() per iteration, rank 0); the limit max(local, allreduce) from
-the C++ runs and the efficiency limit / iteration time of both sides.
-
-It fails (exit status 1) when the two sides do not hold the same parameters
-(names, shapes, order), or when a side ran a different configuration.
+The errors it returns: the two sides do not hold the same parameters (names,
+shapes, order), or a side ran a different configuration.
 """
 
-import argparse
 import json
-import re
 import statistics
-import sys
 from collections import defaultdict
+
+from harness import paired_ratio, write_json
 
 
 def stats(v):
@@ -33,17 +30,12 @@ def fmt(x, d=1):
     return "%.*f" % (d, x)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--link", default="?")
-    p.add_argument("--json", default="")
-    p.add_argument("--note", default="", help="printed under the machine line")
-    p.add_argument("runs", nargs="+")
-    args = p.parse_args()
-
+def summarize(paths, link, note="", json_path=""):
+    """(markdown, errors) for the runs in `paths`; with json_path, writes every
+    run's rows and the pooled results there."""
     runs = defaultdict(list)  # model -> [run]
     all_runs = []
-    for path in args.runs:
+    for path in paths:
         with open(path) as f:
             doc = json.load(f)
         lists = {r["model"]: r["parameter_list"] for r in doc.get("results", [])}
@@ -107,9 +99,8 @@ def main():
                     buckets.setdefault(row["impl"], row["bucket_bytes"])
         s = {impl: stats(v) for impl, v in pooled.items()}
         o, t = s["ddp"]["median"], s["pytorch_ddp"]["median"]
-        round_ratios = [per_round["ddp"][tag] / per_round["pytorch_ddp"][tag]
-                        for tag in per_round["ddp"] if tag in per_round["pytorch_ddp"]]
-        res = {"model": model, "link": args.link, "world_size": ours[0]["config"]["world_size"],
+        by_round, round_ratios = paired_ratio(per_round["ddp"], per_round["pytorch_ddp"])
+        res = {"model": model, "link": link, "world_size": ours[0]["config"]["world_size"],
                "batch_per_rank": ours[0]["config"]["batch_per_rank"],
                "parameters": ref["count"], "parameter_elements": ref["elements"],
                "parameter_list": ref["list"],
@@ -118,7 +109,7 @@ def main():
                "rounds": len(round_ratios), "measurements": s,
                "per_round_median_ms": {k: dict(v) for k, v in per_round.items()},
                "ours_over_pytorch": o / t,
-               "ours_over_pytorch_by_round": statistics.median(round_ratios) if round_ratios else None,
+               "ours_over_pytorch_by_round": by_round,
                "ours_split_ms": {k: statistics.median(v) for k, v in split.items()},
                "pytorch_split_ms": {k: statistics.median(v) for k, v in their_split.items()},
                "bucket_bytes": buckets,
@@ -132,17 +123,14 @@ def main():
                        overhead_pytorch_ms=t - s["pytorch_local"]["median"])
         results.append(res)
 
-    for e in errors:
-        print("train_summary: ERROR: " + e, file=sys.stderr)
-
     # --- tables ------------------------------------------------------------
     out = []
     if machine:
         out.append("Link: %s. Machine: %s, %s CPUs allowed, %s, libtorch %s.\n"
-                   % (machine.get("link", args.link), machine.get("cpu_model"),
+                   % (machine.get("link", link), machine.get("cpu_model"),
                       machine.get("cpus_allowed"), machine.get("kernel"), machine.get("libtorch")))
-    if args.note:
-        out.append(args.note[0].upper() + args.note[1:] + ".\n")
+    if note:
+        out.append(note[0].upper() + note[1:] + ".\n")
     out.append("| model | ours ms | PyTorch ms | ours/PyTorch | by round | ours fwd / bwd compute / "
                "comm / overlap / finalize ms | local ms | allreduce ms (DDP's buckets) | limit ms | "
                "efficiency ours | efficiency PyTorch | PyTorch local ms | DDP overhead ours / PyTorch ms |")
@@ -153,12 +141,14 @@ def main():
         cell = lambda k: "%s (%s–%s)" % (fmt(m[k]["median"]), fmt(m[k]["min"]), fmt(m[k]["max"]))
         ar = "%s (%s)" % (fmt(m["allreduce"]["median"]), fmt(m["allreduce_buckets"]["median"])) \
             if "allreduce_buckets" in m else fmt(m.get("allreduce", {}).get("median", float("nan")))
-        out.append("| %s | %s | %s | %.3f | %.3f | %s / %s / %s / %s / %s | %s | %s | %s | %.3f | %.3f | %s | %s |" % (
-            r["model"], cell("ddp"), cell("pytorch_ddp"), r["ours_over_pytorch"],
-            r["ours_over_pytorch_by_round"], fmt(sp["forward_ms"]), fmt(sp["backward_compute_ms"]),
+        med = lambda k: fmt(m[k]["median"]) if k in m else ""  # noqa: E731
+        num = lambda k, d=3: "%.*f" % (d, r[k]) if r.get(k) is not None else ""  # noqa: E731
+        out.append("| %s | %s | %s | %s | %s | %s / %s / %s / %s / %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["model"], cell("ddp"), cell("pytorch_ddp"), num("ours_over_pytorch"),
+            num("ours_over_pytorch_by_round"), fmt(sp["forward_ms"]), fmt(sp["backward_compute_ms"]),
             fmt(sp["communication_ms"]), fmt(sp["overlap_ms"]), fmt(sp["finalize_ms"]),
-            fmt(m["local"]["median"]), ar, fmt(r["limit_ms"]), r["efficiency_ours"],
-            r["efficiency_pytorch"], fmt(m["pytorch_local"]["median"]) if "pytorch_local" in m else "",
+            med("local"), ar if "allreduce" in m else "", num("limit_ms", 1),
+            num("efficiency_ours"), num("efficiency_pytorch"), med("pytorch_local"),
             "%s / %s" % (fmt(r["overhead_ours_ms"]), fmt(r["overhead_pytorch_ms"]))
             if "overhead_ours_ms" in r else ""))
     out.append("")
@@ -202,25 +192,12 @@ def main():
                    % (r["model"], r["parameters"], r["parameter_elements"],
                       r["gradient_bytes"] / 1048576, "yes" if r["parameters_match"] else "NO",
                       fl.get("ddp", float("nan")), fl.get("pytorch_ddp", float("nan")), same))
-    print("\n".join(out))
-
-    if args.json:
-        with open(args.json, "w") as f:
-            # The parameter lists are in results (checked equal): not 32 times.
-            kept = [dict({k: v for k, v in r.items() if k not in ("_path", "machine")},
-                         parameters={k: v for k, v in r["parameters"].items() if k != "list"})
-                    for r in all_runs]
-            doc = {"benchmark": "train", "link": args.link, "note": args.note, "machine": machine,
-                   "results": results, "errors": errors, "runs": kept}
-            text = json.dumps(doc, indent=1)
-            # Sample lists one per line: readable and a third of the size.
-            text = re.sub(r"\[\s*([-0-9.e+, \n]*?)\s*\]",
-                          lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
-                          text)
-            f.write(text + "\n")
-        print("train_summary: wrote %s" % args.json, file=sys.stderr)
-    return 1 if errors else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if json_path:
+        # The parameter lists are in results (checked equal): not 32 times.
+        kept = [dict({k: v for k, v in r.items() if k not in ("_path", "machine")},
+                     parameters={k: v for k, v in r["parameters"].items() if k != "list"})
+                for r in all_runs]
+        write_json(json_path, {"benchmark": "train", "link": link, "note": note,
+                               "machine": machine, "results": results, "errors": errors,
+                               "runs": kept}, compact_lists=True)
+    return "\n".join(out), errors

@@ -1,28 +1,25 @@
 #!/usr/bin/env python3
-"""Pools the runs of bench/hooks_compare.sh: per model x hook, ours and
-PyTorch's median iteration time (over all rounds' samples), their ratio, the
-bytes each rank sent per iteration (mean over ranks, median over rounds), and
-the speedup against the same side's uncompressed (hook none) time. Prints the
-markdown table; --json writes everything."""
+"""The table of `bench/evaluate.py hooks` from its runs: per model x hook,
+ours and PyTorch's median iteration time (over all rounds' samples), their
+ratio, the bytes each rank sent per iteration (mean over ranks, median over
+rounds), and the speedup against the same side's uncompressed (hook none)
+time. A run that failed is a JSON file {"side", "model", "hook", "failed"}.
+"""
 
-import argparse
 import json
 import statistics
-import sys
+
+from harness import write_json
 
 HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1")
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--link", default="")
-    p.add_argument("--json", default="")
-    p.add_argument("--note", default="")
-    p.add_argument("files", nargs="+")
-    a = p.parse_args()
+def summarize(paths, link, note="", json_path=""):
+    """The markdown table of the runs in `paths`; with json_path, every pooled
+    result there too."""
     cells = {}  # (model, hook, side) -> {"samples": [], "tx": [], "failed": []}
     machine = None
-    for path in a.files:
+    for path in paths:
         with open(path) as f:
             d = json.load(f)
         if "failed" in d:
@@ -47,7 +44,7 @@ def main():
         return statistics.median(c["samples"]) if c and c["samples"] else None
 
     out = []
-    out.append("Communication hooks, 2 ranks, link: %s%s\n" % (a.link, "; " + a.note if a.note else ""))
+    out.append("Communication hooks, 2 ranks, link: %s%s\n" % (link, "; " + note if note else ""))
     for model in models:
         out.append("\n%s\n" % model)
         out.append("| hook | ours ms | PyTorch ms | ours / PyTorch | ours bytes/iter | PyTorch bytes/iter "
@@ -57,7 +54,6 @@ def main():
             if not any(k[:2] == (model, hook) for k in cells):
                 continue
             r = {"model": model, "hook": hook}
-            txt = []
             for side in ("ddp", "pytorch"):
                 c = cells.get((model, hook, side), {"samples": [], "tx": [], "failed": []})
                 m = med((model, hook, side))
@@ -91,13 +87,7 @@ def main():
             out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 hook, ms(o), ms(t), "%.3f" % r["ratio"] if r["ratio"] else "–", by(o), by(t), sp(o), sp(t)))
             results.append(r)
-    print("\n".join(out))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"benchmark": "hooks", "link": a.link, "note": a.note, "machine": machine,
-                       "runs": a.files, "results": results}, f, indent=1)
-        print("\nhooks_summary.py: wrote %s" % a.json, file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()
+    if json_path:
+        write_json(json_path, {"benchmark": "hooks", "link": link, "note": note,
+                               "machine": machine, "runs": list(paths), "results": results})
+    return "\n".join(out)
