@@ -9,6 +9,7 @@
 #include <ddp/errors.h>
 #include <ddp/hooks.h>
 #include <ddp/init.h>
+#include <ddp/join.h>
 #include <ddp/process_group.h>
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/reducer.h>

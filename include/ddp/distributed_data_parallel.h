@@ -27,6 +27,7 @@
 #pragma once
 
 #include <ddp/comm_hook.h>
+#include <ddp/join.h>
 #include <ddp/process_group.h>
 #include <ddp/reducer.h>
 #include <ddp/statistics.h>
@@ -94,7 +95,7 @@ class NoSyncGuard {
   bool previous_;
 };
 
-class DistributedDataParallelImpl : public torch::nn::Module {
+class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  public:
   // `module`: a ModuleHolder (e.g. torch::nn::Linear, torch::nn::Sequential,
   // a TORCH_MODULE) or a std::shared_ptr to a module with a forward() method.
@@ -147,6 +148,12 @@ class DistributedDataParallelImpl : public torch::nn::Module {
 
   // The last synchronized iteration's statistics.
   IterationStats stats() const;
+
+  // Joinable (join.h): ddp::Join join({*model}).
+  ProcessGroupPtr join_process_group() const override { return group_; }
+  void shadow_iteration(const JoinIteration& iteration) override;
+  void finish_join(int last_rank) override;
+  void check_join_options(const JoinOptions& options) const override;
   Reducer& reducer() { return *reducer_; }
   const DistributedDataParallelOptions& options() const { return options_; }
 
@@ -185,6 +192,8 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward
   std::unique_ptr<Reducer> reducer_;
   bool require_backward_grad_sync_ = true;  // false inside no_sync
+  int64_t divisor_ = 0;  // what the Reducer divides gradients by (0: not set yet)
+  bool uneven_inputs_ = false;  // told the Reducer that ranks may run different no_sync passes
 };
 
 TORCH_MODULE(DistributedDataParallel);

@@ -44,4 +44,11 @@ class CollectiveMismatch : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
+// Join with throw_on_early_termination: a rank ran out of inputs. Every rank
+// raises it in the same iteration.
+class EarlyTermination : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace ddp

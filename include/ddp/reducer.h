@@ -94,6 +94,24 @@ class Reducer {
   // before the first backward; InvalidArgument otherwise.
   void register_comm_hook(CommHook hook);
 
+  bool has_comm_hook() const;
+
+  // Join (join.h) uses these; a custom loop may too.
+  // A rank out of inputs while others train: issues the collectives of one
+  // synchronized backward with nothing to contribute (zeros), so the others'
+  // backward completes. Writes no gradient. Call where the others call
+  // backward(), on the training thread, never during a backward pass.
+  void shadow_iteration();
+  // Divide gradients by `ranks` (the ranks contributing, in [1, world size])
+  // from the next synchronized iteration on instead of by the world size.
+  // InvalidArgument with a communication hook (it averages over the group).
+  void set_divisor(int64_t ranks);
+  // Ranks may run different numbers of no_sync passes before a synchronized
+  // one (under Join a rank's last accumulation group can be shorter): the
+  // status then compares only synchronized forward passes. Default false:
+  // an extra no_sync pass on one rank is an error.
+  void set_uneven_inputs(bool uneven);
+
   // Tells the reducer how long the forward took (for statistics).
   void record_forward_time(double ms);
 

@@ -84,11 +84,52 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   }
 }
 
+// Outside a Join: buffers from rank 0, gradients divided by the world size.
+// In one, a synchronized forward with grad enabled starts the Join's
+// iteration (which ranks still train); other forwards issue no collective.
 std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forward() {
-  if (options_.broadcast_buffers() && require_backward_grad_sync_ && !buffers_.empty()) {
-    detail::broadcast_coalesced(*group_, buffers_, 0);
+  int64_t divisor = group_->size();
+  int root = 0;
+  bool broadcast = options_.broadcast_buffers() && require_backward_grad_sync_;
+  if (join() && broadcast) broadcast = at::GradMode::is_enabled();
+  if (join() && require_backward_grad_sync_ && at::GradMode::is_enabled()) {
+    const JoinIteration it = join()->notify(*this);
+    root = it.lowest_training_rank();
+    if (!join()->options().divide_by_initial_world_size()) divisor = it.training_ranks;
   }
+  if (divisor != divisor_) {
+    reducer_->set_divisor(divisor);
+    divisor_ = divisor;
+  }
+  if ((join() != nullptr) != uneven_inputs_) {
+    uneven_inputs_ = join() != nullptr;
+    reducer_->set_uneven_inputs(uneven_inputs_);
+  }
+  if (broadcast && !buffers_.empty()) detail::broadcast_coalesced(*group_, buffers_, root);
   return std::chrono::steady_clock::now();
+}
+
+void DistributedDataParallelImpl::shadow_iteration(const JoinIteration& iteration) {
+  if (options_.broadcast_buffers() && !buffers_.empty()) {
+    detail::broadcast_coalesced(*group_, buffers_, iteration.lowest_training_rank());
+  }
+  reducer_->shadow_iteration();
+}
+
+void DistributedDataParallelImpl::finish_join(int last_rank) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : wrapped_->parameters()) state.push_back(p);
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  detail::broadcast_coalesced(*group_, state, last_rank);
+}
+
+void DistributedDataParallelImpl::check_join_options(const JoinOptions& options) const {
+  if (!options.divide_by_initial_world_size() && reducer_->has_comm_hook()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": Join(divide_by_initial_world_size(false)) with a communication "
+                          "hook: the hook averages over the whole group, so gradients cannot "
+                          "be divided by the ranks that contributed; use the default (true)");
+  }
 }
 
 void DistributedDataParallelImpl::after_forward(const std::vector<torch::Tensor>& outputs,

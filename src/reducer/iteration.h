@@ -9,6 +9,7 @@
 //     |    v                             v
 //     |   kAccumulating              kFinalizing --(status, checks, write-back)--> kIdle
 //     |    | (stays until the next prepare_for_backward)
+//   kIdle --shadow_iteration() (Join)--> kShadowing --(zeros, status)--> kIdle
 //
 // A gradient hook in kIdle is a backward() that no forward prepared; in
 // kAccumulating it only marks its parameter used; in kReducing it fills the
@@ -27,6 +28,7 @@ enum class Phase {
   kAccumulating,  // no_sync: gradients accumulate in .grad; used parameters are remembered
   kReducing,      // gradients go into bucket slices; full buckets launch in index order
   kFinalizing,    // end of backward: what is missing, status exchange, checks, write-back
+  kShadowing,     // Join: this rank is out of inputs; one backward's collectives, as zeros
 };
 
 struct Iteration {

@@ -11,8 +11,8 @@
 namespace ddp::detail {
 namespace {
 
-// Per rank: marker, missing, forwards, stray_after, collective count, hash (2 halves).
-constexpr int64_t kSlots = 7;
+// Per rank: marker, missing, forwards, stray_after, collective count, hash (2 halves), joined.
+constexpr int64_t kSlots = 8;
 constexpr int32_t kMarker = 0x44445053;  // "DDPS"
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -63,6 +63,7 @@ void IterationStatus::write(const RankReport& mine) {
   slot[4] = static_cast<int32_t>(mine.tally.count);
   slot[5] = static_cast<int32_t>(mine.tally.hash & 0xffffffffu);
   slot[6] = static_cast<int32_t>(mine.tally.hash >> 32);
+  slot[7] = mine.joined ? 1 : 0;
 }
 
 std::vector<RankReport> IterationStatus::read() const {
@@ -78,6 +79,7 @@ std::vector<RankReport> IterationStatus::read() const {
     rep.tally.count = static_cast<uint32_t>(slot[4]);
     rep.tally.hash = static_cast<uint32_t>(slot[5]) |
                      (static_cast<uint64_t>(static_cast<uint32_t>(slot[6])) << 32);
+    rep.joined = slot[7] != 0;
   }
   if (!garbled.empty()) {
     throw CommunicationError(
@@ -90,11 +92,23 @@ std::vector<RankReport> IterationStatus::read() const {
   return out;
 }
 
+size_t first_training(const std::vector<RankReport>& reports) {
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (!reports[r].joined) return r;
+  }
+  return 0;
+}
+
 void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
-  int32_t fewest = reports[0].forwards;
-  for (const auto& r : reports) fewest = std::min(fewest, r.forwards);
+  // A rank that joined (Join) shadows the others: its count of forward
+  // passes is its own, and it runs no backward.
+  int32_t fewest = reports[first_training(reports)].forwards;
+  for (const auto& r : reports) {
+    if (!r.joined) fewest = std::min(fewest, r.forwards);
+  }
   std::vector<int> ahead, stray;
   for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    if (reports[r].joined) continue;
     if (reports[r].forwards != fewest) ahead.push_back(r);
     if (reports[r].stray_after >= 0) stray.push_back(r);
   }

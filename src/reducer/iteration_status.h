@@ -23,6 +23,7 @@ struct RankReport {
   int32_t forwards = 0;      // forward passes so far, no_sync ones included (wraps)
   int32_t stray_after = -1;  // >= 0: a backward() no forward prepared ran after this forward
   ProcessGroup::Tally tally; // collectives issued on the group since the last status
+  bool joined = false;       // a rank out of inputs, shadowing the others (Join)
 };
 
 class IterationStatus {
@@ -43,6 +44,9 @@ class IterationStatus {
   const int rank_, size_;
   at::Tensor tensor_;
 };
+
+// The first rank that still trains (not joined); 0 when all joined.
+size_t first_training(const std::vector<RankReport>& reports);
 
 // Raises on every rank (all see the same reports) when the ranks did not run
 // the same iteration: different numbers of forward passes (a skipped

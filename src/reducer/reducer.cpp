@@ -94,19 +94,12 @@ class Reducer::Impl {
   // Algorithm 1, lines 8-11, after the wrapped forward ran.
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
     std::lock_guard<std::mutex> lock(mutex_);
-    ++forwards_;
+    if (synchronize || !uneven_inputs_) ++forwards_;
     if (!synchronize) {
       it_.phase = Phase::kAccumulating;
       return;
     }
-    stats_pending_ = IterationStats{};
-    if (gradient_order_.rebuild_due()) {
-      build_buckets(gradient_order_.take_rank0_order(*group_));
-      stats_pending_.buckets_rebuilt = true;
-    }
-    buckets_.begin_iteration(*group_);
-    gradient_order_.begin_iteration();
-    it_.begin_reducing(params_.size());
+    begin_synchronized_iteration();
     for (const auto& out : outputs) {
       detail::at_backward_start(out, [this, token = std::weak_ptr<int>(alive_)] {
         if (token.lock()) on_backward_start();
@@ -123,11 +116,62 @@ class Reducer::Impl {
     }
   }
 
+  // Join: this rank is out of inputs while others train. The collectives
+  // of one synchronized backward, contributing nothing: the rebuild's
+  // broadcast when due, every bucket as zeros (through the hook if there is
+  // one), the status marked joined. No gradient is written; what no_sync
+  // passes accumulated here is dropped from the used bitmap.
+  void shadow_iteration() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    begin_synchronized_iteration();
+    it_.phase = Phase::kShadowing;
+    BackToIdle back_to_idle{it_};
+    local_used_.zero_();
+    launch_the_rest_with_zeros_for_missing();  // every parameter
+    Clock::time_point comm_end = *it_.comm_start;
+    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
+    const detail::IterationStatus status = exchange_status({}, /*joined=*/true, comm_end);
+    check_reports(status.read(), {});
+    gradient_order_.end_iteration(params_.size());
+  }
+
+  void set_divisor(int64_t ranks) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ranks < 1 || ranks > group_->size()) {
+      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                            ": Reducer::set_divisor(" + std::to_string(ranks) +
+                            "): must be in [1, " + std::to_string(group_->size()) + "]");
+    }
+    if (hook_runner_ && ranks != group_->size()) {
+      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                            ": gradients cannot be divided by " + std::to_string(ranks) +
+                            " ranks with a communication hook: the hook averages over the whole "
+                            "group (use Join's divide_by_initial_world_size(true))");
+    }
+    divisor_.fill_(static_cast<double>(ranks));
+  }
+
+  void set_uneven_inputs(bool uneven) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uneven_inputs_ = uneven;
+  }
+
+  bool has_comm_hook() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return hook_runner_ != nullptr;
+  }
+
   void set_comm_hook(CommHook hook) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
     if (!hook) throw InvalidArgument(where + "the hook is empty");
     if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
+    if (divisor_.item<double>() != group_->size()) {
+      throw InvalidArgument(where + "gradients are divided by " +
+                            std::to_string(divisor_.item<double>()) +
+                            " ranks (Join's divide_by_initial_world_size(false)); a hook "
+                            "averages over the whole group");
+    }
     if (iterations_ > 0 || it_.phase != Phase::kIdle) {
       throw InvalidArgument(where + "training has started; register the hook before the first "
                                     "forward/backward");
@@ -155,6 +199,24 @@ class Reducer::Impl {
   const ProcessGroupPtr& group() const { return group_; }
 
  private:
+  struct BackToIdle {
+    detail::Iteration& it;
+    ~BackToIdle() { it.phase = Phase::kIdle; }
+  };
+
+  // Every synchronized iteration, real or shadowed (Join), begins alike, so
+  // that a rank that joins keeps the others' collectives.
+  void begin_synchronized_iteration() {
+    stats_pending_ = IterationStats{};
+    if (gradient_order_.rebuild_due()) {
+      build_buckets(gradient_order_.take_rank0_order(*group_));
+      stats_pending_.buckets_rebuilt = true;
+    }
+    buckets_.begin_iteration(*group_);
+    gradient_order_.begin_iteration();
+    it_.begin_reducing(params_.size());
+  }
+
   // Line 4: `sequence` (parameter indices) cut into buckets, first one small.
   void build_buckets(const std::vector<size_t>& sequence) {
     buckets_ = detail::BucketSet(params_,
@@ -238,16 +300,17 @@ class Reducer::Impl {
   }
 
   // The one place that decides who averages. Without a hook the bucket
-  // holds gradient / world size, so the allreduce's sum is the average; a
-  // hook gets the plain gradients and averages itself (comm_hook.h).
+  // holds gradient / divisor (the world size, or under Join the ranks still
+  // training: set_divisor), so the allreduce's sum is the average; a hook
+  // gets the plain gradients and averages itself (comm_hook.h).
   void contribute(at::Tensor& view, const at::Tensor& grad) {
     const bool in_place = grad.data_ptr() == view.data_ptr();  // gradient_as_bucket_view
     if (hook_runner_) {
       if (!in_place) view.copy_(grad);
     } else if (in_place) {
-      view.div_(world_size_);
+      view.div_(divisor_);
     } else {
-      at::div_out(view, grad, world_size_);  // copy and average in one pass
+      at::div_out(view, grad, divisor_);  // copy and average in one pass
     }
   }
 
@@ -282,10 +345,7 @@ class Reducer::Impl {
   void finalize_backward() {
     std::lock_guard<std::mutex> lock(mutex_);
     it_.phase = Phase::kFinalizing;
-    struct BackToIdle {
-      detail::Iteration& it;
-      ~BackToIdle() { it.phase = Phase::kIdle; }
-    } back_to_idle{it_};
+    BackToIdle back_to_idle{it_};
     const Clock::time_point compute_end = it_.last_hook;
     if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
     const std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
@@ -294,7 +354,7 @@ class Reducer::Impl {
     // finish before this thread issues its own, so the order is the same on
     // every rank. Without hooks the buckets' allreduces are already queued.
     if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-    const detail::IterationStatus status = exchange_status(missing, comm_end);
+    const detail::IterationStatus status = exchange_status(missing, /*joined=*/false, comm_end);
     check_reports(status.read(), missing);
     write_back_averages(status);
     if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
@@ -329,7 +389,7 @@ class Reducer::Impl {
   // One small allreduce: the used-parameter bitmap, then per rank what it
   // did this iteration (iteration_status.h). Returns when it and every
   // bucket are reduced; `comm_end` becomes the last bucket's completion.
-  detail::IterationStatus exchange_status(const std::vector<size_t>& missing,
+  detail::IterationStatus exchange_status(const std::vector<size_t>& missing, bool joined,
                                           Clock::time_point& comm_end) {
     const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
     detail::IterationStatus status(n, group_->rank(), group_->size());
@@ -339,6 +399,7 @@ class Reducer::Impl {
     mine.forwards = static_cast<int32_t>(forwards_);
     mine.stray_after = static_cast<int32_t>(stray_after_);
     mine.tally = group_->take_tally();
+    mine.joined = joined;
     status.write(mine);
     auto status_work = group_->allreduce(status.tensor());
     if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
@@ -355,7 +416,9 @@ class Reducer::Impl {
   void check_reports(const std::vector<detail::RankReport>& reports,
                      const std::vector<size_t>& missing) {
     stray_after_ = -1;
-    forwards_ = reports[0].forwards;  // all equal, unless this raises
+    // All equal among the ranks that train, unless this raises; a rank that
+    // joined catches up, so it is in step when it trains again.
+    forwards_ = reports[detail::first_training(reports)].forwards;
     detail::check_same_iteration(reports, group_->rank());
     detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
   }
@@ -402,7 +465,6 @@ class Reducer::Impl {
   const ReducerOptions options_;
   const detail::DebugLevel debug_;
   const std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // token for graph hooks
-  const at::Tensor world_size_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
 
   // Hooks run on the autograd thread, the rest on the training thread: one
   // mutex for the state below.
@@ -413,8 +475,12 @@ class Reducer::Impl {
   detail::GradientOrder gradient_order_;  // guarded by mutex_
   detail::StaticGraph static_graph_;      // guarded by mutex_
   int64_t iterations_ = 0;                // guarded by mutex_; synchronized ones completed
-  int64_t forwards_ = 0;      // guarded by mutex_; prepare_for_backward calls, no_sync included
+  // guarded by mutex_; prepare_for_backward calls, no_sync ones unless uneven_inputs_
+  int64_t forwards_ = 0;
+  bool uneven_inputs_ = false;  // guarded by mutex_
   int64_t stray_after_ = -1;  // guarded by mutex_; >= 0: a stray backward ran after forward #this
+  // guarded by mutex_; what gradients are divided by: the world size, unless set_divisor
+  at::Tensor divisor_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
   IterationStats stats_pending_, stats_;             // guarded by mutex_
   std::unique_ptr<detail::HookRunner> hook_runner_;  // guarded by mutex_; set once, before training
   // Last member: hooks go first at destruction, before the state they use.
@@ -432,6 +498,10 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
+bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }
+void Reducer::shadow_iteration() { impl_->shadow_iteration(); }
+void Reducer::set_divisor(int64_t ranks) { impl_->set_divisor(ranks); }
+void Reducer::set_uneven_inputs(bool uneven) { impl_->set_uneven_inputs(uneven); }
 IterationStats Reducer::stats() const { return impl_->stats(); }
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const { return impl_->bucket_indices(); }
 const ProcessGroupPtr& Reducer::process_group() const { return impl_->group(); }

@@ -1,0 +1,214 @@
+// Join (issue 12): ranks with different numbers of batches train to the
+// parameters of one process that sees the same samples with the matching
+// divisor; threads as ranks.
+#include "spawn.h"
+
+#include <ddp/ddp.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddp::testing {
+namespace {
+
+// Two layers and a side branch that some batches skip (find_unused_parameters).
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    a = register_module("a", torch::nn::Linear(4, 3));
+    b = register_module("b", torch::nn::Linear(3, 1));
+    side = register_module("side", torch::nn::Linear(4, 1));
+    to(torch::kDouble);
+  }
+  torch::Tensor forward(torch::Tensor x, int64_t use_side) {
+    torch::Tensor y = b(torch::tanh(a(x)));
+    return use_side ? y + side(x) : y;
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, side{nullptr};
+};
+TORCH_MODULE(Net);
+
+struct Sample {
+  torch::Tensor x, y;
+  int64_t use_side;
+};
+
+// Rank r's micro-batch k: the same on every run.
+Sample sample(int r, int k, bool vary_graph) {
+  auto t = torch::arange(8, torch::kDouble).reshape({2, 4});
+  return {torch::sin(t * (r + 1) + k), torch::cos(t.sum(1, true) + r * 3 + k),
+          vary_graph ? (r + k) % 2 : 1};
+}
+
+torch::Tensor loss_of(Net& net, const Sample& s) {
+  return torch::mse_loss(net->forward(s.x, s.use_side), s.y);
+}
+
+struct Case {
+  std::vector<int> batches;        // micro-batches per rank
+  bool divide_by_initial = true;
+  bool find_unused = false;
+  int accumulate = 1;              // micro-batches per synchronized step (no_sync between)
+  bool hook = false;
+};
+
+// Which micro-batches each rank's synchronized steps cover: groups of
+// `accumulate`, the last group possibly shorter.
+std::vector<std::vector<int>> steps_of(int batches, int accumulate) {
+  std::vector<std::vector<int>> steps;
+  for (int k = 0; k < batches; ++k) {
+    if (k % accumulate == 0) steps.emplace_back();
+    steps.back().push_back(k);
+  }
+  return steps;
+}
+
+// One process, every rank's samples: step s sums the losses of the ranks
+// that have a step s and divides by the world size or by their number.
+std::vector<torch::Tensor> reference(const Case& c, const std::vector<torch::Tensor>& initial) {
+  Net net;
+  auto params = net->parameters();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(initial[i]);
+  }
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+  const int world = static_cast<int>(c.batches.size());
+  const int most = *std::max_element(c.batches.begin(), c.batches.end());
+  for (int s = 0;; ++s) {
+    std::vector<int> contributing;
+    for (int r = 0; r < world; ++r) {
+      if (static_cast<int>(steps_of(c.batches[r], c.accumulate).size()) > s) contributing.push_back(r);
+    }
+    if (contributing.empty() || s > most) break;
+    opt.zero_grad();
+    torch::Tensor total = torch::zeros({}, torch::kDouble);
+    for (int r : contributing) {
+      const auto steps = steps_of(c.batches[r], c.accumulate);
+      for (int k : steps[s]) total = total + loss_of(net, sample(r, k, c.find_unused));
+    }
+    const double divisor = c.divide_by_initial ? world : static_cast<double>(contributing.size());
+    (total / divisor).backward();
+    opt.step();
+  }
+  std::vector<torch::Tensor> out;
+  for (auto& p : params) out.push_back(p.detach().clone());
+  return out;
+}
+
+void run(const Case& c) {
+  const int world = static_cast<int>(c.batches.size());
+  spawn(world, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, world);
+    DistributedDataParallel model(
+        Net(), DistributedDataParallelOptions().process_group(pg).find_unused_parameters(c.find_unused));
+    if (c.hook) model->register_comm_hook(pg, allreduce_hook);
+    std::vector<torch::Tensor> initial;
+    for (auto& p : model->parameters()) initial.push_back(p.detach().clone());
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto net = model->module_as<NetImpl>();
+    {
+      Join join({*model}, JoinOptions().divide_by_initial_world_size(c.divide_by_initial));
+      for (const auto& step : steps_of(c.batches[rank], c.accumulate)) {
+        opt.zero_grad();
+        for (int k : step) {
+          const bool last = k == step.back();
+          Sample s = sample(rank, k, c.find_unused);
+          auto micro = [&] {
+            torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
+          };
+          if (last) {
+            micro();
+          } else {
+            model->no_sync(micro);
+          }
+        }
+        opt.step();
+      }
+    }
+    auto expected = reference(c, initial);
+    auto params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[i], expected[i], 1e-12, 1e-12))
+          << "rank " << rank << " parameter " << i << ":\n" << params[i] << "\nexpected\n" << expected[i];
+    }
+  });
+}
+
+TEST(Join, UnevenInputsTrainLikeOneProcessDividedByTheInitialWorldSize) {
+  run({{3, 5, 7}});
+}
+
+TEST(Join, UnevenInputsDividedByTheRanksThatContributed) {
+  run({{3, 5, 7}, /*divide_by_initial=*/false});
+}
+
+TEST(Join, WithFindUnusedParameters) {
+  run({{3, 5, 7}, true, /*find_unused=*/true});
+  run({{3, 5, 7}, false, /*find_unused=*/true});
+}
+
+TEST(Join, WithNoSync) {
+  run({{3, 5, 7}, true, false, /*accumulate=*/2});
+  run({{3, 5, 7}, false, true, /*accumulate=*/2});
+}
+
+TEST(Join, WithACommHook) {
+  run({{3, 5, 7}, true, false, 1, /*hook=*/true});
+}
+
+// A rank with no batch at all shadows from the first iteration, through
+// the bucket rebuild after it.
+TEST(Join, ARankWithoutAnyBatchShadowsFromTheStart) {
+  run({{0, 2, 4}});
+  run({{2, 0}, false});
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(Join, ThrowOnEarlyTerminationRaisesOnEveryRankInTheSameIteration) {
+  spawn(3, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 3);
+    DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
+    const int batches = rank == 0 ? 1 : 3;
+    int done = 0;
+    std::string m = message_of([&] {
+      Join join({*model}, JoinOptions().throw_on_early_termination(true));
+      for (; done < batches; ++done) {
+        Sample s = sample(rank, done, false);
+        torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
+      }
+    });
+    EXPECT_NE(m.find("rank 0 ran out of inputs while ranks 1, 2 still had some"), std::string::npos)
+        << m;
+    EXPECT_EQ(done, 1) << "rank " << rank << ": raised in the iteration after rank 0 ran out";
+    // Every rank is in step afterwards: the next iteration runs.
+    Sample s = sample(rank, 9, false);
+    torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
+  });
+}
+
+TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 2);
+    DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
+    model->register_comm_hook(pg, allreduce_hook);
+    std::string m = message_of([&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
+    EXPECT_NE(m.find("with a communication hook"), std::string::npos) << m;
+  });
+}
+
+}  // namespace
+}  // namespace ddp::testing
