@@ -43,7 +43,7 @@ void move_fd(int fd, int target) {
   }
 }
 
-[[noreturn]] void run_child(const child_spec& spec, pid_t parent, const sigset_t& old_mask,
+[[noreturn]] void run_child(const ChildSpec& spec, pid_t parent, const sigset_t& old_mask,
                             char** argv, char** envp, int out_w, int err_w, int dev_null,
                             int report_w) {
   setpgid(0, 0);
@@ -92,8 +92,8 @@ int exec_failure_status(int exec_errno) {
   return (exec_errno == ENOENT || exec_errno == ENOTDIR) ? 127 : 126;
 }
 
-spawned_child spawn_child(const child_spec& spec) {
-  spawned_child result;
+SpawnedChild spawn_child(const ChildSpec& spec) {
+  SpawnedChild result;
   int out_pipe[2] = {-1, -1};
   int err_pipe[2] = {-1, -1};
   int report[2] = {-1, -1};

@@ -34,25 +34,25 @@ extern char** environ;
 namespace ddprun {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using Clock = std::chrono::steady_clock;
 
 constexpr int k_tick_ms = 200;
 constexpr auto k_pipe_drain_time = std::chrono::milliseconds(1000);
 constexpr std::size_t k_read_chunk = 64 * 1024;
 
 // One output pipe of a rank, read by ddprun and written out prefixed.
-struct output_stream {
+struct OutputStream {
   int fd = -1;
-  std::unique_ptr<line_prefixer> prefixer;
+  std::unique_ptr<LinePrefixer> prefixer;
 };
 
-struct rank_process {
+struct RankProcess {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
   bool exec_failed = false;
-  output_stream out;
-  output_stream err;
+  OutputStream out;
+  OutputStream err;
 };
 
 void say(const std::string& message) {
@@ -72,12 +72,12 @@ std::string format_seconds(double s) {
   return buffer;
 }
 
-class supervisor {
+class Supervisor {
  public:
-  supervisor(const options& opts, int master_port, int restart_count)
+  Supervisor(const Options& opts, int master_port, int restart_count)
       : opts_(opts), master_port_(master_port), restart_count_(restart_count) {}
 
-  launch_result run() {
+  LaunchResult run() {
     start_ranks();
     for (;;) {
       handle_signals();
@@ -85,18 +85,18 @@ class supervisor {
       enforce_grace_deadline();
       if (running_count() == 0) {
         if (open_stream_count() == 0) break;
-        if (!drain_deadline_) drain_deadline_ = clock_type::now() + k_pipe_drain_time;
-        if (clock_type::now() >= *drain_deadline_) break;
+        if (!drain_deadline_) drain_deadline_ = Clock::now() + k_pipe_drain_time;
+        if (Clock::now() >= *drain_deadline_) break;
       }
       poll_once();
     }
-    for (rank_process& r : ranks_) {
+    for (RankProcess& r : ranks_) {
       drain(r.out);
       drain(r.err);
       close_stream(r.out);
       close_stream(r.err);
     }
-    launch_result result;
+    LaunchResult result;
     result.status = decided_status_.value_or(0);
     result.interrupted = interrupted_;
     result.exec_failed = exec_failed_;
@@ -109,7 +109,7 @@ class supervisor {
     const int n = opts_.nproc_per_node;
     const bool stdin_is_tty = isatty(STDIN_FILENO) != 0;
     for (int local = 0; local < n && !stopping_; ++local) {
-      rank_identity id;
+      RankIdentity id;
       id.rank = opts_.node_rank * n + local;
       id.world_size = opts_.nnodes * n;
       id.local_rank = local;
@@ -120,14 +120,14 @@ class supervisor {
       id.master_port = master_port_;
       id.restart_count = restart_count_;
 
-      child_spec spec;
+      ChildSpec spec;
       spec.command = opts_.command;
       spec.environment = rank_environment(environ, id);
       spec.capture_output = opts_.prefix_output;
       // Ranks run in their own process groups: reading a terminal there
       // would stop them (SIGTTIN), so they get /dev/null instead.
       spec.stdin_from_dev_null = stdin_is_tty;
-      spawned_child child = spawn_child(spec);
+      SpawnedChild child = spawn_child(spec);
       if (child.pid < 0) {
         failure_ = "cannot start rank " + std::to_string(id.rank) + ": " + child.error;
         say(failure_);
@@ -136,15 +136,15 @@ class supervisor {
         stop_all(SIGTERM);
         break;
       }
-      rank_process r;
+      RankProcess r;
       r.rank = id.rank;
       r.pid = child.pid;
       r.running = true;
       const std::string prefix = "[rank " + std::to_string(id.rank) + "] ";
       r.out.fd = child.stdout_fd;
       r.err.fd = child.stderr_fd;
-      if (r.out.fd >= 0) r.out.prefixer = std::make_unique<line_prefixer>(prefix, STDOUT_FILENO);
-      if (r.err.fd >= 0) r.err.prefixer = std::make_unique<line_prefixer>(prefix, STDERR_FILENO);
+      if (r.out.fd >= 0) r.out.prefixer = std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO);
+      if (r.err.fd >= 0) r.err.prefixer = std::make_unique<LinePrefixer>(prefix, STDERR_FILENO);
       ranks_.push_back(std::move(r));
       if (child.exec_errno != 0) {
         ranks_.back().exec_failed = true;
@@ -174,7 +174,7 @@ class supervisor {
   }
 
   void reap() {
-    for (rank_process& r : ranks_) {
+    for (RankProcess& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
       pid_t got;
@@ -210,19 +210,19 @@ class supervisor {
   // the grace period after which the remaining ones get SIGKILL.
   void stop_all(int sig) {
     stopping_ = true;
-    for (const rank_process& r : ranks_) {
+    for (const RankProcess& r : ranks_) {
       if (r.running) signal_rank(r, sig);
     }
     if (!kill_deadline_) {
-      kill_deadline_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+      kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                std::chrono::duration<double>(opts_.grace_period_s));
     }
   }
 
   void enforce_grace_deadline() {
-    if (!kill_deadline_ || killed_ || clock_type::now() < *kill_deadline_) return;
+    if (!kill_deadline_ || killed_ || Clock::now() < *kill_deadline_) return;
     killed_ = true;
-    for (const rank_process& r : ranks_) {
+    for (const RankProcess& r : ranks_) {
       if (!r.running) continue;
       say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
           ") still running " + format_seconds(opts_.grace_period_s) +
@@ -231,7 +231,7 @@ class supervisor {
     }
   }
 
-  static void signal_rank(const rank_process& r, int sig) {
+  static void signal_rank(const RankProcess& r, int sig) {
     if (kill(-r.pid, sig) != 0) kill(r.pid, sig);  // no group (setpgid failed): the rank alone
   }
 
@@ -241,10 +241,10 @@ class supervisor {
 
   void poll_once() {
     std::vector<pollfd> fds;
-    std::vector<output_stream*> streams;
+    std::vector<OutputStream*> streams;
     fds.push_back({signal_pipe_fd(), POLLIN, 0});
-    for (rank_process& r : ranks_) {
-      for (output_stream* s : {&r.out, &r.err}) {
+    for (RankProcess& r : ranks_) {
+      for (OutputStream* s : {&r.out, &r.err}) {
         if (s->fd < 0) continue;
         fds.push_back({s->fd, POLLIN, 0});
         streams.push_back(s);
@@ -259,16 +259,16 @@ class supervisor {
 
   // Milliseconds until the next thing that is due, at most k_tick_ms.
   int timeout_ms() const {
-    auto next = clock_type::now() + std::chrono::milliseconds(k_tick_ms);
+    auto next = Clock::now() + std::chrono::milliseconds(k_tick_ms);
     if (kill_deadline_ && !killed_ && *kill_deadline_ < next) next = *kill_deadline_;
     if (drain_deadline_ && *drain_deadline_ < next) next = *drain_deadline_;
     const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_type::now()).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     return left < 0 ? 0 : static_cast<int>(left) + 1;
   }
 
   // One read; returns false once the stream is closed.
-  bool read_once(output_stream& s) {
+  bool read_once(OutputStream& s) {
     if (s.fd < 0) return false;
     char buffer[k_read_chunk];
     const ssize_t n = read(s.fd, buffer, sizeof(buffer));
@@ -282,12 +282,12 @@ class supervisor {
   }
 
   // Reads what is in the pipe right now (bounded), without waiting.
-  void drain(output_stream& s) {
+  void drain(OutputStream& s) {
     for (int i = 0; i < 64 && read_once(s); ++i) {
     }
   }
 
-  static void close_stream(output_stream& s) {
+  static void close_stream(OutputStream& s) {
     if (s.fd < 0) return;
     s.prefixer->finish();
     close(s.fd);
@@ -296,35 +296,35 @@ class supervisor {
 
   int running_count() const {
     int count = 0;
-    for (const rank_process& r : ranks_) count += r.running ? 1 : 0;
+    for (const RankProcess& r : ranks_) count += r.running ? 1 : 0;
     return count;
   }
 
   int open_stream_count() const {
     int count = 0;
-    for (const rank_process& r : ranks_) count += (r.out.fd >= 0) + (r.err.fd >= 0);
+    for (const RankProcess& r : ranks_) count += (r.out.fd >= 0) + (r.err.fd >= 0);
     return count;
   }
 
-  const options& opts_;
+  const Options& opts_;
   const int master_port_;
   const int restart_count_;
-  std::vector<rank_process> ranks_;
+  std::vector<RankProcess> ranks_;
   std::optional<int> decided_status_;
   bool interrupted_ = false, exec_failed_ = false;
   std::string failure_;  // the deciding failure, for a restart's report
   bool stopping_ = false;
   bool killed_ = false;
-  std::optional<clock_type::time_point> kill_deadline_;
-  std::optional<clock_type::time_point> drain_deadline_;
+  std::optional<Clock::time_point> kill_deadline_;
+  std::optional<Clock::time_point> drain_deadline_;
 };
 
 }  // namespace
 
 bool install_launcher_signals(std::string& error) { return install_signal_pipe(error); }
 
-launch_result run_launcher(const options& opts, int master_port, int restart_count) {
-  supervisor s(opts, master_port, restart_count);
+LaunchResult run_launcher(const Options& opts, int master_port, int restart_count) {
+  Supervisor s(opts, master_port, restart_count);
   return s.run();
 }
 

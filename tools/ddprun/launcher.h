@@ -5,7 +5,7 @@
 namespace ddprun {
 
 // How one start of the job ended.
-struct launch_result {
+struct LaunchResult {
   int status = 0;        // ddprun's exit status for it (see `ddprun --help`)
   bool interrupted = false;  // ddprun got SIGINT/SIGTERM: never restarted
   bool exec_failed = false;  // the program could not be started: never restarted
@@ -18,6 +18,6 @@ bool install_launcher_signals(std::string& error);
 // Starts opts.nproc_per_node ranks of opts.command with the rendezvous at
 // opts.master_addr:master_port (DDP_RESTART_COUNT = restart_count) and
 // supervises them until all have ended.
-launch_result run_launcher(const options& opts, int master_port, int restart_count);
+LaunchResult run_launcher(const Options& opts, int master_port, int restart_count);
 
 }  // namespace ddprun

@@ -45,10 +45,10 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-line_prefixer::line_prefixer(std::string prefix, int out_fd)
+LinePrefixer::LinePrefixer(std::string prefix, int out_fd)
     : prefix_(std::move(prefix)), out_fd_(out_fd) {}
 
-void line_prefixer::feed(const char* data, std::size_t size) {
+void LinePrefixer::feed(const char* data, std::size_t size) {
   pending_.append(data, size);
   const std::size_t last_newline = pending_.rfind('\n');
   std::string out;
@@ -75,7 +75,7 @@ void line_prefixer::feed(const char* data, std::size_t size) {
   if (!out.empty()) write_all(out_fd_, out.data(), out.size());
 }
 
-void line_prefixer::finish() {
+void LinePrefixer::finish() {
   if (pending_.empty()) return;
   std::string out = prefix_ + pending_ + '\n';
   pending_.clear();

@@ -8,9 +8,9 @@ namespace ddprun {
 // Turns one rank's raw output stream into whole, prefixed lines written to
 // `out_fd`. Each write() carries only whole lines, so lines of different
 // ranks (all written by ddprun's single thread) never mix mid-line.
-class line_prefixer {
+class LinePrefixer {
  public:
-  line_prefixer(std::string prefix, int out_fd);
+  LinePrefixer(std::string prefix, int out_fd);
 
   // Buffers `data`; writes every line completed by it, each with the prefix.
   void feed(const char* data, std::size_t size);

@@ -15,18 +15,18 @@
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  const ddprun::parse_result parsed = ddprun::parse_options(args);
+  const ddprun::ParseResult parsed = ddprun::parse_options(args);
   switch (parsed.outcome) {
-    case ddprun::parse_outcome::help:
+    case ddprun::ParseOutcome::HELP:
       std::fputs(ddprun::usage_text().c_str(), stdout);
       return 0;
-    case ddprun::parse_outcome::error:
+    case ddprun::ParseOutcome::ERROR:
       std::fprintf(stderr, "ddprun: %s; see ddprun --help\n", parsed.error.c_str());
       return 2;
-    case ddprun::parse_outcome::run:
+    case ddprun::ParseOutcome::RUN:
       break;
   }
-  const ddprun::options& opts = parsed.opts;
+  const ddprun::Options& opts = parsed.opts;
 
   std::string error;
   if (!ddprun::install_launcher_signals(error)) {
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       master_port = *port;
     }
     std::fflush(stdout);  // ddprun writes its own output with write(2) from here on
-    const ddprun::launch_result r = ddprun::run_launcher(opts, master_port, attempt);
+    const ddprun::LaunchResult r = ddprun::run_launcher(opts, master_port, attempt);
     if (r.status == 0 || r.interrupted || r.exec_failed) return r.status;
     if (attempt == opts.max_restarts) {
       if (opts.max_restarts > 0) {

@@ -79,7 +79,7 @@ bool is_switch(const std::string& flag) {
 }
 
 // Applies one valued flag; returns an error message or "".
-std::string apply_value(const std::string& flag, const std::string& value, options& opts,
+std::string apply_value(const std::string& flag, const std::string& value, Options& opts,
                         bool& addr_given) {
   if (flag == "--nproc-per-node") {
     const auto n = parse_integer(value, 1, 1 << 20);
@@ -114,7 +114,7 @@ std::string apply_value(const std::string& flag, const std::string& value, optio
 }
 
 // Checks that need every flag: required flags and cross-flag rules.
-std::string validate(const options& opts, bool addr_given) {
+std::string validate(const Options& opts, bool addr_given) {
   if (opts.nproc_per_node == 0) {
     return std::string("--nproc-per-node is required; expected ") + k_expect_nproc;
   }
@@ -136,9 +136,9 @@ std::string validate(const options& opts, bool addr_given) {
 
 }  // namespace
 
-parse_result parse_options(const std::vector<std::string>& args) {
-  parse_result result;
-  options& opts = result.opts;
+ParseResult parse_options(const std::vector<std::string>& args) {
+  ParseResult result;
+  Options& opts = result.opts;
   bool addr_given = false;
   std::size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -161,7 +161,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
       if (flag == "--no-prefix") {
         opts.prefix_output = false;
       } else {
-        result.outcome = parse_outcome::help;
+        result.outcome = ParseOutcome::HELP;
         return result;
       }
       continue;
@@ -189,7 +189,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
   result.error = validate(opts, addr_given);
-  if (result.error.empty()) result.outcome = parse_outcome::run;
+  if (result.error.empty()) result.outcome = ParseOutcome::RUN;
   return result;
 }
 

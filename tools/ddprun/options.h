@@ -7,7 +7,7 @@
 namespace ddprun {
 
 // Everything ddprun was asked to do, as parsed from its command line.
-struct options {
+struct Options {
   int nproc_per_node = 0;
   int nnodes = 1;
   int node_rank = 0;
@@ -19,16 +19,16 @@ struct options {
   std::vector<std::string> command;  // the program, then its arguments
 };
 
-enum class parse_outcome { run, help, error };
+enum class ParseOutcome { RUN, HELP, ERROR };
 
-struct parse_result {
-  parse_outcome outcome = parse_outcome::error;
-  options opts;
+struct ParseResult {
+  ParseOutcome outcome = ParseOutcome::ERROR;
+  Options opts;
   std::string error;  // one line, without the "ddprun: " prefix
 };
 
 // Parses ddprun's arguments (argv without argv[0]). Never exits or prints.
-parse_result parse_options(const std::vector<std::string>& args);
+ParseResult parse_options(const std::vector<std::string>& args);
 
 // The text printed by `ddprun --help`.
 std::string usage_text();

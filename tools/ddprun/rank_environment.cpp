@@ -30,7 +30,7 @@ bool is_set_by_ddprun(const char* entry) {
 
 }  // namespace
 
-std::vector<std::string> rank_environment(const char* const* base, const rank_identity& id) {
+std::vector<std::string> rank_environment(const char* const* base, const RankIdentity& id) {
   std::vector<std::string> env;
   for (const char* const* entry = base; entry != nullptr && *entry != nullptr; ++entry) {
     if (!is_set_by_ddprun(*entry)) env.emplace_back(*entry);

@@ -6,7 +6,7 @@
 namespace ddprun {
 
 // Where one rank sits in the job.
-struct rank_identity {
+struct RankIdentity {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -21,6 +21,6 @@ struct rank_identity {
 // The rank's complete environment as "NAME=value" strings: `base` (normally
 // ddprun's own environ, may be null) without any stale copy of the variables
 // ddprun sets, followed by those variables for `id`.
-std::vector<std::string> rank_environment(const char* const* base, const rank_identity& id);
+std::vector<std::string> rank_environment(const char* const* base, const RankIdentity& id);
 
 }  // namespace ddprun
