@@ -27,7 +27,7 @@ extern char** environ;
 namespace ddprun {
 namespace {
 
-constexpr int k_exec_report_timeout_ms = 10 * 1000;
+constexpr int kExecReportTimeoutMs = 10 * 1000;
 
 void close_fd(int& fd) {
   if (fd >= 0) close(fd);
@@ -69,7 +69,7 @@ void move_fd(int fd, int target) {
 // Reads the exec report: 0 when exec succeeded (EOF), else the errno.
 int read_exec_report(int report_r) {
   int waited_ms = 0;
-  while (waited_ms < k_exec_report_timeout_ms) {
+  while (waited_ms < kExecReportTimeoutMs) {
     pollfd pfd{report_r, POLLIN, 0};
     const int ready = poll(&pfd, 1, 100);
     if (ready == 0 || (ready < 0 && errno == EINTR)) {

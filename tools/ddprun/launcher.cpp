@@ -1,7 +1,7 @@
 // Supervision of the ranks: the heart of ddprun.
 //
 // One single-threaded poll loop watches the signal self-pipe and every
-// rank's stdout/stderr pipe, with a timeout of at most k_tick_ms, and on each
+// rank's stdout/stderr pipe, with a timeout of at most kTickMs, and on each
 // wake-up: handles received signals (SIGINT/SIGTERM are forwarded to every
 // running rank's process group), reaps exited ranks (the first rank that
 // fails, or ddprun's first signal, decides the exit status; a failure stops
@@ -36,9 +36,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int k_tick_ms = 200;
-constexpr auto k_pipe_drain_time = std::chrono::milliseconds(1000);
-constexpr std::size_t k_read_chunk = 64 * 1024;
+constexpr int kTickMs = 200;
+constexpr auto kPipeDrainTime = std::chrono::milliseconds(1000);
+constexpr std::size_t kReadChunk = 64 * 1024;
 
 // One output pipe of a rank, read by ddprun and written out prefixed.
 struct OutputStream {
@@ -85,7 +85,7 @@ class Supervisor {
       enforce_grace_deadline();
       if (running_count() == 0) {
         if (open_stream_count() == 0) break;
-        if (!drain_deadline_) drain_deadline_ = Clock::now() + k_pipe_drain_time;
+        if (!drain_deadline_) drain_deadline_ = Clock::now() + kPipeDrainTime;
         if (Clock::now() >= *drain_deadline_) break;
       }
       poll_once();
@@ -190,7 +190,8 @@ class Supervisor {
       drain(r.out);
       drain(r.err);
       const int others = running_count();
-      std::string message = "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ")";
+      std::string message =
+          "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ")";
       if (WIFSIGNALED(status)) {
         const int sig = WTERMSIG(status);
         message += " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
@@ -215,7 +216,7 @@ class Supervisor {
     }
     if (!kill_deadline_) {
       kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(opts_.grace_period_s));
+                                          std::chrono::duration<double>(opts_.grace_period_s));
     }
   }
 
@@ -257,9 +258,9 @@ class Supervisor {
     }
   }
 
-  // Milliseconds until the next thing that is due, at most k_tick_ms.
+  // Milliseconds until the next thing that is due, at most kTickMs.
   int timeout_ms() const {
-    auto next = Clock::now() + std::chrono::milliseconds(k_tick_ms);
+    auto next = Clock::now() + std::chrono::milliseconds(kTickMs);
     if (kill_deadline_ && !killed_ && *kill_deadline_ < next) next = *kill_deadline_;
     if (drain_deadline_ && *drain_deadline_ < next) next = *drain_deadline_;
     const auto left =
@@ -270,7 +271,7 @@ class Supervisor {
   // One read; returns false once the stream is closed.
   bool read_once(OutputStream& s) {
     if (s.fd < 0) return false;
-    char buffer[k_read_chunk];
+    char buffer[kReadChunk];
     const ssize_t n = read(s.fd, buffer, sizeof(buffer));
     if (n > 0) {
       s.prefixer->feed(buffer, static_cast<std::size_t>(n));

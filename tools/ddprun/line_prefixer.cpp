@@ -3,7 +3,7 @@
 // The supervision loop feeds whatever it read from a rank's stdout or stderr
 // pipe; complete lines are prefixed and written out in one write_all() call,
 // the incomplete tail is kept until more data or EOF arrives (at EOF it is
-// written with a newline added). A line longer than k_max_pending bytes is
+// written with a newline added). A line longer than kMaxPending bytes is
 // cut into several prefixed lines so memory stays bounded.
 #include "line_prefixer.h"
 
@@ -16,8 +16,8 @@
 namespace ddprun {
 namespace {
 
-constexpr std::size_t k_max_pending = 64 * 1024;
-constexpr int k_output_stall_limit_ms = 30 * 1000;
+constexpr std::size_t kMaxPending = 64 * 1024;
+constexpr int kOutputStallLimitMs = 30 * 1000;
 
 }  // namespace
 
@@ -34,7 +34,7 @@ bool write_all(int fd, const char* data, std::size_t size) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       // Someone made our stdout non-blocking: wait for room, but not forever.
-      if (stalled_ms >= k_output_stall_limit_ms) return false;
+      if (stalled_ms >= kOutputStallLimitMs) return false;
       pollfd pfd{fd, POLLOUT, 0};
       poll(&pfd, 1, 100);
       stalled_ms += 100;
@@ -65,11 +65,11 @@ void LinePrefixer::feed(const char* data, std::size_t size) {
     consumed = last_newline + 1;
   }
   // An over-long line without newline: emit what we have as its own line.
-  while (pending_.size() - consumed > k_max_pending) {
+  while (pending_.size() - consumed > kMaxPending) {
     out += prefix_;
-    out.append(pending_, consumed, k_max_pending);
+    out.append(pending_, consumed, kMaxPending);
     out += '\n';
-    consumed += k_max_pending;
+    consumed += kMaxPending;
   }
   pending_.erase(0, consumed);
   if (!out.empty()) write_all(out_fd_, out.data(), out.size());

@@ -15,13 +15,13 @@
 namespace ddprun {
 namespace {
 
-constexpr const char* k_expect_nproc = "--nproc-per-node N with N an integer >= 1";
-constexpr const char* k_expect_nnodes = "--nnodes M with M an integer >= 1";
-constexpr const char* k_expect_node_rank = "--node-rank K with K an integer in [0, nnodes)";
-constexpr const char* k_expect_addr = "--master-addr HOST with HOST a host name or IP address";
-constexpr const char* k_expect_port = "--master-port P with P an integer in [1, 65535]";
-constexpr const char* k_expect_grace = "--grace-period-s S with S a number of seconds >= 0";
-constexpr const char* k_expect_restarts = "--max-restarts K with K an integer in [0, 1000]";
+constexpr const char* kExpectNproc = "--nproc-per-node N with N an integer >= 1";
+constexpr const char* kExpectNnodes = "--nnodes M with M an integer >= 1";
+constexpr const char* kExpectNodeRank = "--node-rank K with K an integer in [0, nnodes)";
+constexpr const char* kExpectAddr = "--master-addr HOST with HOST a host name or IP address";
+constexpr const char* kExpectPort = "--master-port P with P an integer in [1, 65535]";
+constexpr const char* kExpectGrace = "--grace-period-s S with S a number of seconds >= 0";
+constexpr const char* kExpectRestarts = "--max-restarts K with K an integer in [0, 1000]";
 
 // Strict decimal integer: optional '-', digits only, within [lo, hi].
 std::optional<long> parse_integer(const std::string& text, long lo, long hi) {
@@ -64,13 +64,13 @@ std::string canonical_flag_name(const std::string& name) {
 
 // The expected form of a valued flag, or nullptr when flag takes no value.
 const char* expected_form(const std::string& flag) {
-  if (flag == "--nproc-per-node") return k_expect_nproc;
-  if (flag == "--nnodes") return k_expect_nnodes;
-  if (flag == "--node-rank") return k_expect_node_rank;
-  if (flag == "--master-addr") return k_expect_addr;
-  if (flag == "--master-port") return k_expect_port;
-  if (flag == "--grace-period-s") return k_expect_grace;
-  if (flag == "--max-restarts") return k_expect_restarts;
+  if (flag == "--nproc-per-node") return kExpectNproc;
+  if (flag == "--nnodes") return kExpectNnodes;
+  if (flag == "--node-rank") return kExpectNodeRank;
+  if (flag == "--master-addr") return kExpectAddr;
+  if (flag == "--master-port") return kExpectPort;
+  if (flag == "--grace-period-s") return kExpectGrace;
+  if (flag == "--max-restarts") return kExpectRestarts;
   return nullptr;
 }
 
@@ -83,31 +83,31 @@ std::string apply_value(const std::string& flag, const std::string& value, Optio
                         bool& addr_given) {
   if (flag == "--nproc-per-node") {
     const auto n = parse_integer(value, 1, 1 << 20);
-    if (!n) return bad_value(flag, k_expect_nproc, value);
+    if (!n) return bad_value(flag, kExpectNproc, value);
     opts.nproc_per_node = static_cast<int>(*n);
   } else if (flag == "--nnodes") {
     const auto n = parse_integer(value, 1, 1 << 20);
-    if (!n) return bad_value(flag, k_expect_nnodes, value);
+    if (!n) return bad_value(flag, kExpectNnodes, value);
     opts.nnodes = static_cast<int>(*n);
   } else if (flag == "--node-rank") {
     const auto n = parse_integer(value, 0, 1 << 20);
-    if (!n) return bad_value(flag, k_expect_node_rank, value);
+    if (!n) return bad_value(flag, kExpectNodeRank, value);
     opts.node_rank = static_cast<int>(*n);
   } else if (flag == "--master-addr") {
-    if (value.empty()) return bad_value(flag, k_expect_addr, value);
+    if (value.empty()) return bad_value(flag, kExpectAddr, value);
     opts.master_addr = value;
     addr_given = true;
   } else if (flag == "--master-port") {
     const auto n = parse_integer(value, 1, 65535);
-    if (!n) return bad_value(flag, k_expect_port, value);
+    if (!n) return bad_value(flag, kExpectPort, value);
     opts.master_port = static_cast<int>(*n);
   } else if (flag == "--grace-period-s") {
     const auto s = parse_seconds(value);
-    if (!s) return bad_value(flag, k_expect_grace, value);
+    if (!s) return bad_value(flag, kExpectGrace, value);
     opts.grace_period_s = *s;
   } else if (flag == "--max-restarts") {
     const auto n = parse_integer(value, 0, 1000);
-    if (!n) return bad_value(flag, k_expect_restarts, value);
+    if (!n) return bad_value(flag, kExpectRestarts, value);
     opts.max_restarts = static_cast<int>(*n);
   }
   return "";
@@ -116,7 +116,7 @@ std::string apply_value(const std::string& flag, const std::string& value, Optio
 // Checks that need every flag: required flags and cross-flag rules.
 std::string validate(const Options& opts, bool addr_given) {
   if (opts.nproc_per_node == 0) {
-    return std::string("--nproc-per-node is required; expected ") + k_expect_nproc;
+    return std::string("--nproc-per-node is required; expected ") + kExpectNproc;
   }
   if (opts.node_rank >= opts.nnodes) {
     return "--node-rank: expected an integer in [0, " + std::to_string(opts.nnodes) +
@@ -170,8 +170,8 @@ ParseResult parse_options(const std::vector<std::string>& args) {
     if (expected == nullptr) {
       result.error = "unknown flag '" + arg.substr(0, eq) +
                      "'; expected --nproc-per-node, --nnodes, --node-rank, --master-addr, "
-                     "--master-port, --no-prefix, --grace-period-s, --max-restarts, --help, or -- before "
-                     "the program";
+                     "--master-port, --no-prefix, --grace-period-s, --max-restarts, --help, "
+                     "or -- before the program";
       return result;
     }
     std::string value;

@@ -14,14 +14,14 @@
 namespace ddprun {
 namespace {
 
-constexpr const char* k_names[] = {
+constexpr const char* kNames[] = {
     "MASTER_ADDR", "MASTER_PORT", "RANK",      "WORLD_SIZE",       "LOCAL_RANK",
     "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE",
     "DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
 };
 
 bool is_set_by_ddprun(const char* entry) {
-  for (const char* name : k_names) {
+  for (const char* name : kNames) {
     const std::size_t len = std::strlen(name);
     if (std::strncmp(entry, name, len) == 0 && entry[len] == '=') return true;
   }

@@ -20,7 +20,7 @@ namespace {
 int g_pipe_read = -1;
 int g_pipe_write = -1;
 
-constexpr int k_handled[] = {SIGINT, SIGTERM, SIGCHLD};
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGCHLD};
 
 extern "C" void on_signal(int sig) {
   const int saved_errno = errno;
@@ -46,7 +46,7 @@ bool install_signal_pipe(std::string& error) {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  for (const int sig : k_handled) {
+  for (const int sig : kHandled) {
     if (sigaction(sig, &action, nullptr) != 0) {
       error = std::string("sigaction: ") + std::strerror(errno);
       return false;
@@ -79,7 +79,7 @@ std::vector<int> drain_signal_pipe() {
 void block_handled_signals(sigset_t& old_mask) {
   sigset_t block;
   sigemptyset(&block);
-  for (const int sig : k_handled) sigaddset(&block, sig);
+  for (const int sig : kHandled) sigaddset(&block, sig);
   sigprocmask(SIG_BLOCK, &block, &old_mask);
 }
 
@@ -91,7 +91,7 @@ void reset_signals_in_child(const sigset_t& old_mask) {
   struct sigaction action {};
   action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
-  for (const int sig : k_handled) sigaction(sig, &action, nullptr);
+  for (const int sig : kHandled) sigaction(sig, &action, nullptr);
   sigaction(SIGPIPE, &action, nullptr);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 }
