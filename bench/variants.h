@@ -1,6 +1,10 @@
-// Six ways to train data-parallel, from the blog in
-// reference/six-ddp-variants-blog.txt, written plainly in C++ over
-// ddp::ProcessGroup (our Gloo group), for `ddp_bench variants`:
+// Six ways to train data-parallel, from dudeperf3ct's blog post on
+// implementing data parallelism in PyTorch
+// (https://dudeperf3ct.github.io/posts/implement_data_parallelism, code in
+// github.com/dudeperf3ct/llm-parallelism-pytorch: simple_ddp, simple_ddp_ga,
+// simple_ddp_hook, simple_ddp_async, bucket_ddp_async, pytorch_ddp), written
+// plainly in C++ over ddp::ProcessGroup (our Gloo group), for
+// `ddp_bench variants`:
 //
 //   simple     after backward, a blocking allreduce(SUM) per parameter
 //              gradient, then divide by the world size; every micro-batch

@@ -1,5 +1,6 @@
-// `ddp_bench variants`: the blog's table (reference/six-ddp-variants-blog.txt)
-// in C++: five hand-written data-parallel variants and ddp's
+// `ddp_bench variants`: the blog's table (dudeperf3ct's post on implementing
+// data parallelism in PyTorch, named in bench/variants.h) in C++: five
+// hand-written data-parallel variants and ddp's
 // DistributedDataParallel (bench/variants.h) train the same model on the
 // same data, and each micro-batch's timeline (bench/timeline.h) gives the
 // blog's columns: compute %, non-compute %, idle %, overlap %, communication
@@ -41,8 +42,9 @@ namespace ddp_bench {
 const char* const kVariantsUsage = R"(usage: ddp_bench variants [options]
 Run once per rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the
 environment), e.g. ddprun --nproc-per-node 2 ddp_bench variants --model resnet18.
-The blog's six data-parallel variants (reference/six-ddp-variants-blog.txt)
-on ddp's Gloo group, timed and traced per micro-batch:
+The six data-parallel variants of dudeperf3ct's blog post on implementing
+data parallelism in PyTorch, on ddp's Gloo group, timed and traced per
+micro-batch:
   simple     blocking allreduce per gradient after backward, every micro-batch
   simple_ga  the same every --accum micro-batches (gradient accumulation)
   hook_ga    + per-parameter gradient hooks doing the blocking allreduce
