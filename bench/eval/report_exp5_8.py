@@ -6,6 +6,7 @@ import statistics
 from collections import defaultdict
 
 import plots
+import plots_exp5_8
 import timeline as tlmod
 from harness import md_table, median as med, write_json
 from report_base import MAIN_IMPL, SIDE_NAME, SIDES, absent, change_pct, finish, fmt, fmt_ms, \
@@ -45,8 +46,8 @@ def exp5_nosync(ctx):
                             "as dots. Final loss = mean of the last %d raw losses." % (window, window))
     data = {"title": "5. no_sync: latency per micro-batch", "panels": panels_of(ctx, rows), "rows": rows,
             "loss_window": window, "curves": curves}
-    finish(ctx, sec, data, plots.nosync)
-    plots.loss({"title": "5. training loss per micro-batch, sync every K (smoothed: moving average of %d)"
+    finish(ctx, sec, data, plots_exp5_8.nosync)
+    plots_exp5_8.loss({"title": "5. training loss per micro-batch, sync every K (smoothed: moving average of %d)"
                 % window, "panels": sorted({(c["link"], c["model"]) for c in curves},
                                            key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
                 "curves": curves}, os.path.join(ctx.dir, "exp5-loss.png"))
@@ -280,7 +281,7 @@ def exp7_variants(ctx):
     data = {"title": "7. DDP variants: where the iteration goes", "panels": sorted(
         {(r["link"], r["model"]) for r in rows}, key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
         "rows": rows, "metric_disagreements": disagreements}
-    sec = finish(ctx, sec, data, plots.variants)
+    sec = finish(ctx, sec, data, plots_exp5_8.variants)
     return sec
 
 
@@ -348,7 +349,7 @@ def exp8_hooks(ctx):
     hooks = sorted({r["value"] for r in rows}, key=lambda h: HOOK_ORDER.index(h) if h in HOOK_ORDER else 99)
     data = {"title": "8. communication hooks: latency and bytes per iteration", "hooks": hooks,
             "panels": panels_of(ctx, rows), "rows": rows}
-    return finish(ctx, sec, data, plots.hooks)
+    return finish(ctx, sec, data, plots_exp5_8.hooks)
 
 
 def hooks_observations(ctx, rows):
