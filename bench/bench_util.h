@@ -1,8 +1,12 @@
 // Shared pieces of ddp_bench's subcommands: argument parsing, byte sizes,
-// timing statistics, a small JSON writer, markdown tables, and the
-// description of the machine a result came from. No libtorch here, so this
-// translation unit compiles fast.
+// timing statistics and markdown tables here; with them, for every
+// subcommand, the small JSON writer (json.h) and the description of the
+// machine a result came from (machine.h). No libtorch in any of them, so
+// these translation units compile fast.
 #pragma once
+
+#include "json.h"
+#include "machine.h"
 
 #include <chrono>
 #include <cstdint>
@@ -73,62 +77,10 @@ Stats summarize(std::vector<double> samples);
 double algbw_gbps(int64_t bytes, double micros);
 double allreduce_busbw_gbps(int64_t bytes, double micros, int world_size);
 
-// A JSON value: enough to write results (objects keep insertion order).
-class Json {
- public:
-  Json() : kind_(Kind::Null) {}
-  Json(bool b);
-  Json(int v) : Json(static_cast<int64_t>(v)) {}
-  Json(int64_t v);
-  Json(size_t v) : Json(static_cast<int64_t>(v)) {}
-  Json(double v);
-  Json(const char* s) : Json(std::string(s)) {}
-  Json(std::string s);
-  static Json object();
-  static Json array();
-
-  Json& set(const std::string& key, Json value);  // objects
-  Json& push(Json value);                          // arrays
-  std::string dump(int indent = 2) const;
-
- private:
-  enum class Kind { Null, Scalar, String, Object, Array };
-  void write(std::string& out, int indent, int depth) const;
-
-  Kind kind_;
-  std::string text_;  // Scalar: its JSON text; String: the raw string
-  std::vector<std::pair<std::string, Json>> members_;
-  std::vector<Json> items_;
-};
-
-// Writes `text` to `path` (throws with the path on failure).
-void write_file(const std::string& path, const std::string& text);
-
 // A GitHub-flavoured markdown table, columns padded to line up.
 // `right_aligned[i]` right-aligns column i (numbers).
 std::string markdown_table(const std::vector<std::string>& header,
                            const std::vector<std::vector<std::string>>& rows,
                            const std::vector<bool>& right_aligned);
-
-// What a result means nothing without: CPU model, cores, memory, kernel, OS,
-// libtorch version, compiler, time, and the link between ranks
-// ($DDP_BENCH_LINK, which bench/netem sets; else "loopback" when
-// MASTER_ADDR is local, else "network"). `torch_version` comes from the
-// caller so that this file does not include libtorch.
-Json describe_machine(const std::string& torch_version);
-// The one-line summary of describe_machine's result for table captions.
-std::string machine_summary(const std::string& torch_version);
-
-// Debian's libtorch does its matrix products in OpenBLAS (pthreads build),
-// which keeps its own thread pool, one thread per core, whatever
-// torch::set_num_threads says: a rank's sgemm then runs on 2 threads that
-// spin-yield between calls. Limits it too (returns the count set, or 0 when
-// this process has no OpenBLAS). OPENBLAS_NUM_THREADS in the environment has
-// the same effect. Call it next to torch::set_num_threads.
-int limit_openblas_threads(int threads);
-
-// $DDP_BENCH_LINK_RATE_BPS (bits/s of the shaped link, set by bench/netem), or
-// 0 when unknown.
-double link_rate_bits_per_s();
 
 }  // namespace ddp_bench

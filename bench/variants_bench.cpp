@@ -22,9 +22,14 @@
 // (max |Δ| over all ranks; same arithmetic up to summation order, so 0 or
 // tiny: flagged above 1e-3 of how far training moved simple_ga's
 // parameters). A failed check makes the exit status 1.
+//
+// This file runs the variants and reports; the command line is
+// variants_config.cpp's and the parameter check variants_check.cpp's (both
+// in variants_bench.h).
 #include "subcommands.h"
 #include "timeline.h"
 #include "variants.h"
+#include "variants_bench.h"
 
 #include <ddp/init.h>
 
@@ -35,125 +40,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 
 namespace ddp_bench {
-
-const char* const kVariantsUsage = R"(usage: ddp_bench variants [options]
-Run once per rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the
-environment), e.g. ddprun --nproc-per-node 2 ddp_bench variants --model resnet18.
-The six data-parallel variants of dudeperf3ct's blog post on implementing
-data parallelism in PyTorch, on ddp's Gloo group, timed and traced per
-micro-batch:
-  simple     blocking allreduce per gradient after backward, every micro-batch
-  simple_ga  the same every --accum micro-batches (gradient accumulation)
-  hook_ga    + per-parameter gradient hooks doing the blocking allreduce
-  async_ga   + the hooks launch asynchronous allreduces, waited after backward
-  bucket_ga  + gradients copied into flat buckets, an async allreduce per bucket
-  ddp        ddp::DistributedDataParallel with no_sync() between syncs
-Rank 0 prints ms per micro-batch and compute / non-compute / idle / overlap /
-communication-overhead % with allreduce calls and ms per micro-batch
-(definitions in bench/timeline.h), then checks that every variant's final
-parameters agree across ranks (exit status 1 if not).
-
-options:
-  --model M          mlp, resnet18, resnet50, bert_small, bert_base
-                     (bench/models/models.h; default mlp)
-  --batch B          samples per rank and micro-batch (default: the model's)
-  --image-size S     resnets: 3 x S x S inputs (default: the model's)
-  --seq-len L        berts: tokens per sample (default: the model's)
-  --seed S           model weights' seed (default 0)
-  --variants LIST    any of simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp
-                     (default all six, in that order)
-  --iters K          timed micro-batches per variant and round, a multiple of
-                     --accum (default 8)
-  --rounds R         timed rounds (default 3): variants interleaved round by
-                     round, the order reversed every other round
-  --warmup W         untimed rounds first (default 1)
-  --accum A          micro-batches per optimizer step of the accumulating
-                     variants (default 2)
-  --bucket-cap-mb X  bucket_ga's and ddp's bucket size in MiB (default 25)
-  --lr R             SGD learning rate (default 0.01)
-  --threads T        intra-op threads per rank (default 1): torch::set_num_threads
-                     and OpenBLAS's pool
-  --gloo-threads G   worker threads of the Gloo group (default 1)
-  --json PATH        rank 0 writes results, metrics and rank 0's timelines of
-                     the timed micro-batches there
-  --trace-dir DIR    rank 0 writes DIR/<variant>.trace.json: every rank's first
-                     timed synchronizing micro-batch as a Chrome trace
-                     (chrome://tracing, ui.perfetto.dev; pid = rank, times in
-                     µs from the start of its window on each rank)
-Every variant holds its own model, gradients and buffers at once: mind the
-memory with resnet50 and bert_base (or pass fewer --variants).
-)";
-
 namespace {
-
-struct Config {
-  ModelOptions model;
-  std::vector<std::string> variants;
-  int64_t iters = 8, rounds = 3, warmup = 1, accum = 2;
-  double bucket_cap_mb = 25, lr = 0.01;
-  int64_t threads = 1, gloo_threads = 1;
-  std::string json_path, trace_dir;
-};
-
-Config parse(Args& args) {
-  Config c;
-  c.model.name = args.take("--model").value_or("mlp");
-  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
-  c.model.image_size = args.take_int("--image-size", 1, 1 << 16).value_or(0);
-  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
-  c.model.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(0);
-  try {
-    c.model = with_defaults(c.model);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-  std::stringstream list(args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
-  const auto& known = variant_names();
-  for (std::string name; std::getline(list, name, ',');) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError("unknown variant '" + name +
-                       "' (simple, simple_ga, hook_ga, async_ga, bucket_ga, ddp)");
-    }
-    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end()) c.variants.push_back(name);
-  }
-  if (c.variants.empty()) throw UsageError("--variants is empty");
-  c.accum = args.take_int("--accum", 1, 1 << 20).value_or(c.accum);
-  c.iters = args.take_int("--iters", 1, 1 << 20).value_or(c.iters);
-  if (c.iters % c.accum != 0) {
-    throw UsageError("--iters " + std::to_string(c.iters) + " is not a multiple of --accum " +
-                     std::to_string(c.accum));
-  }
-  c.rounds = args.take_int("--rounds", 1, 1 << 20).value_or(c.rounds);
-  c.warmup = args.take_int("--warmup", 0, 1 << 20).value_or(c.warmup);
-  c.bucket_cap_mb = args.take_double("--bucket-cap-mb", 0.0).value_or(c.bucket_cap_mb);
-  c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
-  c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
-  c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
-  c.json_path = args.take("--json").value_or("");
-  c.trace_dir = args.take("--trace-dir").value_or("");
-  args.expect_empty();
-  return c;
-}
-
-// One variant's run: the variant, its optimizer, its timeline, its samples.
-struct Run {
-  std::string name;
-  Timeline timeline;
-  std::unique_ptr<DataParallelVariant> variant;
-  std::unique_ptr<torch::optim::SGD> optimizer;
-  std::vector<double> samples_ms;  // per window: ms per micro-batch (slowest rank after the run)
-  // The first timed synchronizing micro-batch, for --trace-dir.
-  int64_t trace_iteration = -1;
-  double trace_offset_us = 0;  // its start, from its window's start
-  // Checks.
-  bool ranks_agree = false;
-  double checksum_spread = 0;
-  double diff_vs_ref = -1;  // max |Δ| against simple_ga's parameters (-1: not compared)
-  double ref_scale = 0;     // max |Δ| of simple_ga's parameters from the initial ones
-};
 
 // Every rank's `text`, on every rank (allgather of the lengths, then of the
 // bytes padded to the longest).
@@ -177,25 +66,12 @@ std::vector<std::string> gather_strings(ddp::ProcessGroup& pg, const std::string
   return out;
 }
 
-// Per parameter tensor: sum, sum of squares, and sum of p[i]·(i mod 13 + 1)
-// (a permutation of elements changes it), in float64.
-at::Tensor checksums(const std::vector<torch::Tensor>& params) {
-  std::vector<at::Tensor> parts;
-  torch::NoGradGuard no_grad;
-  for (const auto& p : params) {
-    at::Tensor x = p.detach().flatten().to(torch::kDouble);
-    at::Tensor w = torch::arange(x.numel(), torch::kLong).remainder(13).add(1).to(torch::kDouble);
-    parts.push_back(torch::stack({x.sum(), (x * x).sum(), (x * w).sum()}));
-  }
-  return torch::cat(parts).contiguous();
-}
-
 std::string pct(double v) { return format_fixed(v, 1); }
 
 }  // namespace
 
 int run_variants(Args args) {
-  const Config cfg = parse(args);
+  const VariantsConfig cfg = parse_variants_config(args);
   torch::set_num_threads(static_cast<int>(cfg.threads));
   const int blas_threads = limit_openblas_threads(static_cast<int>(cfg.threads));
 
@@ -215,9 +91,9 @@ int run_variants(Args args) {
   };
 
   // The variants, each on its own copy of the model (same seed: same weights).
-  std::vector<std::unique_ptr<Run>> runs;
+  std::vector<std::unique_ptr<VariantRun>> runs;
   for (const auto& name : cfg.variants) {
-    auto run = std::make_unique<Run>();
+    auto run = std::make_unique<VariantRun>();
     run->name = name;
     VariantOptions vo;
     vo.group = pg;
@@ -244,7 +120,7 @@ int run_variants(Args args) {
 
   at::Tensor one = torch::zeros({1});
   // One window: --accum micro-batches of `run`.
-  auto run_window = [&](Run& run, bool timed) {
+  auto run_window = [&](VariantRun& run, bool timed) {
     pg->allreduce(one)->wait();  // start together
     const auto w0 = Clock::now();
     const int64_t steps = run.variant->accumulation_steps();
@@ -278,10 +154,10 @@ int run_variants(Args args) {
   const int64_t windows = cfg.iters / cfg.accum;
   for (int64_t r = 0; r < cfg.warmup + cfg.rounds; ++r) {
     const bool timed = r >= cfg.warmup;
-    std::vector<Run*> order;
+    std::vector<VariantRun*> order;
     for (auto& run : runs) order.push_back(run.get());
     if (r % 2) std::reverse(order.begin(), order.end());
-    for (Run* run : order) {
+    for (VariantRun* run : order) {
       for (int64_t w = 0; w < windows; ++w) run_window(*run, timed);
     }
     if (rank == 0) {
@@ -304,50 +180,13 @@ int run_variants(Args args) {
 
   // Checks: the same parameters on every rank; the accumulating variants
   // against simple_ga.
-  const Run* ref = nullptr;
-  for (auto& run : runs) {
-    if (run->name == "simple_ga") ref = run.get();
-  }
-  // How far training moved simple_ga's parameters: the scale of a real
-  // difference (the initial ones again from the same seed).
-  double trained = 0;
-  if (ref) {
-    torch::NoGradGuard no_grad;
-    torch::nn::AnyModule initial = make_model(cfg.model);
-    const auto& now = ref->variant->parameters();
-    size_t i = 0;
-    for (const auto& item : initial.ptr()->named_parameters()) {
-      if (!item.value().requires_grad()) continue;
-      trained = std::max(trained, (now[i++] - item.value()).abs().max().item<double>());
-    }
-  }
-  for (auto& run : runs) {
-    at::Tensor c = checksums(run->variant->parameters());
-    at::Tensor hi = c.clone(), lo = c.clone();
-    pg->allreduce(hi, ddp::ReduceOp::MAX)->wait();
-    pg->allreduce(lo, ddp::ReduceOp::MIN)->wait();
-    run->ranks_agree = torch::equal(hi, lo);
-    run->checksum_spread = (hi - lo).abs().max().item<double>();
-    if (ref && run->name != "simple") {
-      torch::NoGradGuard no_grad;
-      double diff = 0;
-      const auto& mine = run->variant->parameters();
-      const auto& theirs = ref->variant->parameters();
-      for (size_t i = 0; i < mine.size(); ++i) {
-        diff = std::max(diff, (mine[i] - theirs[i]).abs().max().item<double>());
-      }
-      at::Tensor d = torch::tensor({diff, trained}, torch::kDouble);
-      pg->allreduce(d, ddp::ReduceOp::MAX)->wait();
-      run->diff_vs_ref = d[0].item<double>();
-      run->ref_scale = d[1].item<double>();
-    }
-  }
+  check_final_parameters(*pg, cfg.model, runs);
 
   // --trace-dir: every rank's first timed synchronizing micro-batch.
   std::vector<std::vector<RankIteration>> traces(runs.size());
   if (!cfg.trace_dir.empty()) {
     for (size_t i = 0; i < runs.size(); ++i) {
-      const Run& run = *runs[i];
+      const VariantRun& run = *runs[i];
       std::string text;
       if (run.trace_iteration >= 0) {
         TimelineIteration it = run.timeline.iterations()[static_cast<size_t>(run.trace_iteration)];

@@ -1,0 +1,145 @@
+// `ddp_bench train`'s command line: the usage text and its parsing.
+#include "subcommands.h"
+#include "train_bench.h"
+
+#include <ddp/init.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace ddp_bench {
+
+const char* const kTrainUsage = R"(usage: ddp_bench train --model M --world-size N [options]
+Run once per rank under a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT, e.g.
+  ddprun --nproc-per-node 2 ddp_bench train --model mlp --world-size 2
+  bench/netem --rate 1g -- build/bench/ddp_bench train --model mlp --world-size 2
+Times training iterations of ddp::DistributedDataParallel ("ddp"), the same
+iteration without DDP ("local"), one allreduce of all gradient bytes
+("allreduce") and DDP's bucket allreduces alone ("allreduce_buckets"),
+interleaved by iteration in two phases (ddp and local, then the two allreduce
+measurements); rank 0 prints a table and writes JSON.
+`bench/evaluate.py train` runs this against PyTorch's DDP (bench/pytorch_ddp_train.py).
+
+options:
+  --model M            mlp (16 x Linear(1024,1024), ReLU, MSE), resnet18 (CIFAR
+                       stem, 10 classes), resnet50, bert_small, bert_base
+                       (bench/models/models.h; cross-entropy)
+  --world-size N       number of ranks; must equal $WORLD_SIZE
+  --bucket-cap-mb X    DDP bucket size in MiB (default 25)
+  --first-bucket-cap-mb X  DDP's first bucket in MiB (default 1)
+  --iters K            timed iterations per measurement (default 20)
+  --warmup W           untimed iterations per measurement first (default 3)
+  --batch B            samples per rank (default: the model's, models.h)
+  --image-size S       resnets' input is 3 x S x S (default: the model's)
+  --seq-len L          berts' tokens per sample (default: the model's)
+  --process-groups K   K Gloo groups used round-robin (RoundRobinProcessGroup;
+                       default 1)
+  --sync-every K       an iteration is K micro-batches, the first K-1 under
+                       no_sync (gradients accumulate locally), one SGD step at
+                       the end (default 1); times are per iteration
+  --impls LIST         any of ddp,local,allreduce,allreduce_buckets
+                       (default all; allreduce_buckets needs ddp)
+  --lr R               SGD learning rate (default 0.01)
+  --seed S             model seed (default 0); rank r's data seed is S+1+r
+  --threads T          intra-op threads per rank (default 1): torch::set_num_threads
+                       and OpenBLAS's own pool (openblas_set_num_threads)
+  --gloo-threads G     worker threads of ddp's Gloo group (default 1)
+  --no-overlap         DDP reduces all buckets after backward (diagnosis)
+  --hook NAME          communication hook: none (default), fp16, bf16,
+                       powersgd1, powersgd2, powersgd4 (powerSGD_hook with that
+                       matrix_approximation_rank), batched_powersgd1; PowerSGD
+                       with start_powerSGD_iter=2, error feedback and warm
+                       start on (use --warmup >= 3 so that timed iterations
+                       are all compressed)
+  --timeline           keep each timed DDP iteration's timeline in the JSON
+                       (events with timestamps: forward, backward compute,
+                       step; each bucket's launch to completion)
+  --print-params       rank 0 prints every parameter's name and shape
+  --tag TEXT           recorded in the JSON (e.g. the round of a comparison)
+  --json PATH          rank 0 writes the results there (with every sample)
+)";
+
+namespace {
+
+const char* const kImplNames[] = {"ddp", "local", "allreduce", "allreduce_buckets"};
+
+}  // namespace
+
+TrainConfig parse_train_config(Args& args) {
+  TrainConfig c;
+  c.model.name = args.take("--model").value_or("");
+  if (c.model.name.empty()) throw UsageError("--model is required, e.g. --model mlp");
+  auto ws = args.take_int("--world-size", 1, 1 << 20);
+  if (!ws) throw UsageError("--world-size is required (the number of ranks, e.g. 2)");
+  c.world_size = static_cast<int>(*ws);
+  c.bucket_cap_mb = args.take_double("--bucket-cap-mb", 0.0).value_or(c.bucket_cap_mb);
+  c.first_bucket_cap_mb =
+      args.take_double("--first-bucket-cap-mb", 0.0).value_or(c.first_bucket_cap_mb);
+  c.iters = args.take_int("--iters", 1, 1000000).value_or(c.iters);
+  c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
+  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
+  c.model.image_size = args.take_int("--image-size", 8, 4096).value_or(0);
+  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
+  c.process_groups = args.take_int("--process-groups", 1, 64).value_or(c.process_groups);
+  c.sync_every = args.take_int("--sync-every", 1, 1 << 20).value_or(c.sync_every);
+  c.timeline = args.take_flag("--timeline");
+  std::stringstream impls(args.take("--impls").value_or("ddp,local,allreduce,allreduce_buckets"));
+  for (std::string name; std::getline(impls, name, ',');) {
+    if (std::find(std::begin(kImplNames), std::end(kImplNames), name) == std::end(kImplNames)) {
+      throw UsageError("unknown measurement '" + name +
+                       "' (ddp, local, allreduce, allreduce_buckets)");
+    }
+    if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
+  }
+  if (c.impls.empty()) throw UsageError("--impls is empty");
+  const bool has_ddp = std::find(c.impls.begin(), c.impls.end(), "ddp") != c.impls.end();
+  const bool has_buckets =
+      std::find(c.impls.begin(), c.impls.end(), "allreduce_buckets") != c.impls.end();
+  if (has_buckets && !has_ddp) throw UsageError("allreduce_buckets needs ddp in --impls");
+  c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
+  c.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(c.seed);
+  c.model.seed = c.seed;
+  try {
+    c.model = with_defaults(c.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
+  c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
+  c.overlap = !args.take_flag("--no-overlap");
+  c.print_params = args.take_flag("--print-params");
+  c.hook = args.take("--hook").value_or(c.hook);
+  static const char* const kHooks[] = {"none",      "fp16",      "bf16",
+                                       "powersgd1", "powersgd2", "powersgd4",
+                                       "batched_powersgd1"};
+  if (std::find_if(std::begin(kHooks), std::end(kHooks),
+                   [&](const char* h) { return c.hook == h; }) == std::end(kHooks)) {
+    throw UsageError("unknown hook '" + c.hook +
+                     "' (none, fp16, bf16, powersgd1, powersgd2, powersgd4, batched_powersgd1)");
+  }
+  c.tag = args.take("--tag").value_or("");
+  c.json_path = args.take("--json").value_or("");
+  args.expect_empty();
+  return c;
+}
+
+void check_world_size(const TrainConfig& c) {
+  const ddp::LaunchInfo launch = ddp::launch_info_from_env();
+  if (launch.world_size < 0) {
+    throw std::runtime_error(
+        "WORLD_SIZE is not set: run one process per rank under a launcher, e.g. "
+        "`ddprun --nproc-per-node " + std::to_string(c.world_size) +
+        " ddp_bench train ...`, bench/netem, or mpirun -np " + std::to_string(c.world_size));
+  }
+  if (launch.world_size != c.world_size) {
+    throw std::runtime_error("--world-size " + std::to_string(c.world_size) +
+                             " but the launcher (" + launch.source + ") started " +
+                             std::to_string(launch.world_size) +
+                             " ranks: they must be equal (e.g. ddprun --nproc-per-node " +
+                             std::to_string(c.world_size) + ")");
+  }
+}
+
+}  // namespace ddp_bench

@@ -1,0 +1,99 @@
+// `ddp_bench variants`' command line: the usage text and its parsing.
+#include "subcommands.h"
+#include "variants_bench.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace ddp_bench {
+
+const char* const kVariantsUsage = R"(usage: ddp_bench variants [options]
+Run once per rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the
+environment), e.g. ddprun --nproc-per-node 2 ddp_bench variants --model resnet18.
+The six data-parallel variants of dudeperf3ct's blog post on implementing
+data parallelism in PyTorch, on ddp's Gloo group, timed and traced per
+micro-batch:
+  simple     blocking allreduce per gradient after backward, every micro-batch
+  simple_ga  the same every --accum micro-batches (gradient accumulation)
+  hook_ga    + per-parameter gradient hooks doing the blocking allreduce
+  async_ga   + the hooks launch asynchronous allreduces, waited after backward
+  bucket_ga  + gradients copied into flat buckets, an async allreduce per bucket
+  ddp        ddp::DistributedDataParallel with no_sync() between syncs
+Rank 0 prints ms per micro-batch and compute / non-compute / idle / overlap /
+communication-overhead % with allreduce calls and ms per micro-batch
+(definitions in bench/timeline.h), then checks that every variant's final
+parameters agree across ranks (exit status 1 if not).
+
+options:
+  --model M          mlp, resnet18, resnet50, bert_small, bert_base
+                     (bench/models/models.h; default mlp)
+  --batch B          samples per rank and micro-batch (default: the model's)
+  --image-size S     resnets: 3 x S x S inputs (default: the model's)
+  --seq-len L        berts: tokens per sample (default: the model's)
+  --seed S           model weights' seed (default 0)
+  --variants LIST    any of simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp
+                     (default all six, in that order)
+  --iters K          timed micro-batches per variant and round, a multiple of
+                     --accum (default 8)
+  --rounds R         timed rounds (default 3): variants interleaved round by
+                     round, the order reversed every other round
+  --warmup W         untimed rounds first (default 1)
+  --accum A          micro-batches per optimizer step of the accumulating
+                     variants (default 2)
+  --bucket-cap-mb X  bucket_ga's and ddp's bucket size in MiB (default 25)
+  --lr R             SGD learning rate (default 0.01)
+  --threads T        intra-op threads per rank (default 1): torch::set_num_threads
+                     and OpenBLAS's pool
+  --gloo-threads G   worker threads of the Gloo group (default 1)
+  --json PATH        rank 0 writes results, metrics and rank 0's timelines of
+                     the timed micro-batches there
+  --trace-dir DIR    rank 0 writes DIR/<variant>.trace.json: every rank's first
+                     timed synchronizing micro-batch as a Chrome trace
+                     (chrome://tracing, ui.perfetto.dev; pid = rank, times in
+                     µs from the start of its window on each rank)
+Every variant holds its own model, gradients and buffers at once: mind the
+memory with resnet50 and bert_base (or pass fewer --variants).
+)";
+
+VariantsConfig parse_variants_config(Args& args) {
+  VariantsConfig c;
+  c.model.name = args.take("--model").value_or("mlp");
+  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
+  c.model.image_size = args.take_int("--image-size", 1, 1 << 16).value_or(0);
+  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
+  c.model.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(0);
+  try {
+    c.model = with_defaults(c.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::stringstream list(args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
+  const auto& known = variant_names();
+  for (std::string name; std::getline(list, name, ',');) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw UsageError("unknown variant '" + name +
+                       "' (simple, simple_ga, hook_ga, async_ga, bucket_ga, ddp)");
+    }
+    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end()) c.variants.push_back(name);
+  }
+  if (c.variants.empty()) throw UsageError("--variants is empty");
+  c.accum = args.take_int("--accum", 1, 1 << 20).value_or(c.accum);
+  c.iters = args.take_int("--iters", 1, 1 << 20).value_or(c.iters);
+  if (c.iters % c.accum != 0) {
+    throw UsageError("--iters " + std::to_string(c.iters) + " is not a multiple of --accum " +
+                     std::to_string(c.accum));
+  }
+  c.rounds = args.take_int("--rounds", 1, 1 << 20).value_or(c.rounds);
+  c.warmup = args.take_int("--warmup", 0, 1 << 20).value_or(c.warmup);
+  c.bucket_cap_mb = args.take_double("--bucket-cap-mb", 0.0).value_or(c.bucket_cap_mb);
+  c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
+  c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
+  c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
+  c.json_path = args.take("--json").value_or("");
+  c.trace_dir = args.take("--trace-dir").value_or("");
+  args.expect_empty();
+  return c;
+}
+
+}  // namespace ddp_bench
