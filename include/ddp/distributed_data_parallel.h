@@ -20,7 +20,11 @@
 // - forward(args...) runs the wrapped module's forward (through AnyModule:
 //   any argument types; ReturnType is torch::Tensor unless given, e.g.
 //   forward<std::tuple<Tensor, Tensor>>(x)). With grad enabled and outside
-//   no_sync it prepares the Reducer for the coming backward.
+//   no_sync it prepares the Reducer for the coming backward. The arguments'
+//   types must be exactly those of the module's forward, checked at run time
+//   by AnyModule: a literal 0 for an int64_t compiles, then throws "Expected
+//   argument #1 to be of type long, but received value of type int"; pass
+//   int64_t{0}.
 // - Buffers are broadcast from rank 0 before every forward outside no_sync
 //   (broadcast_buffers).
 // - Not thread-safe: one training thread per instance.
@@ -51,16 +55,23 @@ struct DistributedDataParallelOptions {
   // The group to reduce over. Default: ddp::default_process_group().
   TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
   // Bucket size in MiB (paper §5.3). Default 25. 0 reduces every parameter
-  // on its own.
+  // after the first bucket on its own (that one keeps first_bucket_cap_mb).
   TORCH_ARG(double, bucket_cap_mb) = 25;
   // Size of the first bucket in MiB, small so that communication starts
-  // early in backward. Default 1.
+  // early in backward. Default 1. Not capped by bucket_cap_mb: a smaller
+  // bucket_cap_mb still gives a first bucket of about 1 MiB, as in PyTorch
+  // 1.13 (PyTorch 2.6 uses bucket_cap_mb for the first bucket too when
+  // bucket_cap_mb is given). Set both for buckets of one size.
   TORCH_ARG(double, first_bucket_cap_mb) = 1;
   // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each
   // forward. Default true.
   TORCH_ARG(bool, broadcast_buffers) = true;
   // Tolerate parameters that get no gradient in some iterations (walks the
-  // graph after each forward). Default false.
+  // graph after each forward). Default false. A parameter no rank used keeps
+  // its gradient as it was, so clear gradients rather than zero them:
+  // libtorch 1.13's Optimizer::zero_grad() fills zeros (2.x clears), and
+  // SGD's momentum and weight decay still move a parameter whose gradient is
+  // zero. model->zero_grad(/*set_to_none=*/true) clears on both versions.
   TORCH_ARG(bool, find_unused_parameters) = false;
   // Gradients become views into the communication buckets (no copy, less
   // memory). Default false.

@@ -56,10 +56,13 @@ struct ReducerOptions {
   // Bucket size after the first. Default 25 MiB.
   TORCH_ARG(int64_t, bucket_cap_bytes) = 25 << 20;
   // Size of the first bucket, small so that communication starts early.
-  // Default 1 MiB.
+  // Default 1 MiB. Not capped by bucket_cap_bytes (as in PyTorch 1.13): set
+  // both for buckets of one size.
   TORCH_ARG(int64_t, first_bucket_cap_bytes) = 1 << 20;
   // Walk the graph from the outputs each iteration; parameters not reached
-  // count as ready, and globally unused ones keep their gradients untouched.
+  // count as ready, and globally unused ones keep their gradients untouched
+  // (clear gradients between steps rather than zero them, or momentum and
+  // weight decay still move those; see DistributedDataParallelOptions).
   // Default false.
   TORCH_ARG(bool, find_unused_parameters) = false;
   // Gradients become views into the buckets: no copy back, less memory.

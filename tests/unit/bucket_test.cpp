@@ -21,6 +21,14 @@ TEST(AssignBuckets, ReverseOrderFirstBucketSmallThenCap) {
   EXPECT_EQ(b, (Buckets{{9, 8}, {7, 6, 5}, {4, 3, 2}, {1, 0}}));
 }
 
+// bucket_cap_mb below first_bucket_cap_mb does not cap the first bucket
+// (as in PyTorch 1.13; documented in docs/ddp.md and the options' comments).
+TEST(AssignBuckets, FirstCapIsNotCappedByTheCap) {
+  auto t = floats(std::vector<int64_t>(6, 100));  // 400 B each; first cap 1200 B, then 400 B
+  Buckets b = assign_buckets(t, reverse_order(6), 1200, 400);
+  EXPECT_EQ(b, (Buckets{{5, 4, 3}, {2}, {1}, {0}}));
+}
+
 TEST(AssignBuckets, LargeTensorGetsItsOwnBucket) {
   auto t = floats({10, 1000, 10, 10});  // 40 B, 4000 B, 40 B, 40 B
   Buckets b = assign_buckets(t, {0, 1, 2, 3}, 1000, 1000);
