@@ -31,7 +31,8 @@ PyTorch's DDP without overlap, as `ddp_bench train --no-overlap`. With
 PyTorch's default does, in Python) that timestamps each bucket's launch and
 completion, and a hook on every parameter timestamps the last gradient: the
 iteration's timeline, in the format of `ddp_bench train --timeline`
-(bench/timeline.h; `bench/evaluate.py timeline` analyses both).
+(bench/timeline.h; `bench/evaluate.py timeline` analyses both). Those hooks,
+and --hook's, are pytorch_ddp_hooks.py's.
 
 Rank 0 prints a table and, with --json, writes rows in the format of
 `ddp_bench train --json` (`bench/evaluate.py train` compares both).
@@ -52,26 +53,10 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
 import models as bench_models  # noqa: E402  (bench/models/models.py)
+from pytorch_ddp_hooks import Timeline, allreduce_hook, register_hook  # noqa: E402
 
 IMPLS = ("pytorch_ddp", "pytorch_local", "pytorch_allreduce")
 HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1")
-
-
-def register_hook(ddp, name):
-    """As `ddp_bench train --hook NAME` (bench/train_bench.cpp)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
-    if name == "fp16":
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif name == "bf16":
-        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    elif name.startswith("powersgd"):
-        ddp.register_comm_hook(psgd.PowerSGDState(process_group=None,
-                                                  matrix_approximation_rank=int(name[-1]),
-                                                  start_powerSGD_iter=2), psgd.powerSGD_hook)
-    elif name == "batched_powersgd1":
-        ddp.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
-                                                  start_powerSGD_iter=2),
-                               psgd.batched_powerSGD_hook)
 
 
 def tx_bytes_now():
@@ -89,64 +74,6 @@ def tx_bytes_now():
 # backward compute, first bucket launched to last reduced, and their overlap.
 PYTORCH_STATS = ("forward_compute_time", "backward_compute_time", "backward_comm_time",
                  "backward_compute_comm_overlap_time")
-
-
-# --- timeline and overlap ------------------------------------------------------
-
-class Timeline:
-    """Rank 0's record of timed iterations, as bench/timeline.h writes them:
-    {"iteration", "duration_us", "events": [{"lane", "name", "start_us",
-    "end_us", "blocking"}]}, times in µs after the iteration's start."""
-
-    def __init__(self):
-        self.iterations = []
-        self.current = None
-
-    def begin(self, start):
-        self.current = (start, [])
-
-    def add(self, lane, name, start, end, blocking=False):
-        if self.current is not None:
-            self.current[1].append((lane, name, start, end, blocking))
-
-    def end(self):
-        t0, events = self.current
-        self.current = None
-        us = lambda t: (t - t0) * 1e6  # noqa: E731
-        self.iterations.append({
-            "iteration": len(self.iterations), "duration_us": us(time.perf_counter()),
-            "events": [{"lane": lane, "name": name, "start_us": us(a), "end_us": us(b),
-                        "blocking": blocking} for lane, name, a, b, blocking in events]})
-
-
-def allreduce_hook(world, group, defer, timeline):
-    """A communication hook doing what PyTorch's default does (average the
-    bucket with one allreduce), optionally deferred to the end of backward
-    compute (`defer`: every bucket waits for the last one) and timestamped
-    into `timeline` (launch to completion of each bucket's allreduce)."""
-    held = []
-
-    def launch(buf, index):
-        t0 = time.perf_counter()
-        fut = dist.all_reduce(buf.div_(world), group=group, async_op=True).get_future()
-
-        def done(f):
-            timeline.add("comm", "allreduce bucket %d (%d bytes)" % (index, buf.numel() * 4),
-                         t0, time.perf_counter())
-            return f.value()[0]
-        return fut.then(done) if timeline is not None else fut.then(lambda f: f.value()[0])
-
-    def hook(state, bucket):
-        if not defer:
-            return launch(bucket.buffer(), bucket.index())
-        result = torch.futures.Future()
-        held.append((bucket.buffer(), bucket.index(), result))
-        if bucket.is_last():
-            for buf, index, res in held:
-                launch(buf, index).then(lambda f, res=res: res.set_result(f.value()))
-            held.clear()
-        return result
-    return hook
 
 
 # --- helpers ----------------------------------------------------------------

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The models of the evaluation harness: the Python twin of bench/models/models.h.
 
-Every model here is defined as its C++ twin (bench/models/mlp.h, resnet.h,
-bert.h): the same modules in the same registration order (so the same
-parameter names, shapes and order) and built in the same order with the
-modules' default initialization, so that the same seed gives the same
-weights in libtorch and PyTorch. `bench/evaluate.py models` compares
+Every model is defined as its C++ twin (bench/models/mlp.h, resnet.h,
+bert.h; the mlp here, the others in resnet.py and bert.py): the same modules
+in the same registration order (so the same parameter names, shapes and
+order) and built in the same order with the modules' default initialization,
+so that the same seed gives the same weights in libtorch and PyTorch. `bench/evaluate.py models` compares
 
     python3 bench/models/models.py --print NAME [--seed S]
     build/bench/ddp_bench models --print NAME [--seed S]
@@ -39,14 +39,15 @@ ddp_bench links).
 
 import argparse
 import ctypes
-import math
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from bert import BertForSequenceClassification, bert_config  # noqa: E402  (bench/models/bert.py)
+from resnet import ResNet18, ResNet50, resnet_classes  # noqa: E402  (bench/models/resnet.py)
 
 MODEL_NAMES = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
 
@@ -117,238 +118,6 @@ def make_mlp(layers=16, width=MLP_WIDTH):
         if i + 1 < layers:
             mods.append(nn.ReLU())
     return nn.Sequential(*mods)  # parameters "0.weight", "0.bias", "2.weight", ...
-
-
-# --- resnets (bench/models/resnet.h) ----------------------------------------
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class ResNet18(nn.Module):
-    """ResNet-18 with a CIFAR-style stem (3x3 conv, stride 1, no max-pool)."""
-
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        cin = 64
-        for i, c in enumerate((64, 128, 256, 512)):
-            setattr(self, "layer%d" % (i + 1),
-                    nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
-            cin = c
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
-
-
-class Bottleneck(nn.Module):
-    """torchvision's Bottleneck (stride on the 3x3 conv); the downsample is
-    built after the block's own layers (torchvision builds it first)."""
-
-    expansion = 4
-
-    def __init__(self, cin, width, stride):
-        super().__init__()
-        out = width * self.expansion
-        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, out, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out)
-        self.downsample = None
-        if stride != 1 or cin != out:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = F.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class ResNet50(nn.Module):
-    """torchvision's resnet50() structure and names, default initialization."""
-
-    def __init__(self, classes=1000):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        cin = 64
-        for i, (width, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
-            layer = []
-            for b in range(blocks):
-                layer.append(Bottleneck(cin, width, 2 if b == 0 and i > 0 else 1))
-                cin = width * Bottleneck.expansion
-            setattr(self, "layer%d" % (i + 1), nn.Sequential(*layer))
-        self.fc = nn.Linear(512 * Bottleneck.expansion, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1))
-
-
-def resnet_classes(name):
-    return 1000 if name == "resnet50" else 10
-
-
-# --- berts (bench/models/bert.h) --------------------------------------------
-
-def bert_config(name):
-    c = {"vocab_size": 30522, "hidden": 768, "layers": 12, "heads": 12, "intermediate": 3072,
-         "max_positions": 512, "type_vocab": 2, "classes": 2, "layer_norm_eps": 1e-12,
-         "dropout": 0.0}
-    if name == "bert_small":
-        c.update(layers=4, hidden=256, heads=4, intermediate=1024)
-    return c
-
-
-def _dropout(x, p, training):
-    return F.dropout(x, p, training) if p > 0 else x
-
-
-class BertEmbeddings(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dropout = c["dropout"]
-        self.word_embeddings = nn.Embedding(c["vocab_size"], c["hidden"])
-        self.position_embeddings = nn.Embedding(c["max_positions"], c["hidden"])
-        self.token_type_embeddings = nn.Embedding(c["type_vocab"], c["hidden"])
-        self.LayerNorm = nn.LayerNorm(c["hidden"], eps=c["layer_norm_eps"])
-
-    def forward(self, ids):
-        seq = ids.shape[1]
-        if seq > self.position_embeddings.num_embeddings:
-            raise ValueError("BERT input of %d tokens: at most %d (max positions)"
-                             % (seq, self.position_embeddings.num_embeddings))
-        positions = torch.arange(seq, dtype=torch.long, device=ids.device)
-        types = torch.zeros_like(ids)
-        x = self.word_embeddings(ids) + self.token_type_embeddings(types)
-        x = x + self.position_embeddings(positions)
-        return _dropout(self.LayerNorm(x), self.dropout, self.training)
-
-
-class BertSelfAttention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        if c["hidden"] % c["heads"]:
-            raise ValueError("BERT hidden size %d is not a multiple of the head count %d"
-                             % (c["hidden"], c["heads"]))
-        self.heads, self.head_dim = c["heads"], c["hidden"] // c["heads"]
-        self.dropout = c["dropout"]
-        self.query = nn.Linear(c["hidden"], c["hidden"])
-        self.key = nn.Linear(c["hidden"], c["hidden"])
-        self.value = nn.Linear(c["hidden"], c["hidden"])
-
-    def forward(self, x):
-        batch, seq = x.shape[0], x.shape[1]
-
-        def heads(t):  # [B, S, H*D] -> [B, H, S, D]
-            return t.view(batch, seq, self.heads, self.head_dim).permute(0, 2, 1, 3)
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        probs = _dropout(torch.softmax(scores, -1), self.dropout, self.training)
-        context = torch.matmul(probs, v)  # [B, H, S, D]
-        return context.permute(0, 2, 1, 3).reshape(batch, seq, self.heads * self.head_dim)
-
-
-class BertSublayerOutput(nn.Module):
-    """dense, dropout, LayerNorm(. + residual): the attention's and the FFN's output."""
-
-    def __init__(self, c, cin):
-        super().__init__()
-        self.dropout = c["dropout"]
-        self.dense = nn.Linear(cin, c["hidden"])
-        self.LayerNorm = nn.LayerNorm(c["hidden"], eps=c["layer_norm_eps"])
-
-    def forward(self, h, residual):
-        return self.LayerNorm(_dropout(self.dense(h), self.dropout, self.training) + residual)
-
-
-class BertAttention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.self = BertSelfAttention(c)
-        self.output = BertSublayerOutput(c, c["hidden"])
-
-    def forward(self, x):
-        return self.output(self.self(x), x)
-
-
-class BertIntermediate(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dense = nn.Linear(c["hidden"], c["intermediate"])
-
-    def forward(self, x):
-        return F.gelu(self.dense(x))
-
-
-class BertLayer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.attention = BertAttention(c)
-        self.intermediate = BertIntermediate(c)
-        self.output = BertSublayerOutput(c, c["intermediate"])
-
-    def forward(self, x):
-        a = self.attention(x)
-        return self.output(self.intermediate(a), a)
-
-
-class BertEncoder(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.layer = nn.ModuleList([BertLayer(c) for _ in range(c["layers"])])
-
-    def forward(self, x):
-        for layer in self.layer:
-            x = layer(x)
-        return x
-
-
-class BertPooler(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dense = nn.Linear(c["hidden"], c["hidden"])
-
-    def forward(self, x):
-        return torch.tanh(self.dense(x[:, 0]))  # the first token ([CLS])
-
-
-class BertForSequenceClassification(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dropout = c["dropout"]
-        self.embeddings = BertEmbeddings(c)
-        self.encoder = BertEncoder(c)
-        self.pooler = BertPooler(c)
-        self.classifier = nn.Linear(c["hidden"], c["classes"])
-
-    def forward(self, ids):  # int64 [batch, seq] -> logits [batch, classes]
-        pooled = self.pooler(self.encoder(self.embeddings(ids)))
-        return self.classifier(_dropout(pooled, self.dropout, self.training))
 
 
 # --- the registry (bench/models/models.cpp) ---------------------------------
