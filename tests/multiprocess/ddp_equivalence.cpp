@@ -3,6 +3,9 @@
 // Run one process per rank:  ddprun --nproc-per-node N ddp_equivalence
 // Every rank computes the single-process reference itself and compares.
 // Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
+// With --errors it checks misuse and bad input instead (ddp_errors.cpp), with
+// --log the statistics and the DDP_DEBUG log.
+#include "ddp_errors.h"
 #include "ddp_models.h"
 #include "tap.h"
 
@@ -226,142 +229,6 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
                });
     }
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("unexpected exception: ") + e.what();
-  }
-  return "no error";
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Ranks that do not run the same iteration: every rank raises in the
-// backward where it shows, naming the rank and what it did; afterwards the
-// ranks are in step again and training goes on.
-void misuse_in_training(Tap& tap, const ProcessGroupPtr& pg) {
-  const int rank = pg->rank();
-  DistributedDataParallel model(ShuffledMlp(), DistributedDataParallelOptions().process_group(pg));
-  auto x = torch::randn({4, 8});
-  auto step = [&] { model->forward(x).sum().backward(); };
-  auto next_runs = [&](const std::string& what) {
-    std::string e = error_of(step);
-    tap.check(e == "no error", what + ": the next iteration runs", e);
-  };
-  step();
-  std::string e = error_of([&] {
-    if (rank == 1) model->forward(x);  // its backward() skipped
-    step();
-  });
-  tap.check(has(e, "different numbers of forward passes") &&
-                has(e, "rank 1 ran a forward whose backward() was skipped"),
-            "a backward() skipped on rank 1: every rank raises, naming it", e);
-  next_runs("skipped backward()");
-  e = error_of([&] {
-    if (rank == 1) model->no_sync(step);  // an extra micro-step
-    step();
-  });
-  tap.check(has(e, "different numbers of forward passes") && has(e, "rank 1 ran"),
-            "an extra no_sync micro-step on rank 1: every rank raises, naming it", e);
-  next_runs("extra micro-step");
-  e = error_of([&] {
-    auto loss = model->forward(x).sum();
-    loss.backward({}, /*retain_graph=*/true);
-    if (rank == 1) loss.backward();  // twice after one forward
-    step();
-  });
-  tap.check(has(e, "rank 1 ran a backward() that no DDP forward prepared") &&
-                has(e, "after its forward pass #"),
-            "backward() twice after one forward on rank 1: every rank raises, naming it", e);
-  next_runs("backward() twice");
-  e = error_of([&] {
-    auto t = torch::ones({16});
-    pg->allreduce(t, rank == 1 ? ReduceOp::MAX : ReduceOp::SUM)->wait();
-    step();
-  });
-  tap.check(has(e, "the ranks issued different collectives") && has(e, "DDP_DEBUG=detail"),
-            "an allreduce with another op on rank 1: every rank raises in the next backward", e);
-  next_runs("different ops");
-  e = error_of([&] {
-    auto t = rank == 1 ? torch::ones({16}, torch::kInt) : torch::ones({16});
-    pg->allreduce(t)->wait();
-    step();
-  });
-  tap.check(has(e, "the ranks issued different collectives"),
-            "an allreduce of another dtype of the same size on rank 1: every rank raises", e);
-  next_runs("different dtypes");
-  if (pg->backend_name() == "shm") {  // completes such an allreduce (Gloo times out: multirank)
-    e = error_of([&] {
-      auto t = torch::ones({rank == 1 ? 15 : 16});
-      pg->allreduce(t)->wait();
-      step();
-    });
-    tap.check(has(e, "the ranks issued different collectives"),
-              "an allreduce of another element count on rank 1: every rank raises", e);
-    next_runs("different element counts");
-  }
-}
-
-// Bad input: each gives a clear error on every rank, and the text says what.
-void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
-  const int rank = pg->rank(), n = pg->size();
-  auto options = DistributedDataParallelOptions().process_group(pg);
-  if (n > 1) {
-    std::string e = error_of([&] { DistributedDataParallel m(ShuffledMlp(8, rank == 1 ? 17 : 16), options); });
-    tap.check(has(e, "parameters #0 ('b.weight' here) differs across ranks") &&
-                  has(e, "rank 0: Float [16, 16]") && has(e, "rank 1: Float [17, 17]"),
-              "models of different shapes: error on every rank", e);
-    e = error_of([&] {
-      if (rank == 1) {
-        DistributedDataParallel m(Branchy(), options);
-      } else {
-        DistributedDataParallel m(ShuffledMlp(), options);
-      }
-    });
-    tap.check(has(e, "different numbers of parameters") && has(e, "rank 1: 10 parameters"),
-              "models of different sizes: error on every rank", e);
-    e = error_of([&] { DistributedDataParallel m(TwinLayers(rank == 1), options); });
-    tap.check(has(e, "parameters #0 ('" + std::string(rank == 1 ? "q" : "p") +
-                         ".weight' here) differs across ranks") &&
-                  has(e, "rank 0: Float [16, 16] 'p.weight'") &&
-                  has(e, "rank 1: Float [16, 16] 'q.weight'"),
-              "two same-sized layers registered in a different order: error on every rank", e);
-    misuse_in_training(tap, pg);
-  }
-  {
-    DistributedDataParallel model(Branchy(), options);
-    auto x = torch::randn({4, 8});
-    std::string e = error_of([&] { model->forward(x, int64_t{0}).sum().backward(); });
-    tap.check(has(e, "got no gradient on rank(s) ") && has(e, "#4 'branches.1.weight'") &&
-                  has(e, "find_unused_parameters(true)"),
-              "unused parameter without find_unused_parameters: backward() throws", e);
-    if (n > 1) {
-      e = error_of([&] { model->forward(x, int64_t{rank == 1 ? 0 : -1}).sum().backward(); });
-      const bool named = rank == 1 ? has(e, "#6 'branches.2.weight'") : has(e, "on rank(s) 1 (4)");
-      tap.check(named, "a parameter unused on rank 1 only: every rank throws", e);
-    }
-    e = error_of([&] { model->forward(x, int64_t{-1}).sum().backward(); });
-    tap.check(e == "no error", "the next iteration after the error runs", e);
-  }
-  {
-    torch::nn::Linear frozen(4, 4);
-    for (auto& p : frozen->parameters()) p.requires_grad_(false);
-    std::string e = error_of([&] { DistributedDataParallel m(frozen, options); });
-    tap.check(has(e, "no parameter that requires grad"), "a module with no trainable parameter", e);
-  }
-  std::string e = error_of([&] {
-    DistributedDataParallel m(ShuffledMlp(), DistributedDataParallelOptions(options)
-                                                 .parameters_to_ignore({"nonexistent.weight"}));
-  });
-  tap.check(has(e, "parameters_to_ignore names 'nonexistent.weight'"),
-            "parameters_to_ignore with an unknown name", e);
 }
 
 // Two iterations with a branch no rank uses, for the DDP_DEBUG log (the
