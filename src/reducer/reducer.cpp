@@ -7,485 +7,294 @@
 // - autograd_hook (lines 12-19): each gradient goes into its bucket slice
 //   (contribute(): the one place that decides who averages) and the buckets
 //   that became full are launched, strictly in index order.
-// - the finalizing step the paper omits (after line 21): at the end of
-//   backward, finalize_backward() launches what is left with zeros for the
+// - the finalizing step the paper omits (after line 21; finalize.cpp): at
+//   the end of backward, finalize_backward() launches what is left with zeros for the
 //   missing gradients, exchanges one small status (the used-parameter
 //   bitmap and what each rank did), waits, checks, and writes the averages
 //   back — or raises on every rank, writing nothing.
 // Two learners ride along: GradientOrder (bucket order from the first
 // iteration's gradient order, §6.2.1) and StaticGraph (static_graph).
-#include <ddp/reducer.h>
+#include "reducer/reducer_impl.h"
 
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
 
-#include "hooks/hook_runner.h"
 #include "module/model_sync.h"
-#include "reducer/autograd_hooks.h"
-#include "reducer/bucket_set.h"
-#include "reducer/gradient_order.h"
-#include "reducer/iteration.h"
-#include "reducer/iteration_stats.h"
-#include "reducer/iteration_status.h"
-#include "reducer/static_graph.h"
-#include "rendezvous/env.h"
 
-#include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <iostream>
-#include <mutex>
 
 namespace ddp {
 
-using detail::Phase;
-using Clock = detail::Iteration::Clock;
-
-class Reducer::Impl {
- public:
-  // Algorithm 1, lines 4-7 (DistributedDataParallel broadcasts, lines 2-3).
-  Impl(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
-       ReducerOptions options)
-      : params_(std::move(params)),
-        names_(std::move(names)),
-        group_(std::move(group)),
-        options_(options),
-        debug_(detail::debug_level_from_env()),
-        gradient_order_(!options_.find_unused_parameters()) {
-    if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
-    if (names_.size() != params_.size()) {
-      throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) +
-                            " parameters but " + std::to_string(names_.size()) + " names");
+// Algorithm 1, lines 4-7 (DistributedDataParallel broadcasts, lines 2-3).
+Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
+     ReducerOptions options)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      options_(options),
+      debug_(detail::debug_level_from_env()),
+      gradient_order_(!options_.find_unused_parameters()) {
+  if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
+  if (names_.size() != params_.size()) {
+    throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) +
+                          " parameters but " + std::to_string(names_.size()) + " names");
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].requires_grad()) {
+      throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" +
+                            names_[i] + "' does not require grad; leave it out");
     }
+  }
+  detail::verify_same_tensors(*group_, params_, names_, "parameters");
+  if (params_.empty()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": the model has no parameter that requires grad: there is "
+                          "nothing to synchronize (check requires_grad and "
+                          "parameters_to_ignore)");
+  }
+  const size_t n = params_.size();
+  it_.ready.assign(n, false);
+  it_.arrivals.assign(n, 0);
+  local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
+  build_buckets(reverse_order(n));
+  for (size_t i = 0; i < n; ++i) {
+    hooks_.push_back(std::make_unique<detail::GradReadyHook>(params_[i], [this, i] {
+      autograd_hook(i);
+    }));
+  }
+}
+
+Reducer::Impl::~Impl() {
+  if (stray_after_ >= 0) {  // no later iteration reported it to the other ranks
+    std::cerr << "ddp: rank " << group_->rank() << ": warning: a backward() that no DDP "
+              << "forward prepared ran after forward pass #" << stray_after_
+              << " (backward() twice after one forward?); its gradients were not averaged, "
+              << "so this replica differs from the others" << std::endl;
+  }
+}
+
+// Algorithm 1, lines 8-11, after the wrapped forward ran.
+void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (synchronize || !uneven_inputs_) ++forwards_;
+  if (!synchronize) {
+    it_.phase = Phase::kAccumulating;
+    return;
+  }
+  begin_synchronized_iteration();
+  for (const auto& out : outputs) {
+    detail::at_backward_start(out, [this, token = std::weak_ptr<int>(alive_)] {
+      if (token.lock()) on_backward_start();
+    });
+  }
+  // Line 10: parameters the graph does not reach are ready now.
+  if (options_.find_unused_parameters()) {
+    auto reached = detail::reachable_nodes(outputs);
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (!params_[i].requires_grad()) {
-        throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" +
-                              names_[i] + "' does not require grad; leave it out");
-      }
+      if (!reached.count(hooks_[i]->accumulator())) mark_ready_without_gradient(i);
     }
-    detail::verify_same_tensors(*group_, params_, names_, "parameters");
-    if (params_.empty()) {
-      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                            ": the model has no parameter that requires grad: there is "
-                            "nothing to synchronize (check requires_grad and "
-                            "parameters_to_ignore)");
-    }
-    const size_t n = params_.size();
-    it_.ready.assign(n, false);
-    it_.arrivals.assign(n, 0);
-    local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
-    build_buckets(reverse_order(n));
-    for (size_t i = 0; i < n; ++i) {
-      hooks_.push_back(std::make_unique<detail::GradReadyHook>(params_[i], [this, i] {
-        autograd_hook(i);
-      }));
-    }
-  }
-
-  ~Impl() {
-    if (stray_after_ >= 0) {  // no later iteration reported it to the other ranks
-      std::cerr << "ddp: rank " << group_->rank() << ": warning: a backward() that no DDP "
-                << "forward prepared ran after forward pass #" << stray_after_
-                << " (backward() twice after one forward?); its gradients were not averaged, "
-                << "so this replica differs from the others" << std::endl;
-    }
-  }
-
-  // Algorithm 1, lines 8-11, after the wrapped forward ran.
-  void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (synchronize || !uneven_inputs_) ++forwards_;
-    if (!synchronize) {
-      it_.phase = Phase::kAccumulating;
-      return;
-    }
-    begin_synchronized_iteration();
-    for (const auto& out : outputs) {
-      detail::at_backward_start(out, [this, token = std::weak_ptr<int>(alive_)] {
-        if (token.lock()) on_backward_start();
-      });
-    }
-    // Line 10: parameters the graph does not reach are ready now.
-    if (options_.find_unused_parameters()) {
-      auto reached = detail::reachable_nodes(outputs);
-      for (size_t i = 0; i < params_.size(); ++i) {
-        if (!reached.count(hooks_[i]->accumulator())) mark_ready_without_gradient(i);
-      }
-    } else if (options_.static_graph() && static_graph_.learned()) {
-      for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
-    }
-  }
-
-  // Join: this rank is out of inputs while others train. The collectives
-  // of one synchronized backward, contributing nothing: the rebuild's
-  // broadcast when due, every bucket as zeros (through the hook if there is
-  // one), the status marked joined. No gradient is written; what no_sync
-  // passes accumulated here is dropped from the used bitmap.
-  void shadow_iteration() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    begin_synchronized_iteration();
-    it_.phase = Phase::kShadowing;
-    BackToIdle back_to_idle{it_};
-    local_used_.zero_();
-    launch_the_rest_with_zeros_for_missing();  // every parameter
-    Clock::time_point comm_end = *it_.comm_start;
-    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-    const detail::IterationStatus status = exchange_status({}, /*joined=*/true, comm_end);
-    check_reports(status.read(), {});
-    gradient_order_.end_iteration(params_.size());
-  }
-
-  void set_divisor(int64_t ranks) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (ranks < 1 || ranks > group_->size()) {
-      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                            ": Reducer::set_divisor(" + std::to_string(ranks) +
-                            "): must be in [1, " + std::to_string(group_->size()) + "]");
-    }
-    if (hook_runner_ && ranks != group_->size()) {
-      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                            ": gradients cannot be divided by " + std::to_string(ranks) +
-                            " ranks with a communication hook: the hook averages over the whole "
-                            "group (use Join's divide_by_initial_world_size(true))");
-    }
-    divisor_.fill_(static_cast<double>(ranks));
-  }
-
-  void set_uneven_inputs(bool uneven) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    uneven_inputs_ = uneven;
-  }
-
-  bool has_comm_hook() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return hook_runner_ != nullptr;
-  }
-
-  void set_comm_hook(CommHook hook) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
-    if (!hook) throw InvalidArgument(where + "the hook is empty");
-    if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
-    if (divisor_.item<double>() != group_->size()) {
-      throw InvalidArgument(where + "gradients are divided by " +
-                            std::to_string(divisor_.item<double>()) +
-                            " ranks (Join's divide_by_initial_world_size(false)); a hook "
-                            "averages over the whole group");
-    }
-    if (iterations_ > 0 || it_.phase != Phase::kIdle) {
-      throw InvalidArgument(where + "training has started; register the hook before the first "
-                                    "forward/backward");
-    }
-    hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
-  }
-
-  void record_forward_time(double forward_ms) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_pending_.forward_ms = forward_ms;
-  }
-
-  IterationStats stats() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  std::vector<std::vector<size_t>> bucket_indices() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::vector<size_t>> out;
-    for (const auto& b : buckets_.all()) out.push_back(b.params);
-    return out;
-  }
-
-  const ProcessGroupPtr& group() const { return group_; }
-
- private:
-  struct BackToIdle {
-    detail::Iteration& it;
-    ~BackToIdle() { it.phase = Phase::kIdle; }
-  };
-
-  // Every synchronized iteration, real or shadowed (Join), begins alike, so
-  // that a rank that joins keeps the others' collectives.
-  void begin_synchronized_iteration() {
-    stats_pending_ = IterationStats{};
-    if (gradient_order_.rebuild_due()) {
-      build_buckets(gradient_order_.take_rank0_order(*group_));
-      stats_pending_.buckets_rebuilt = true;
-    }
-    buckets_.begin_iteration(*group_);
-    gradient_order_.begin_iteration();
-    it_.begin_reducing(params_.size());
-  }
-
-  // Line 4: `sequence` (parameter indices) cut into buckets, first one small.
-  void build_buckets(const std::vector<size_t>& sequence) {
-    buckets_ = detail::BucketSet(params_,
-                                 assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
-                                                options_.bucket_cap_bytes()),
-                                 options_.gradient_as_bucket_view());
-  }
-
-  // Backward reached a forward output: the outermost backward pass has
-  // started, so the end-of-backward callback goes to it (a gradient hook may
-  // first fire inside a reentrant backward, e.g. checkpointing).
-  void on_backward_start() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (it_.phase != Phase::kReducing) return;
-    if (!it_.backward_start) it_.backward_start = Clock::now();
-    queue_finalize();
-  }
-
-  void queue_finalize() {
-    if (it_.finalize_queued) return;
-    it_.finalize_queued = true;
-    detail::at_end_of_backward([this] { finalize_backward(); });
-  }
-
-  // Algorithm 1, lines 12-19: parameter i's gradient was accumulated.
-  void autograd_hook(size_t i) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (it_.phase == Phase::kIdle) {  // not reduced: reported to every rank in the next status
-      if (stray_after_ < 0) stray_after_ = forwards_;
-      return;
-    }
-    local_used_.data_ptr<int32_t>()[i] = 1;
-    if (it_.phase == Phase::kAccumulating) return;
-    it_.last_hook = Clock::now();
-    if (!it_.backward_start) it_.backward_start = it_.last_hook;  // no output on the path
-    queue_finalize();
-    const int arrivals = ++it_.arrivals[i];
-    if (options_.static_graph()) {
-      if (!static_graph_.learned()) return static_graph_.observe(i, arrivals);
-      if (!static_graph_.complete(i, arrivals, names_[i], group_->rank())) return;
-    } else if (it_.ready[i]) {
-      throw InvalidArgument(
-          "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) +
-          " '" + names_[i] + "' got its gradient twice in one backward pass (reentrant "
-          "backward or activation checkpointing). Construct DistributedDataParallel with "
-          "static_graph(true) so that the arrivals are counted.");
-    }
-    mark_ready(i);
-  }
-
-  // Lines 13-16: the gradient goes into its slice of the bucket.
-  void mark_ready(size_t i) {
-    at::NoGradGuard no_grad;
-    at::Tensor& view = buckets_.view(i);
-    at::Tensor& grad = params_[i].mutable_grad();
-    if (grad.defined()) {
-      contribute(view, grad);
-      if (options_.gradient_as_bucket_view()) grad = view;
-    } else {
-      view.zero_();
-    }
-    gradient_order_.note_ready(i);
-    set_ready(i);
-  }
-
-  // Ready without a gradient this pass: contributes what no_sync passes
-  // accumulated, else zeros. A gradient that is a bucket view is detached
-  // first, so that a globally unused parameter keeps it untouched.
-  void mark_ready_without_gradient(size_t i) {
-    at::NoGradGuard no_grad;
-    at::Tensor& view = buckets_.view(i);
-    const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 &&
-                             params_[i].grad().defined();
-    detach_grad_from_bucket(i);
-    if (accumulated) {
-      contribute(view, params_[i].grad());
-    } else {
-      view.zero_();
-    }
-    set_ready(i);
-  }
-
-  // The one place that decides who averages. Without a hook the bucket
-  // holds gradient / divisor (the world size, or under Join the ranks still
-  // training: set_divisor), so the allreduce's sum is the average; a hook
-  // gets the plain gradients and averages itself (comm_hook.h).
-  void contribute(at::Tensor& view, const at::Tensor& grad) {
-    const bool in_place = grad.data_ptr() == view.data_ptr();  // gradient_as_bucket_view
-    if (hook_runner_) {
-      if (!in_place) view.copy_(grad);
-    } else if (in_place) {
-      view.div_(divisor_);
-    } else {
-      at::div_out(view, grad, divisor_);  // copy and average in one pass
-    }
-  }
-
-  // Lines 17-19: a full bucket launches, with every full one after it.
-  void set_ready(size_t i) {
-    it_.ready[i] = true;
-    if (--buckets_.of(i).pending == 0 && options_.overlap_communication()) {
-      launch_ready_buckets();
-    }
-  }
-
-  void launch_ready_buckets() {
-    while (it_.next_launch < buckets_.size() && buckets_[it_.next_launch].pending == 0) {
-      const size_t k = it_.next_launch++;
-      detail::Bucket& b = buckets_[k];
-      b.launched = Clock::now();
-      if (!it_.comm_start) it_.comm_start = b.launched;
-      if (hook_runner_) {
-        std::vector<at::Tensor> params;
-        for (size_t i : b.params) params.push_back(params_[i]);
-        b.future = hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat,
-                                                   std::move(params)));
-      } else {
-        b.work = group_->allreduce(b.flat);
-      }
-    }
-  }
-
-  // --- the finalizing step -----------------------------------------------
-  // At the end of backward, on the autograd thread; what it throws comes out
-  // of backward() on every rank alike.
-  void finalize_backward() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    it_.phase = Phase::kFinalizing;
-    BackToIdle back_to_idle{it_};
-    const Clock::time_point compute_end = it_.last_hook;
-    if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
-    const std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
-    Clock::time_point comm_end = *it_.comm_start;
-    // Hooks issue collectives from the communication thread: let them all
-    // finish before this thread issues its own, so the order is the same on
-    // every rank. Without hooks the buckets' allreduces are already queued.
-    if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-    const detail::IterationStatus status = exchange_status(missing, /*joined=*/false, comm_end);
-    check_reports(status.read(), missing);
-    write_back_averages(status);
-    if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
-    gradient_order_.end_iteration(params_.size());
-    finish_stats(compute_end, comm_end);
-  }
-
-  // static_graph's first iteration launched nothing during backward: now
-  // that it knows the graph, in the order gradients arrived.
-  void learn_static_graph() {
-    static_graph_.learn(it_.arrivals);
-    for (size_t i : static_graph_.arrival_order()) mark_ready(i);
+  } else if (options_.static_graph() && static_graph_.learned()) {
     for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
   }
+}
 
-  // Parameters that got no gradient are launched as zeros anyway, so that
-  // every rank issues the same collectives; they are reported, not written.
-  std::vector<size_t> launch_the_rest_with_zeros_for_missing() {
-    std::vector<size_t> missing;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (it_.ready[i]) continue;
-      missing.push_back(i);
-      detach_grad_from_bucket(i);
-      buckets_.view(i).zero_();
-      it_.ready[i] = true;
-      --buckets_.of(i).pending;
-    }
+void Reducer::Impl::set_divisor(int64_t ranks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ranks < 1 || ranks > group_->size()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": Reducer::set_divisor(" + std::to_string(ranks) +
+                          "): must be in [1, " + std::to_string(group_->size()) + "]");
+  }
+  if (hook_runner_ && ranks != group_->size()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": gradients cannot be divided by " + std::to_string(ranks) +
+                          " ranks with a communication hook: the hook averages over the whole "
+                          "group (use Join's divide_by_initial_world_size(true))");
+  }
+  divisor_.fill_(static_cast<double>(ranks));
+}
+
+void Reducer::Impl::set_uneven_inputs(bool uneven) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uneven_inputs_ = uneven;
+}
+
+bool Reducer::Impl::has_comm_hook() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hook_runner_ != nullptr;
+}
+
+void Reducer::Impl::set_comm_hook(CommHook hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
+  if (!hook) throw InvalidArgument(where + "the hook is empty");
+  if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
+  if (divisor_.item<double>() != group_->size()) {
+    throw InvalidArgument(where + "gradients are divided by " +
+                          std::to_string(divisor_.item<double>()) +
+                          " ranks (Join's divide_by_initial_world_size(false)); a hook "
+                          "averages over the whole group");
+  }
+  if (iterations_ > 0 || it_.phase != Phase::kIdle) {
+    throw InvalidArgument(where + "training has started; register the hook before the first "
+                                  "forward/backward");
+  }
+  hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
+}
+
+void Reducer::Impl::record_forward_time(double forward_ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_pending_.forward_ms = forward_ms;
+}
+
+IterationStats Reducer::Impl::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::vector<std::vector<size_t>> Reducer::Impl::bucket_indices() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : buckets_.all()) out.push_back(b.params);
+  return out;
+}
+
+// Every synchronized iteration, real or shadowed (Join), begins alike, so
+// that a rank that joins keeps the others' collectives.
+void Reducer::Impl::begin_synchronized_iteration() {
+  stats_pending_ = IterationStats{};
+  if (gradient_order_.rebuild_due()) {
+    build_buckets(gradient_order_.take_rank0_order(*group_));
+    stats_pending_.buckets_rebuilt = true;
+  }
+  buckets_.begin_iteration(*group_);
+  gradient_order_.begin_iteration();
+  it_.begin_reducing(params_.size());
+}
+
+// Line 4: `sequence` (parameter indices) cut into buckets, first one small.
+void Reducer::Impl::build_buckets(const std::vector<size_t>& sequence) {
+  buckets_ = detail::BucketSet(params_,
+                               assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
+                                              options_.bucket_cap_bytes()),
+                               options_.gradient_as_bucket_view());
+}
+
+// Backward reached a forward output: the outermost backward pass has
+// started, so the end-of-backward callback goes to it (a gradient hook may
+// first fire inside a reentrant backward, e.g. checkpointing).
+void Reducer::Impl::on_backward_start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (it_.phase != Phase::kReducing) return;
+  if (!it_.backward_start) it_.backward_start = Clock::now();
+  queue_finalize();
+}
+
+void Reducer::Impl::queue_finalize() {
+  if (it_.finalize_queued) return;
+  it_.finalize_queued = true;
+  detail::at_end_of_backward([this] { finalize_backward(); });
+}
+
+// Algorithm 1, lines 12-19: parameter i's gradient was accumulated.
+void Reducer::Impl::autograd_hook(size_t i) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (it_.phase == Phase::kIdle) {  // not reduced: reported to every rank in the next status
+    if (stray_after_ < 0) stray_after_ = forwards_;
+    return;
+  }
+  local_used_.data_ptr<int32_t>()[i] = 1;
+  if (it_.phase == Phase::kAccumulating) return;
+  it_.last_hook = Clock::now();
+  if (!it_.backward_start) it_.backward_start = it_.last_hook;  // no output on the path
+  queue_finalize();
+  const int arrivals = ++it_.arrivals[i];
+  if (options_.static_graph()) {
+    if (!static_graph_.learned()) return static_graph_.observe(i, arrivals);
+    if (!static_graph_.complete(i, arrivals, names_[i], group_->rank())) return;
+  } else if (it_.ready[i]) {
+    throw InvalidArgument(
+        "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) +
+        " '" + names_[i] + "' got its gradient twice in one backward pass (reentrant "
+        "backward or activation checkpointing). Construct DistributedDataParallel with "
+        "static_graph(true) so that the arrivals are counted.");
+  }
+  mark_ready(i);
+}
+
+// Lines 13-16: the gradient goes into its slice of the bucket.
+void Reducer::Impl::mark_ready(size_t i) {
+  at::NoGradGuard no_grad;
+  at::Tensor& view = buckets_.view(i);
+  at::Tensor& grad = params_[i].mutable_grad();
+  if (grad.defined()) {
+    contribute(view, grad);
+    if (options_.gradient_as_bucket_view()) grad = view;
+  } else {
+    view.zero_();
+  }
+  gradient_order_.note_ready(i);
+  set_ready(i);
+}
+
+// Ready without a gradient this pass: contributes what no_sync passes
+// accumulated, else zeros. A gradient that is a bucket view is detached
+// first, so that a globally unused parameter keeps it untouched.
+void Reducer::Impl::mark_ready_without_gradient(size_t i) {
+  at::NoGradGuard no_grad;
+  at::Tensor& view = buckets_.view(i);
+  const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 &&
+                           params_[i].grad().defined();
+  detach_grad_from_bucket(i);
+  if (accumulated) {
+    contribute(view, params_[i].grad());
+  } else {
+    view.zero_();
+  }
+  set_ready(i);
+}
+
+// The one place that decides who averages. Without a hook the bucket
+// holds gradient / divisor (the world size, or under Join the ranks still
+// training: set_divisor), so the allreduce's sum is the average; a hook
+// gets the plain gradients and averages itself (comm_hook.h).
+void Reducer::Impl::contribute(at::Tensor& view, const at::Tensor& grad) {
+  const bool in_place = grad.data_ptr() == view.data_ptr();  // gradient_as_bucket_view
+  if (hook_runner_) {
+    if (!in_place) view.copy_(grad);
+  } else if (in_place) {
+    view.div_(divisor_);
+  } else {
+    at::div_out(view, grad, divisor_);  // copy and average in one pass
+  }
+}
+
+// Lines 17-19: a full bucket launches, with every full one after it.
+void Reducer::Impl::set_ready(size_t i) {
+  it_.ready[i] = true;
+  if (--buckets_.of(i).pending == 0 && options_.overlap_communication()) {
     launch_ready_buckets();
-    return missing;
   }
+}
 
-  // One small allreduce: the used-parameter bitmap, then per rank what it
-  // did this iteration (iteration_status.h). Returns when it and every
-  // bucket are reduced; `comm_end` becomes the last bucket's completion.
-  detail::IterationStatus exchange_status(const std::vector<size_t>& missing, bool joined,
-                                          Clock::time_point& comm_end) {
-    const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
-    detail::IterationStatus status(n, group_->rank(), group_->size());
-    if (has_bitmap()) status.bitmap().copy_(local_used_);
-    detail::RankReport mine;
-    mine.missing = static_cast<int32_t>(missing.size());
-    mine.forwards = static_cast<int32_t>(forwards_);
-    mine.stray_after = static_cast<int32_t>(stray_after_);
-    mine.tally = group_->take_tally();
-    mine.joined = joined;
-    status.write(mine);
-    auto status_work = group_->allreduce(status.tensor());
-    if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-    status_work->wait();
-    local_used_.zero_();
-    return status;
-  }
-
-  bool has_bitmap() const { return options_.find_unused_parameters() || options_.static_graph(); }
-
-  // Every rank holds the same reports, so all raise together. Once raised,
-  // the counters restart in step, so a program that catches the error can
-  // go on (the tally restarts at every status by itself).
-  void check_reports(const std::vector<detail::RankReport>& reports,
-                     const std::vector<size_t>& missing) {
-    stray_after_ = -1;
-    // All equal among the ranks that train, unless this raises; a rank that
-    // joined catches up, so it is in step when it trains again.
-    forwards_ = reports[detail::first_training(reports)].forwards;
-    detail::check_same_iteration(reports, group_->rank());
-    detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
-  }
-
-  // Each gradient becomes its slice of the reduced bucket: no copy. Without
-  // gradient_as_bucket_view the buckets are then swapped with spares, so
-  // the next iteration communicates in other memory than the gradients.
-  // A parameter no rank used keeps its gradient untouched.
-  void write_back_averages(const detail::IterationStatus& status) {
-    stats_pending_.unused_parameters = 0;
-    const int32_t* used = status.tensor().data_ptr<int32_t>();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (has_bitmap() && used[i] == 0) {
-        ++stats_pending_.unused_parameters;
-        if (debug_ == detail::DebugLevel::DETAIL) {
-          stats_pending_.unused_parameter_names.push_back(names_[i]);
-        }
-        continue;
-      }
-      params_[i].mutable_grad() = buckets_.view(i);
+void Reducer::Impl::launch_ready_buckets() {
+  while (it_.next_launch < buckets_.size() && buckets_[it_.next_launch].pending == 0) {
+    const size_t k = it_.next_launch++;
+    detail::Bucket& b = buckets_[k];
+    b.launched = Clock::now();
+    if (!it_.comm_start) it_.comm_start = b.launched;
+    if (hook_runner_) {
+      std::vector<at::Tensor> params;
+      for (size_t i : b.params) params.push_back(params_[i]);
+      b.future = hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat,
+                                                 std::move(params)));
+    } else {
+      b.work = group_->allreduce(b.flat);
     }
   }
-
-  // A gradient that aliases its bucket slice is given its own memory before
-  // the slice is overwritten with something that is not its gradient.
-  void detach_grad_from_bucket(size_t i) {
-    at::Tensor& grad = params_[i].mutable_grad();
-    if (grad.defined() && grad.data_ptr() == buckets_.view(i).data_ptr()) grad = grad.clone();
-  }
-
-  void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end) {
-    stats_pending_.iteration = ++iterations_;
-    stats_pending_.synchronized = true;
-    detail::record_timings(stats_pending_, it_, buckets_, compute_end, comm_end);
-    stats_ = stats_pending_;
-    if (debug_ != detail::DebugLevel::OFF) {
-      std::cerr << "ddp[rank " << group_->rank() << "]: " << stats_.summary() << std::endl;
-    }
-  }
-
-  const std::vector<at::Tensor> params_;
-  const std::vector<std::string> names_;
-  const ProcessGroupPtr group_;
-  const ReducerOptions options_;
-  const detail::DebugLevel debug_;
-  const std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // token for graph hooks
-
-  // Hooks run on the autograd thread, the rest on the training thread: one
-  // mutex for the state below.
-  mutable std::mutex mutex_;
-  detail::Iteration it_;                  // guarded by mutex_
-  detail::BucketSet buckets_;             // guarded by mutex_
-  at::Tensor local_used_;                 // guarded by mutex_; int32, accumulated over no_sync
-  detail::GradientOrder gradient_order_;  // guarded by mutex_
-  detail::StaticGraph static_graph_;      // guarded by mutex_
-  int64_t iterations_ = 0;                // guarded by mutex_; synchronized ones completed
-  // guarded by mutex_; prepare_for_backward calls, no_sync ones unless uneven_inputs_
-  int64_t forwards_ = 0;
-  bool uneven_inputs_ = false;  // guarded by mutex_
-  int64_t stray_after_ = -1;  // guarded by mutex_; >= 0: a stray backward ran after forward #this
-  // guarded by mutex_; what gradients are divided by: the world size, unless set_divisor
-  at::Tensor divisor_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
-  IterationStats stats_pending_, stats_;             // guarded by mutex_
-  std::unique_ptr<detail::HookRunner> hook_runner_;  // guarded by mutex_; set once, before training
-  // Last member: hooks go first at destruction, before the state they use.
-  std::vector<std::unique_ptr<detail::GradReadyHook>> hooks_;
-};
+}
 
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
                  ProcessGroupPtr group, ReducerOptions options)

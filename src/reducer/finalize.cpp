@@ -1,0 +1,152 @@
+// The finalizing step (after Algorithm 1's line 21, which the paper omits):
+// at the end of backward, finalize_backward() launches what is left with
+// zeros for the missing gradients, exchanges one small status, waits, checks
+// and writes the averages back, or raises on every rank alike. Join's shadow
+// iteration issues the same collectives with nothing to contribute.
+#include "reducer/reducer_impl.h"
+
+#include "reducer/iteration_stats.h"
+
+#include <c10/core/GradMode.h>
+
+#include <iostream>
+
+namespace ddp {
+
+// At the end of backward, on the autograd thread; what it throws comes out
+// of backward() on every rank alike.
+void Reducer::Impl::finalize_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  it_.phase = Phase::kFinalizing;
+  BackToIdle back_to_idle{it_};
+  const Clock::time_point compute_end = it_.last_hook;
+  if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
+  const std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
+  Clock::time_point comm_end = *it_.comm_start;
+  // Hooks issue collectives from the communication thread: let them all
+  // finish before this thread issues its own, so the order is the same on
+  // every rank. Without hooks the buckets' allreduces are already queued.
+  if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
+  const detail::IterationStatus status = exchange_status(missing, /*joined=*/false, comm_end);
+  check_reports(status.read(), missing);
+  write_back_averages(status);
+  if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
+  gradient_order_.end_iteration(params_.size());
+  finish_stats(compute_end, comm_end);
+}
+
+// Join: this rank is out of inputs while others train. The collectives
+// of one synchronized backward, contributing nothing: the rebuild's
+// broadcast when due, every bucket as zeros (through the hook if there is
+// one), the status marked joined. No gradient is written; what no_sync
+// passes accumulated here is dropped from the used bitmap.
+void Reducer::Impl::shadow_iteration() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  begin_synchronized_iteration();
+  it_.phase = Phase::kShadowing;
+  BackToIdle back_to_idle{it_};
+  local_used_.zero_();
+  launch_the_rest_with_zeros_for_missing();  // every parameter
+  Clock::time_point comm_end = *it_.comm_start;
+  if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
+  const detail::IterationStatus status = exchange_status({}, /*joined=*/true, comm_end);
+  check_reports(status.read(), {});
+  gradient_order_.end_iteration(params_.size());
+}
+
+// static_graph's first iteration launched nothing during backward: now
+// that it knows the graph, in the order gradients arrived.
+void Reducer::Impl::learn_static_graph() {
+  static_graph_.learn(it_.arrivals);
+  for (size_t i : static_graph_.arrival_order()) mark_ready(i);
+  for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
+}
+
+// Parameters that got no gradient are launched as zeros anyway, so that
+// every rank issues the same collectives; they are reported, not written.
+std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (it_.ready[i]) continue;
+    missing.push_back(i);
+    detach_grad_from_bucket(i);
+    buckets_.view(i).zero_();
+    it_.ready[i] = true;
+    --buckets_.of(i).pending;
+  }
+  launch_ready_buckets();
+  return missing;
+}
+
+// One small allreduce: the used-parameter bitmap, then per rank what it
+// did this iteration (iteration_status.h). Returns when it and every
+// bucket are reduced; `comm_end` becomes the last bucket's completion.
+detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>& missing, bool joined,
+                                        Clock::time_point& comm_end) {
+  const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
+  detail::IterationStatus status(n, group_->rank(), group_->size());
+  if (has_bitmap()) status.bitmap().copy_(local_used_);
+  detail::RankReport mine;
+  mine.missing = static_cast<int32_t>(missing.size());
+  mine.forwards = static_cast<int32_t>(forwards_);
+  mine.stray_after = static_cast<int32_t>(stray_after_);
+  mine.tally = group_->take_tally();
+  mine.joined = joined;
+  status.write(mine);
+  auto status_work = group_->allreduce(status.tensor());
+  if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
+  status_work->wait();
+  local_used_.zero_();
+  return status;
+}
+
+// Every rank holds the same reports, so all raise together. Once raised,
+// the counters restart in step, so a program that catches the error can
+// go on (the tally restarts at every status by itself).
+void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports,
+                   const std::vector<size_t>& missing) {
+  stray_after_ = -1;
+  // All equal among the ranks that train, unless this raises; a rank that
+  // joined catches up, so it is in step when it trains again.
+  forwards_ = reports[detail::first_training(reports)].forwards;
+  detail::check_same_iteration(reports, group_->rank());
+  detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
+}
+
+// Each gradient becomes its slice of the reduced bucket: no copy. Without
+// gradient_as_bucket_view the buckets are then swapped with spares, so
+// the next iteration communicates in other memory than the gradients.
+// A parameter no rank used keeps its gradient untouched.
+void Reducer::Impl::write_back_averages(const detail::IterationStatus& status) {
+  stats_pending_.unused_parameters = 0;
+  const int32_t* used = status.tensor().data_ptr<int32_t>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (has_bitmap() && used[i] == 0) {
+      ++stats_pending_.unused_parameters;
+      if (debug_ == detail::DebugLevel::DETAIL) {
+        stats_pending_.unused_parameter_names.push_back(names_[i]);
+      }
+      continue;
+    }
+    params_[i].mutable_grad() = buckets_.view(i);
+  }
+}
+
+// A gradient that aliases its bucket slice is given its own memory before
+// the slice is overwritten with something that is not its gradient.
+void Reducer::Impl::detach_grad_from_bucket(size_t i) {
+  at::Tensor& grad = params_[i].mutable_grad();
+  if (grad.defined() && grad.data_ptr() == buckets_.view(i).data_ptr()) grad = grad.clone();
+}
+
+void Reducer::Impl::finish_stats(Clock::time_point compute_end, Clock::time_point comm_end) {
+  stats_pending_.iteration = ++iterations_;
+  stats_pending_.synchronized = true;
+  detail::record_timings(stats_pending_, it_, buckets_, compute_end, comm_end);
+  stats_ = stats_pending_;
+  if (debug_ != detail::DebugLevel::OFF) {
+    std::cerr << "ddp[rank " << group_->rank() << "]: " << stats_.summary() << std::endl;
+  }
+}
+
+}  // namespace ddp
