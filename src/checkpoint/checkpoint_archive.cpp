@@ -22,7 +22,8 @@ using torch::serialize::OutputArchive;
 // Tensors are stored under generated keys ("t0", "t1", ...) with their names
 // in a list beside them: a libtorch archive key cannot hold the dots of
 // "fc1.weight".
-void write_named(OutputArchive& archive, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+void write_named(OutputArchive& archive,
+                 const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   c10::List<std::string> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
     names.push_back(tensors[i].first);
@@ -196,9 +197,9 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
   try {
     optimizer.load(optimizer_state);
   } catch (const c10::Error& e) {
-    throw CheckpointError(std::string("the optimizer's saved state does not fit this optimizer (") +
-                          e.what_without_backtrace() + "): was it saved with another optimizer "
-                          "or over other parameters?");
+    throw CheckpointError(std::string("the optimizer's saved state does not fit this "
+                                      "optimizer (") + e.what_without_backtrace() +
+                          "): was it saved with another optimizer or over other parameters?");
   }
 
   out.state.epoch = read_int(archive, "epoch");

@@ -164,8 +164,10 @@ TEST_F(Checkpoint, ADifferentModelNamesTheFirstDifferenceAndIsLeftUntouched) {
     };
   };
   expect_error_everywhere(try_load(3, "fc2"),
-                          {"different model", "parameter 'fc2.weight' is Double [2, 8] in the "
-                           "checkpoint but Double [3, 8] in the model", "(and 1 more differences)"});
+                          {"different model",
+                           "parameter 'fc2.weight' is Double [2, 8] in the checkpoint but "
+                           "Double [3, 8] in the model",
+                           "(and 1 more differences)"});
   expect_error_everywhere(try_load(2, "head"),
                           {"the model's parameter 'head.weight' (Double [2, 8]) is not in the "
                            "checkpoint", "(and 3 more differences)"});
