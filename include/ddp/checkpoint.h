@@ -77,13 +77,6 @@ class Optimizer;
 
 namespace ddp {
 
-// A checkpoint cannot be written or read, or does not fit what it is loaded
-// into. The message names the path (or the parameter) and what to do.
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
 // Where training stands: the counters a loop needs to go on, and the data
 // position. Under DDP every rank's is the same; rank 0's is saved.
 struct TrainingState {

@@ -173,6 +173,25 @@ TEST_F(Checkpoint, ADifferentModelNamesTheFirstDifferenceAndIsLeftUntouched) {
                            "checkpoint", "(and 3 more differences)"});
 }
 
+TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
+  save_reference(2);
+  spawn(2, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 2);
+    Net net(rank == 1 ? 3 : 2);  // rank 1 builds another model
+    torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    const auto before = snapshot(net);
+    try {
+      load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg));
+      ADD_FAILURE() << "rank " << rank << ": no CheckpointError";
+    } catch (const CheckpointError& e) {
+      const std::string expected = rank == 0 ? "loads here but not on rank(s) 1"
+                                             : "parameter 'fc2.weight' is Double [2, 8]";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(bitwise_equal(snapshot(net), before)) << "rank " << rank << "'s model changed";
+  });
+}
+
 TEST_F(Checkpoint, AnotherOptimizersStateIsAnError) {
   save_reference(2);
   expect_error_everywhere(
