@@ -45,10 +45,13 @@
 //   outcome from a broadcast): rank 0 cannot write or read `path` (the OS's
 //   reason), a file that is not a ddp checkpoint, truncated or corrupt (names
 //   the path), a model that differs from the saved one (names the first
-//   parameter or buffer that is missing, extra or of another shape or dtype;
-//   the module is then left untouched), optimizer state that does not fit the
-//   optimizer, or RNG states saved by a job of another world size.
-//   A failed save leaves the previous checkpoint in place. A peer that dies
+//   parameter or buffer that is missing, extra or of another shape or dtype),
+//   optimizer state that does not fit the optimizer, or RNG states saved by
+//   a job of another world size. A rank that alone cannot load (it built
+//   another model) makes the others raise too, naming it. After a failed
+//   load no rank's module or generator has changed (an optimizer may hold
+//   the saved state: build a new one to go on without the checkpoint). A
+//   failed save leaves the previous checkpoint in place. A peer that dies
 //   raises CommunicationError as in any collective.
 // - Not thread-safe with training: call from the training thread, between
 //   steps, with no backward in flight.

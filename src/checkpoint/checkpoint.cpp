@@ -6,8 +6,7 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "checkpoint/checkpoint_file.h"
-
-#include <ddp/init.h>
+#include "rendezvous/default_group.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -20,10 +19,6 @@ namespace ddp {
 namespace {
 
 using checkpoint_detail::FileRead;
-
-ProcessGroupPtr group_of(const CheckpointOptions& options) {
-  return options.process_group() ? options.process_group() : default_process_group();
-}
 
 std::string where(const ProcessGroup& pg) {
   return "ddp: rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.size()) + ": ";
@@ -83,7 +78,7 @@ std::string message_of(const std::exception& e) {
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const torch::optim::Optimizer& optimizer, const TrainingState& state,
                      const CheckpointOptions& options) {
-  const ProcessGroupPtr pg = group_of(options);
+  const ProcessGroupPtr pg = detail::group_or_default(options.process_group());
   const at::Tensor rng_states = options.rng_state() ? gather_rng_states(*pg) : at::Tensor();
   std::string failure;
   if (pg->rank() == 0) {
@@ -104,7 +99,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
 std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn::Module& module,
                                              torch::optim::Optimizer& optimizer,
                                              const CheckpointOptions& options) {
-  const ProcessGroupPtr pg = group_of(options);
+  const ProcessGroupPtr pg = detail::group_or_default(options.process_group());
   // Rank 0's outcome first, so that every rank knows whether data follows.
   FileRead file;
   if (pg->rank() == 0) file = checkpoint_detail::read_checkpoint_file(path);
