@@ -28,8 +28,10 @@
 //   interrupted). The module and optimizer are rank 0's: under DDP every
 //   rank holds the same ones.
 // - Both calls are collective: every rank of the group calls them at the same
-//   point of its program (they issue collectives on the group). `path` is
-//   used on rank 0 only: the file need only be on rank 0's disk.
+//   point of its program (they issue collectives on the group); inside a
+//   ddp::Join a rank that ran out of inputs no longer does: save after the
+//   Join. `path` is used on rank 0 only: the file need only be on rank 0's
+//   disk.
 // - save_checkpoint returns on every rank once rank 0's file is durable. It
 //   writes `path`.tmp in the same directory, fsyncs it, renames it over
 //   `path` and fsyncs the directory: a crash at any moment leaves the
