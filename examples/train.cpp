@@ -9,7 +9,14 @@
 // Rank 0 prints progress (loss averaged over all ranks, global samples/s and
 // DDP's own statistics), then loss and accuracy on the held-out split, and
 // saves the trained module.
+//
+// With --checkpoint-every N the job survives failures: every N steps it saves
+// a snapshot of the whole training state (ddp::save_checkpoint) and at start
+// resumes from it when it exists, exactly where it was (the same samples in
+// the same order, the same random streams), e.g. under
+// `ddprun --max-restarts 3`.
 #include "synthetic_dataset.h"
+#include "train_flags.h"
 
 #include <ddp/ddp.h>
 
@@ -19,116 +26,32 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace {
 
-const char* const kUsage =
-    "usage: ddprun --nproc-per-node N train [flags]\n"
-    "  --epochs E          passes over the training data (default 4)\n"
-    "  --batch-size B      samples per rank per step (default 64)\n"
-    "  --lr LR             SGD learning rate, momentum 0.9 (default 0.01)\n"
-    "  --log-every N       progress line every N steps on rank 0 (default 50)\n"
-    "  --checkpoint PATH   where rank 0 saves the trained module\n"
-    "                      (default train_checkpoint.pt)\n"
-    "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
-    "                      min(1, MB))\n"
-    "  --find-unused       DDP find_unused_parameters(true)\n"
-    "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
-    "  --threads T         intra-op threads per rank (default 1)\n"
-    "  --timeout S         seconds a collective may wait for the other ranks before\n"
-    "                      the job fails (default 30 minutes; $DDP_TIMEOUT, read\n"
-    "                      by init_process_group, takes precedence)\n"
-    "  -h, --help          print this text\n";
+using train::Flags;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct Flags {
-  int epochs = 4;
-  int64_t batch_size = 64;
-  double lr = 0.01;
-  int64_t log_every = 50;
-  std::string checkpoint = "train_checkpoint.pt";
-  double bucket_cap_mb = 25;
-  bool find_unused = false;
-  std::string mnist;
-  int threads = 1;
-  int timeout_s = 0;  // 0: the default
-  bool help = false;
-};
-
-template <typename T>
-T number(const std::string& flag, const std::string& text, T min) {
-  size_t used = 0;
-  T value{};
-  try {
-    if constexpr (std::is_floating_point_v<T>) {
-      value = static_cast<T>(std::stod(text, &used));
-    } else {
-      value = static_cast<T>(std::stoll(text, &used));
-    }
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || value < min) {
-    std::ostringstream message;
-    message << flag << " expects a number >= " << min << ", got '" << text << "'";
-    throw UsageError(message.str());
-  }
-  return value;
-}
-
-Flags parse(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    bool inline_value = false;
-    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      inline_value = true;
-    }
-    auto next = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "-h" || flag == "--help") f.help = true;
-    else if (flag == "--epochs") f.epochs = number<int>(flag, next(), 1);
-    else if (flag == "--batch-size") f.batch_size = number<int64_t>(flag, next(), 1);
-    else if (flag == "--lr") f.lr = number<double>(flag, next(), 0);
-    else if (flag == "--log-every") f.log_every = number<int64_t>(flag, next(), 1);
-    else if (flag == "--checkpoint") f.checkpoint = next();
-    else if (flag == "--bucket-cap-mb") f.bucket_cap_mb = number<double>(flag, next(), 0);
-    else if (flag == "--find-unused") f.find_unused = true;
-    else if (flag == "--mnist") f.mnist = next();
-    else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
-    else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
-    else throw UsageError("unknown flag '" + flag + "'");
-    if (inline_value && (flag == "--find-unused" || flag == "--help")) {
-      throw UsageError(flag + " takes no value");
-    }
-  }
-  return f;
-}
-
-// An MLP classifier: flatten, two hidden ReLU layers, log-probabilities.
+// An MLP classifier: flatten, two hidden ReLU layers (each followed by
+// dropout in training when `dropout` > 0), log-probabilities.
 struct NetImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
   const int64_t in, hidden, classes;
-  NetImpl(int64_t in, int64_t hidden, int64_t classes) : in(in), hidden(hidden), classes(classes) {
+  const double dropout;
+  NetImpl(int64_t in, int64_t hidden, int64_t classes, double dropout = 0)
+      : in(in), hidden(hidden), classes(classes), dropout(dropout) {
     fc1 = register_module("fc1", torch::nn::Linear(in, hidden));
     fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
     fc3 = register_module("fc3", torch::nn::Linear(hidden, classes));
   }
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(fc1(x.flatten(1)));
-    x = torch::relu(fc2(x));
+    x = drop(torch::relu(fc1(x.flatten(1))));
+    x = drop(torch::relu(fc2(x)));
     return torch::log_softmax(fc3(x), 1);
+  }
+  torch::Tensor drop(torch::Tensor x) {
+    return dropout > 0 ? torch::dropout(x, dropout, is_training()) : x;
   }
 };
 TORCH_MODULE(Net);
@@ -190,53 +113,101 @@ std::pair<double, double> evaluate(ddp::ProcessGroup& pg, Net& net, const torch:
   return {total[0] / n, total[1] / n};
 }
 
+// FNV-1a 64 over the parameters' bytes: equal hashes, bit-identical models
+// (what the checkpoint test compares between an interrupted and a clean run).
+uint64_t parameters_hash(const std::vector<torch::Tensor>& parameters) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const auto& p : parameters) {
+    const auto t = p.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
 // The training loop, for either dataset (`train`: examples of one sample).
 template <typename Dataset>
 void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset train,
          const std::string& data_name, Net net, const torch::Tensor& test_images,
          const torch::Tensor& test_targets) {
+  using torch::data::samplers::DistributedRandomSampler;
   const int rank = pg->rank(), world = pg->size();
   const bool lead = rank == 0;
   const size_t train_size = train.size().value();
   const int64_t per_rank = (static_cast<int64_t>(train_size) + world - 1) / world;
   const int64_t steps_per_epoch = (per_rank + f.batch_size - 1) / f.batch_size;
+  const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
 
+  net->to(dtype);
   ddp::DistributedDataParallel model(
       net, ddp::DistributedDataParallelOptions()
                .bucket_cap_mb(f.bucket_cap_mb)
                .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
                .find_unused_parameters(f.find_unused));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  torch::manual_seed(1000 + rank);  // dropout: every rank its own masks
 
   if (lead) {
     int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
     std::printf("train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
-                "train: MLP with %lld parameters, batch %lld per rank (%lld global), "
+                "train: MLP with %lld %s parameters, batch %lld per rank (%lld global), "
                 "SGD lr %g momentum 0.9, %d epochs of %lld steps\n",
                 world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
                 static_cast<long long>(test_images.size(0)), static_cast<long long>(params),
-                static_cast<long long>(f.batch_size),
+                f.float64 ? "float64" : "float32", static_cast<long long>(f.batch_size),
                 static_cast<long long>(f.batch_size * world), f.lr, f.epochs,
                 static_cast<long long>(steps_per_epoch));
     std::fflush(stdout);
   }
 
+  // Where training stands; a snapshot brings it back (with the module, the
+  // optimizer and every rank's generator). The epoch's loss sums travel in
+  // it too, as totals over the ranks that rank 0 alone takes back, so that
+  // the epoch's mean loss is the same as without the interruption.
+  ddp::TrainingState state;
+  double epoch_loss = 0, epoch_samples = 0;
+  if (f.checkpoint_every > 0) {
+    if (auto resumed = ddp::load_checkpoint(f.snapshot, *model, opt)) {
+      state = *resumed;
+      if (lead) {
+        if (auto sums = state.extra.find("epoch_loss_sums"); sums != state.extra.end()) {
+          epoch_loss = sums->second[0].item<double>();
+          epoch_samples = sums->second[1].item<double>();
+        }
+        std::printf("train: resumed from %s at epoch %lld, step %lld (%lld samples into the "
+                    "epoch)%s\n", f.snapshot.c_str(), static_cast<long long>(state.epoch + 1),
+                    static_cast<long long>(state.iteration),
+                    static_cast<long long>(state.epoch_samples),
+                    state.epoch >= f.epochs ? ": training is complete" : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+  auto save_snapshot = [&] {
+    auto sums = sum_over_ranks(*pg, {epoch_loss, epoch_samples});
+    state.extra["epoch_loss_sums"] = torch::tensor(sums, torch::kDouble);
+    ddp::save_checkpoint(f.snapshot, *model, opt, state);
+  };
+
   const auto start = std::chrono::steady_clock::now();
+  const int64_t first_step = state.iteration;
   auto window_start = start;
-  double window_loss = 0, window_samples = 0, epoch_loss = 0, epoch_samples = 0;
+  double window_loss = 0, window_samples = 0;
   double last_epoch_loss = 0;
   StatsWindow stats;
-  int64_t step = 0;
-  for (int epoch = 0; epoch < f.epochs; ++epoch) {
+  for (; state.epoch < f.epochs; ++state.epoch, state.epoch_samples = 0) {
+    const int epoch = static_cast<int>(state.epoch);
     // A loader owns its sampler, so each epoch gets a new one whose shuffle
-    // is seeded by the epoch (the same on every rank: disjoint shards).
-    torch::data::samplers::DistributedRandomSampler sampler(train_size, world, rank);
-    sampler.set_epoch(epoch);
+    // is seeded by the epoch (the same on every rank: disjoint shards). After
+    // a resume it skips what this rank already trained on.
+    DistributedRandomSampler shard(train_size, world, rank);
+    shard.set_epoch(epoch);
     auto loader = torch::data::make_data_loader(
-        train.map(torch::data::transforms::Stack<>()), std::move(sampler),
+        train.map(torch::data::transforms::Stack<>()),
+        ddp::ResumingSampler<DistributedRandomSampler>(std::move(shard), state.epoch_samples),
         torch::data::DataLoaderOptions().batch_size(f.batch_size));
-    int64_t epoch_step = 0;
+    int64_t epoch_step = state.epoch_samples / f.batch_size;
     const auto epoch_start = std::chrono::steady_clock::now();
     // Every rank takes part (the same steps on each): loss and sample counts
     // over the window and the epoch.
@@ -249,7 +220,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
                     total[1] / seconds_since(window_start), stats.line().c_str());
       }
       if (epoch_end) {
-        last_epoch_loss = total[2] / total[3];
+        last_epoch_loss = total[3] > 0 ? total[2] / total[3] : 0;
         if (lead) {
           std::printf("epoch %d/%d done | mean loss %.4f | %.1f s\n", epoch + 1, f.epochs,
                       last_epoch_loss, seconds_since(epoch_start));
@@ -260,36 +231,44 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
       stats = {};
       window_start = std::chrono::steady_clock::now();
     };
-    epoch_loss = epoch_samples = 0;
     for (auto& batch : *loader) {
       opt.zero_grad();
-      torch::Tensor loss = torch::nll_loss(model->forward(batch.data), batch.target);
+      torch::Tensor loss = torch::nll_loss(model->forward(batch.data.to(dtype)), batch.target);
       loss.backward();
       opt.step();
-      ++step;
+      ++state.iteration;
       ++epoch_step;
       const double n = batch.data.size(0), sum = loss.item<double>() * n;
+      state.epoch_samples += batch.data.size(0);
       window_loss += sum;
       window_samples += n;
       epoch_loss += sum;
       epoch_samples += n;
       stats.add(model->stats());
       if (epoch_step % f.log_every == 0) report(false);
+      if (f.checkpoint_every > 0 && state.iteration % f.checkpoint_every == 0) save_snapshot();
     }
     report(true);
+    epoch_loss = epoch_samples = 0;
   }
+  // A finished snapshot: a job restarted from here goes straight to the end.
+  if (f.checkpoint_every > 0 && state.iteration != first_step) save_snapshot();
   const double train_s = seconds_since(start);
 
-  auto [test_loss, accuracy] = evaluate(*pg, net, test_images, test_targets);
+  auto [test_loss, accuracy] = evaluate(*pg, net, test_images.to(dtype), test_targets);
   if (lead) {
     std::printf("final: last epoch's train loss %.4f | held-out loss %.4f, accuracy %.2f%% "
                 "(%lld samples) | %lld steps in %.1f s\n",
                 last_epoch_loss, test_loss, 100 * accuracy,
-                static_cast<long long>(test_images.size(0)), static_cast<long long>(step), train_s);
+                static_cast<long long>(test_images.size(0)),
+                static_cast<long long>(state.iteration - first_step), train_s);
     std::printf("final: last iteration %s\n", model->stats().summary().c_str());
+    std::printf("final: parameters fnv1a64 %016llx\n",
+                static_cast<unsigned long long>(parameters_hash(net->parameters())));
     // The wrapped module, as a plain (non-DDP) checkpoint: it loads into a Net.
     torch::save(model->module_as<NetImpl>(), f.checkpoint);
     Net restored(net->in, net->hidden, net->classes);
+    restored->to(dtype);
     torch::load(restored, f.checkpoint);
     auto saved = net->parameters(), loaded = restored->parameters();
     for (size_t i = 0; i < saved.size(); ++i) {
@@ -307,13 +286,13 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
 int main(int argc, char** argv) {
   Flags f;
   try {
-    f = parse(argc, argv);
-  } catch (const UsageError& e) {
+    f = train::parse(argc, argv);
+  } catch (const train::UsageError& e) {
     std::cerr << "train: " << e.what() << " (see --help)\n";
     return 2;
   }
   if (f.help) {
-    std::cout << kUsage;
+    std::cout << train::kUsage;
     return 0;
   }
   try {
@@ -323,16 +302,16 @@ int main(int argc, char** argv) {
     auto pg = ddp::init_process_group(init);
     torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
     if (f.mnist.empty()) {
-      SyntheticDataset train(40000, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);
-      run(f, pg, train, "synthetic 10 classes of 1x16x16", Net(16 * 16, 512, 10), test.images(),
-          test.targets());
+      SyntheticDataset train(f.train_size, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);
+      run(f, pg, train, "synthetic 10 classes of 1x16x16", Net(16 * 16, 512, 10, f.dropout),
+          test.images(), test.targets());
     } else {
       namespace tr = torch::data::transforms;
       using torch::data::datasets::MNIST;
       auto train = MNIST(f.mnist, MNIST::Mode::kTrain).map(tr::Normalize<>(0.1307, 0.3081));
       MNIST test(f.mnist, MNIST::Mode::kTest);
-      run(f, pg, train, "MNIST", Net(28 * 28, 512, 10), (test.images() - 0.1307) / 0.3081,
-          test.targets());
+      run(f, pg, train, "MNIST", Net(28 * 28, 512, 10, f.dropout),
+          (test.images() - 0.1307) / 0.3081, test.targets());
     }
     ddp::destroy_process_group();
     return 0;

@@ -6,6 +6,7 @@
 #include <ddp/backends/hierarchical.h>
 #include <ddp/backends/round_robin.h>
 #include <ddp/backends/shm.h>
+#include <ddp/checkpoint.h>
 #include <ddp/errors.h>
 #include <ddp/hooks.h>
 #include <ddp/init.h>

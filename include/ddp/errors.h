@@ -51,4 +51,13 @@ class EarlyTermination : public Error {
   using Error::Error;
 };
 
+// A checkpoint (ddp/checkpoint.h) cannot be written or read, or does not fit
+// what it is loaded into: rank 0's OS error, a damaged file, another model.
+// The message names the path or the first parameter that differs. Raised on
+// every rank alike.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace ddp

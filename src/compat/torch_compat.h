@@ -18,6 +18,11 @@
 //   backward; the reference tests zero explicitly on both sides.
 // - Autograd hooks (FunctionPreHook, LambdaPostHook, add_post_hook): the
 //   same signatures through 2.6 (2.x adds compiled_args, defaulted).
+// - Checkpoints (src/checkpoint/): Generator::get_state/set_state (and its
+//   mutex), Optimizer::save/load, OutputArchive::save_to(writer),
+//   InputArchive::load_from(data, size) and the Sampler<> interface are the
+//   same in 1.13 and 2.6 (2.x's c10::optional is std::optional; ddp spells
+//   it c10::optional): no switch.
 // - The CMake package: ${TORCH_LIBRARIES} holds absolute paths; libddp links
 //   the imported target `torch` (CMakeLists.txt).
 // - pytorch.org's and pip's libtorch bundle and export Gloo: the Gloo module

@@ -1,0 +1,128 @@
+// examples/train's command line: the flags, their defaults and --help.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace train {
+
+inline const char* const kUsage =
+    "usage: ddprun --nproc-per-node N train [flags]\n"
+    "  --epochs E          passes over the training data (default 4)\n"
+    "  --batch-size B      samples per rank per step (default 64)\n"
+    "  --lr LR             SGD learning rate, momentum 0.9 (default 0.01)\n"
+    "  --log-every N       progress line every N steps on rank 0 (default 50)\n"
+    "  --checkpoint PATH   where rank 0 saves the trained module at the end: a plain\n"
+    "                      module, torch::load reads it into a Net\n"
+    "                      (default train_checkpoint.pt)\n"
+    "  --checkpoint-every N  every N steps, rank 0 saves a snapshot of the whole\n"
+    "                      training state (module, optimizer, epoch, step, sampler\n"
+    "                      position, every rank's RNG) to --snapshot, atomically,\n"
+    "                      and once more when training ends; at start the job\n"
+    "                      resumes from that snapshot when it exists (a finished\n"
+    "                      one: straight to the evaluation). 0: no snapshots,\n"
+    "                      none read (default 0)\n"
+    "  --snapshot PATH     the snapshot file of --checkpoint-every (default\n"
+    "                      train_snapshot.ckpt); only rank 0's disk needs it\n"
+    "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
+    "                      min(1, MB))\n"
+    "  --find-unused       DDP find_unused_parameters(true)\n"
+    "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
+    "  --train-size N      synthetic training samples (default 40000)\n"
+    "  --dropout P         dropout after each hidden layer (default 0); each rank\n"
+    "                      draws its masks from its own seed\n"
+    "  --float64           train in float64 instead of float32\n"
+    "  --threads T         intra-op threads per rank (default 1)\n"
+    "  --timeout S         seconds a collective may wait for the other ranks before\n"
+    "                      the job fails (default 30 minutes; $DDP_TIMEOUT, read\n"
+    "                      by init_process_group, takes precedence)\n"
+    "  -h, --help          print this text\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Flags {
+  int epochs = 4;
+  int64_t batch_size = 64;
+  double lr = 0.01;
+  int64_t log_every = 50;
+  std::string checkpoint = "train_checkpoint.pt";
+  int64_t checkpoint_every = 0;  // 0: no snapshots
+  std::string snapshot = "train_snapshot.ckpt";
+  int64_t train_size = 40000;
+  double dropout = 0;
+  bool float64 = false;
+  double bucket_cap_mb = 25;
+  bool find_unused = false;
+  std::string mnist;
+  int threads = 1;
+  int timeout_s = 0;  // 0: the default
+  bool help = false;
+};
+
+template <typename T>
+T number(const std::string& flag, const std::string& text, T min) {
+  size_t used = 0;
+  T value{};
+  try {
+    if constexpr (std::is_floating_point_v<T>) {
+      value = static_cast<T>(std::stod(text, &used));
+    } else {
+      value = static_cast<T>(std::stoll(text, &used));
+    }
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || value < min) {
+    std::ostringstream message;
+    message << flag << " expects a number >= " << min << ", got '" << text << "'";
+    throw UsageError(message.str());
+  }
+  return value;
+}
+
+inline Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    bool inline_value = false;
+    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-h" || flag == "--help") f.help = true;
+    else if (flag == "--epochs") f.epochs = number<int>(flag, next(), 1);
+    else if (flag == "--batch-size") f.batch_size = number<int64_t>(flag, next(), 1);
+    else if (flag == "--lr") f.lr = number<double>(flag, next(), 0);
+    else if (flag == "--log-every") f.log_every = number<int64_t>(flag, next(), 1);
+    else if (flag == "--checkpoint") f.checkpoint = next();
+    else if (flag == "--checkpoint-every") f.checkpoint_every = number<int64_t>(flag, next(), 0);
+    else if (flag == "--snapshot") f.snapshot = next();
+    else if (flag == "--train-size") f.train_size = number<int64_t>(flag, next(), 1);
+    else if (flag == "--dropout") f.dropout = number<double>(flag, next(), 0);
+    else if (flag == "--float64") f.float64 = true;
+    else if (flag == "--bucket-cap-mb") f.bucket_cap_mb = number<double>(flag, next(), 0);
+    else if (flag == "--find-unused") f.find_unused = true;
+    else if (flag == "--mnist") f.mnist = next();
+    else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
+    else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
+    else throw UsageError("unknown flag '" + flag + "'");
+    if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--help")) {
+      throw UsageError(flag + " takes no value");
+    }
+  }
+  if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
+  return f;
+}
+
+}  // namespace train

@@ -1,0 +1,154 @@
+// save_checkpoint / load_checkpoint: the collectives around rank 0's file.
+// Every outcome that decides what the other ranks do (saved or not, found or
+// not, readable or not) travels in a broadcast from rank 0, so that no rank
+// waits for a collective another rank will never issue.
+#include <ddp/checkpoint.h>
+
+#include "checkpoint/checkpoint_archive.h"
+#include "checkpoint/checkpoint_file.h"
+#include "rendezvous/default_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace ddp {
+namespace {
+
+using checkpoint_detail::FileRead;
+
+std::string where(const ProcessGroup& pg) {
+  return "ddp: rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.size()) + ": ";
+}
+
+// Broadcasts rank 0's `bytes` (other ranks' argument is ignored).
+std::string broadcast_bytes(ProcessGroup& pg, const std::string& bytes) {
+  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
+  pg.broadcast(size, 0)->wait();
+  const int64_t n = size.item<int64_t>();
+  if (n == 0) return {};
+  at::Tensor data = at::empty({n}, at::kByte);
+  if (pg.rank() == 0) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  pg.broadcast(data, 0)->wait();
+  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
+}
+
+// [world size, state bytes]: every rank's default CPU generator state.
+at::Tensor gather_rng_states(ProcessGroup& pg) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor mine;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    mine = generator.get_state().contiguous();
+  }
+  // The sizes first: a different size on some rank (another libtorch) is an
+  // error on every rank, not a mismatched allgather.
+  at::Tensor size = at::tensor({mine.numel()}, at::kLong);
+  std::vector<at::Tensor> sizes;
+  for (int r = 0; r < pg.size(); ++r) sizes.push_back(at::empty({1}, at::kLong));
+  pg.allgather(sizes, size)->wait();
+  for (int r = 0; r < pg.size(); ++r) {
+    if (sizes[r].item<int64_t>() != mine.numel()) {
+      throw CheckpointError(where(pg) + "save_checkpoint: rank " + std::to_string(r) +
+                            "'s RNG state has " + std::to_string(sizes[r].item<int64_t>()) +
+                            " bytes, this rank's " + std::to_string(mine.numel()) +
+                            " (different libtorch versions?); set "
+                            "CheckpointOptions::rng_state(false) to save without them");
+    }
+  }
+  at::Tensor all = at::empty({pg.size(), mine.numel()}, at::kByte);
+  std::vector<at::Tensor> rows;
+  for (int r = 0; r < pg.size(); ++r) rows.push_back(all[r]);
+  pg.allgather(rows, mine)->wait();
+  return all;
+}
+
+std::string message_of(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();  // libtorch's what() carries a backtrace
+  }
+  return e.what();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module,
+                     const torch::optim::Optimizer& optimizer, const TrainingState& state,
+                     const CheckpointOptions& options) {
+  const ProcessGroupPtr pg = detail::group_or_default(options.process_group());
+  const at::Tensor rng_states = options.rng_state() ? gather_rng_states(*pg) : at::Tensor();
+  std::string failure;
+  if (pg->rank() == 0) {
+    try {
+      checkpoint_detail::write_checkpoint_file(
+          path, checkpoint_detail::serialize_checkpoint(module, optimizer, state, rng_states));
+    } catch (const std::exception& e) {
+      failure = message_of(e);
+    }
+  }
+  failure = broadcast_bytes(*pg, failure);
+  if (!failure.empty()) {
+    throw CheckpointError(where(*pg) + "save_checkpoint failed on rank 0: " + failure +
+                          ". The previous checkpoint, if any, is unchanged.");
+  }
+}
+
+std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                             torch::optim::Optimizer& optimizer,
+                                             const CheckpointOptions& options) {
+  const ProcessGroupPtr pg = detail::group_or_default(options.process_group());
+  // Rank 0's outcome first, so that every rank knows whether data follows.
+  FileRead file;
+  if (pg->rank() == 0) file = checkpoint_detail::read_checkpoint_file(path);
+  at::Tensor status = at::tensor({static_cast<int64_t>(file.status)}, at::kLong);
+  pg->broadcast(status, 0)->wait();
+  const auto outcome = static_cast<FileRead::Status>(status.item<int64_t>());
+  if (outcome == FileRead::Status::kMissing) return std::nullopt;
+  if (outcome == FileRead::Status::kError) {
+    throw CheckpointError(where(*pg) + "load_checkpoint failed on rank 0: " +
+                          broadcast_bytes(*pg, file.error) +
+                          ". Fix or remove the file (no file: the job starts afresh).");
+  }
+  const std::string payload = broadcast_bytes(*pg, file.payload);
+  file.payload.clear();
+
+  // Everything that can fail happens before any rank changes its module, and
+  // every rank learns whether all could load.
+  std::optional<checkpoint_detail::PendingLoad> pending;
+  std::string failure;
+  try {
+    pending = checkpoint_detail::parse_checkpoint(payload.data(), payload.size(), module,
+                                                  optimizer, options.rng_state(), pg->rank(),
+                                                  pg->size());
+  } catch (const std::exception& e) {
+    failure = message_of(e);
+  }
+  at::Tensor failed = at::tensor({static_cast<int64_t>(!failure.empty())}, at::kLong);
+  std::vector<at::Tensor> all_failed;
+  for (int r = 0; r < pg->size(); ++r) all_failed.push_back(at::empty({1}, at::kLong));
+  pg->allgather(all_failed, failed)->wait();
+  const std::string source = "the checkpoint rank 0 read" +
+                             (pg->rank() == 0 ? " ('" + path + "')" : std::string());
+  if (!failure.empty()) {
+    throw CheckpointError(where(*pg) + "load_checkpoint: " + source + " does not load: " +
+                          failure);
+  }
+  std::string failed_ranks;
+  for (int r = 0; r < pg->size(); ++r) {
+    if (all_failed[r].item<int64_t>() != 0) {
+      failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  if (!failed_ranks.empty()) {
+    throw CheckpointError(where(*pg) + "load_checkpoint: " + source +
+                          " loads here but not on rank(s) " + failed_ranks +
+                          " (see their errors): do the ranks build different models?");
+  }
+  pending->apply();
+  return pending->state;
+}
+
+}  // namespace ddp
