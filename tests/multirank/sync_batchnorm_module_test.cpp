@@ -8,6 +8,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <numeric>
+
 namespace ddp::testing {
 namespace {
 
@@ -153,6 +156,79 @@ TEST(SyncBatchNorm, SubgroupsSyncOnlyTheirRanks) {
     auto y = bn->forward(x.narrow(0, 2 * rank, 2));
     EXPECT_TRUE(torch::allclose(y, want[half].narrow(0, 2 * (rank % 2), 2), 0, 1e-12));
   });
+}
+
+}  // namespace
+}  // namespace ddp::testing
+
+namespace ddp::testing {
+namespace {
+
+nn::Sequential bn_mlp() {
+  return nn::Sequential(nn::Linear(4, 6), nn::BatchNorm1d(6), nn::Tanh(), nn::Linear(6, 2));
+}
+
+// DDP averages parameter gradients; SyncBatchNorm makes each rank's input
+// gradient that of the global batch: together, training on uneven ranks is
+// training on the concatenated batch with the loss divided by the world size.
+TEST(SyncBatchNorm, InsideDdpEqualsOneProcessOnTheWholeBatch) {
+  const std::vector<std::vector<int64_t>> splits = {{4}, {2, 6}, {3, 0, 5}, {1, 2, 3, 2}};
+  for (const auto& split : splits) {
+    const int world = static_cast<int>(split.size());
+    const int64_t total = std::accumulate(split.begin(), split.end(), int64_t{0});
+    const int steps = 3;
+    torch::manual_seed(11);
+    auto reference = bn_mlp();
+    reference->to(torch::kFloat64);
+    std::vector<torch::Tensor> xs, gs;
+    for (int s = 0; s < steps; ++s) {
+      xs.push_back(torch::randn({total, 4}, torch::kFloat64) + 1);
+      gs.push_back(torch::randn({total, 2}, torch::kFloat64));
+    }
+    // Copies of the initial state for the ranks, before the reference trains.
+    std::vector<torch::Tensor> initial;
+    for (const auto& p : reference->parameters()) initial.push_back(p.detach().clone());
+    torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int s = 0; s < steps; ++s) {
+      ref_opt.zero_grad();
+      ((reference->forward(xs[s]) * gs[s]).sum() / world).backward();
+      ref_opt.step();
+    }
+
+    spawn(world, [&](int rank, StorePtr store) {
+      auto pg = make_group(store, rank, world);
+      auto net = bn_mlp();
+      net->to(torch::kFloat64);
+      {
+        torch::NoGradGuard no_grad;
+        const auto params = net->parameters();
+        for (size_t i = 0; i < params.size(); ++i) params[i].copy_(initial[i]);
+      }
+      convert_sync_batchnorm(net.ptr(), pg);
+      // Running statistics agree on every rank by construction: no broadcast.
+      DistributedDataParallel model(
+          net, DistributedDataParallelOptions().process_group(pg).broadcast_buffers(false));
+      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      const int64_t begin = std::accumulate(split.begin(), split.begin() + rank, int64_t{0});
+      for (int s = 0; s < steps; ++s) {
+        opt.zero_grad();
+        auto out = model->forward(xs[s].narrow(0, begin, split[rank]));
+        (out * gs[s].narrow(0, begin, split[rank])).sum().backward();
+        opt.step();
+      }
+      const auto got = net->named_parameters();
+      for (const auto& item : reference->named_parameters()) {
+        EXPECT_TRUE(torch::allclose(got[item.key()], item.value(), 0, 1e-10))
+            << "world " << world << " rank " << rank << ": " << item.key();
+      }
+      const auto got_buffers = net->named_buffers();
+      for (const auto& item : reference->named_buffers()) {
+        EXPECT_TRUE(torch::allclose(got_buffers[item.key()].to(torch::kFloat64),
+                                    item.value().to(torch::kFloat64), 0, 1e-10))
+            << "world " << world << " rank " << rank << ": " << item.key();
+      }
+    });
+  }
 }
 
 }  // namespace
