@@ -15,3 +15,4 @@
 #include <ddp/reducer.h>
 #include <ddp/sync_batchnorm.h>
 #include <ddp/work.h>
+#include <ddp/zero.h>
