@@ -36,6 +36,7 @@ const char* const kUsage =
     "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
     "                      min(1, MB))\n"
     "  --find-unused       DDP find_unused_parameters(true)\n"
+    "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
     "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
     "  --threads T         intra-op threads per rank (default 1)\n"
     "  --timeout S         seconds a collective may wait for the other ranks before\n"
@@ -55,6 +56,7 @@ struct Flags {
   std::string checkpoint = "train_checkpoint.pt";
   double bucket_cap_mb = 25;
   bool find_unused = false;
+  bool zero = false;
   std::string mnist;
   int threads = 1;
   int timeout_s = 0;  // 0: the default
@@ -105,11 +107,12 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--checkpoint") f.checkpoint = next();
     else if (flag == "--bucket-cap-mb") f.bucket_cap_mb = number<double>(flag, next(), 0);
     else if (flag == "--find-unused") f.find_unused = true;
+    else if (flag == "--zero") f.zero = true;
     else if (flag == "--mnist") f.mnist = next();
     else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
     else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
     else throw UsageError("unknown flag '" + flag + "'");
-    if (inline_value && (flag == "--find-unused" || flag == "--help")) {
+    if (inline_value && (flag == "--find-unused" || flag == "--zero" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
     }
   }
@@ -206,18 +209,26 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
                .bucket_cap_mb(f.bucket_cap_mb)
                .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
                .find_unused_parameters(f.find_unused));
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (f.zero) {
+    opt = std::make_unique<ddp::ZeroRedundancyOptimizer>(model->parameters(), sgd,
+                                                         ddp::ZeroOptions().process_group(pg));
+  } else {
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(), sgd);
+  }
 
   if (lead) {
     int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
     std::printf("train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
                 "train: MLP with %lld parameters, batch %lld per rank (%lld global), "
-                "SGD lr %g momentum 0.9, %d epochs of %lld steps\n",
+                "SGD lr %g momentum 0.9%s, %d epochs of %lld steps\n",
                 world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
                 static_cast<long long>(test_images.size(0)), static_cast<long long>(params),
                 static_cast<long long>(f.batch_size),
-                static_cast<long long>(f.batch_size * world), f.lr, f.epochs,
+                static_cast<long long>(f.batch_size * world), f.lr,
+                f.zero ? " (ZeRO: state sharded)" : "", f.epochs,
                 static_cast<long long>(steps_per_epoch));
     std::fflush(stdout);
   }
@@ -262,10 +273,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     };
     epoch_loss = epoch_samples = 0;
     for (auto& batch : *loader) {
-      opt.zero_grad();
+      opt->zero_grad();
       torch::Tensor loss = torch::nll_loss(model->forward(batch.data), batch.target);
       loss.backward();
-      opt.step();
+      opt->step();
       ++step;
       ++epoch_step;
       const double n = batch.data.size(0), sum = loss.item<double>() * n;

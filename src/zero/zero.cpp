@@ -46,6 +46,10 @@ torch::optim::OptimizerParamState* ZeroRedundancyOptimizer::Impl::state_of(size_
 
 namespace {
 
+// A parameter this large is broadcast alone and in place; coalescing pays
+// for small ones only (one collective's latency against two copies).
+constexpr int64_t kDirectBytes = 1 << 20;
+
 std::vector<torch::optim::OptimizerParamGroup> clone_groups(
     const std::vector<torch::optim::OptimizerParamGroup>& groups) {
   return groups;  // the copy constructor clones the options
@@ -121,6 +125,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
       auto it = std::find_if(open.begin(), open.end(), [&](const Impl::Bucket& b) { return b.dtype == dtype; });
       const int64_t bytes = m.params[i].numel() * static_cast<int64_t>(m.params[i].element_size());
       const int64_t item = static_cast<int64_t>(m.params[i].element_size());
+      if (bytes >= kDirectBytes) {  // alone, broadcast in place: no copy to gain from
+        m.buckets.push_back(Impl::Bucket{r, dtype, m.params[i].numel(), {i}});
+        continue;
+      }
       if (it != open.end() && (it->numel * item + bytes > cap)) {
         m.buckets.push_back(std::move(*it));
         open.erase(it);
@@ -154,22 +162,27 @@ torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
   const int rank = m.group->rank();
   std::vector<at::Tensor> flats;
   std::vector<WorkPtr> works;
+  std::vector<bool> in_place;
   for (const auto& b : m.buckets) {
     at::Tensor flat;
-    if (b.root == rank) {
+    const at::Tensor& first = m.params[b.params.front()];
+    if (b.params.size() == 1 && first.is_contiguous()) {
+      flat = first.detach();  // in place, on the owner and the receivers alike
+    } else if (b.root == rank) {
       std::vector<at::Tensor> parts;
       for (size_t i : b.params) parts.push_back(m.params[i].detach().reshape({-1}));
       flat = at::cat(parts);
     } else {
       flat = at::empty({b.numel}, m.params[b.params.front()].options().requires_grad(false));
     }
+    in_place.push_back(b.params.size() == 1 && first.is_contiguous());
     works.push_back(m.group->broadcast(flat, b.root));
     flats.push_back(flat);
   }
   for (size_t k = 0; k < m.buckets.size(); ++k) {
     works[k]->wait();
     const auto& b = m.buckets[k];
-    if (b.root == rank) continue;
+    if (b.root == rank || in_place[k]) continue;
     int64_t offset = 0;
     for (size_t i : b.params) {
       const int64_t n = m.params[i].numel();

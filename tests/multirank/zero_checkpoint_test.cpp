@@ -15,10 +15,10 @@ namespace {
 namespace optim = torch::optim;
 
 std::vector<torch::Tensor> make_params() {
-  torch::manual_seed(9);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);  // ranks are threads
   std::vector<torch::Tensor> params;
   for (auto shape : std::vector<std::vector<int64_t>>{{24, 6}, {24}, {3, 24}, {3}, {5, 5}}) {
-    params.push_back((torch::randn(shape, torch::kFloat64) * 0.3).requires_grad_());
+    params.push_back((at::randn(shape, gen, torch::kFloat64) * 0.3).requires_grad_());
   }
   return params;
 }

@@ -16,13 +16,15 @@ namespace {
 
 namespace optim = torch::optim;
 
-// A two-layer MLP as bare tensors, in two param groups (weights, biases).
+// A two-layer MLP as bare tensors, and a 1-2 MiB one (broadcast alone and in
+// place; the others share buckets).
 struct Mlp {
   std::vector<torch::Tensor> params;
   explicit Mlp(torch::Dtype dtype) {
-    torch::manual_seed(5);
-    for (auto shape : std::vector<std::vector<int64_t>>{{32, 8}, {32}, {4, 32}, {4}, {6, 6}}) {
-      params.push_back((torch::randn(shape, dtype) * 0.3).requires_grad_());
+    // A generator of its own: ranks are threads, the default one is shared.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    for (auto shape : std::vector<std::vector<int64_t>>{{32, 8}, {32}, {4, 32}, {4}, {512, 512}}) {
+      params.push_back((at::randn(shape, gen, torch::TensorOptions(dtype)) * 0.3).requires_grad_());
     }
   }
   // The same gradients on every rank (as after DDP's allreduce).
@@ -120,14 +122,14 @@ TEST(Zero, AdamEqualsUnsharded) { check_equivalence(optim::AdamOptions(1e-2), "A
 TEST(Zero, AdamWEqualsUnsharded) { check_equivalence(optim::AdamWOptions(1e-2), "AdamW"); }
 
 TEST(Zero, PartitionIsGreedyLargestFirst) {
-  Mlp m(torch::kFloat64);  // 256, 32, 128, 4, 36 elements
+  Mlp m(torch::kFloat64);  // 256, 32, 128, 4, 262144 elements
   spawn(2, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 2);
     ZeroRedundancyOptimizer opt(m.params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
-    // 256 -> 0; 128 -> 1; 36 -> 1 (164); 32 -> 1 (196); 4 -> 1 (200).
-    EXPECT_EQ(opt.owner(0), 0);
+    // 262144 -> 0; then 256, 128, 32, 4 each to rank 1, the lighter one.
+    EXPECT_EQ(opt.owner(4), 0);
+    EXPECT_EQ(opt.owner(0), 1);
     EXPECT_EQ(opt.owner(2), 1);
-    EXPECT_EQ(opt.owner(4), 1);
     EXPECT_EQ(opt.owner(1), 1);
     EXPECT_EQ(opt.owner(3), 1);
   });
