@@ -24,10 +24,20 @@
 //   state on `to_rank`, whose save() (torch::save) then writes a checkpoint
 //   independent of the split. load() (torch::load) on every rank keeps its
 //   own shard, at any world size, for the same parameters and groups.
+// - overlap_with_ddp: register the hook on the DDP module,
+//     model->register_comm_hook(&opt, ddp::zero_hook);
+//   it averages each bucket, then (on DDP's communication thread, while
+//   backward goes on) steps this rank's parameters of that bucket and
+//   broadcasts them from their owners, from the first iteration on (the
+//   split is by parameter, so DDP's rebuilt buckets change nothing). Every
+//   parameter must get a gradient each iteration (no find_unused_parameters),
+//   gradients cannot be changed between backward and step() (clipping), and
+//   step() takes no closure.
 // - Wrapped types: torch::optim::SGD, Adam, AdamW, Adagrad, RMSprop through
 //   their options (ZeroOptimizerTraits); any other through a Wrapped.
 #pragma once
 
+#include <ddp/comm_hook.h>
 #include <ddp/process_group.h>
 
 #include <torch/arg.h>
@@ -52,6 +62,10 @@ struct ZeroOptions {
   // Largest broadcast of updated parameters, in MiB (a larger parameter goes
   // alone). Default 25.
   TORCH_ARG(double, bucket_cap_mb) = 25;
+  // Update each DDP bucket's parameters as soon as the bucket is reduced,
+  // during backward, through zero_hook (register it on the DDP module);
+  // step() then only checks that every parameter was updated. Default false.
+  TORCH_ARG(bool, overlap_with_ddp) = false;
 };
 
 // How ZeRO makes and inspects the optimizer it wraps.
@@ -100,6 +114,11 @@ ZeroWrapped zero_wrapped(const Options& defaults) {
   return w;
 }
 
+class ZeroRedundancyOptimizer;
+
+// The communication hook of ZeroOptions::overlap_with_ddp (see above).
+FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
+
 class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  public:
   // `defaults`: the wrapped optimizer's options, e.g. torch::optim::AdamOptions(1e-3).
@@ -137,6 +156,10 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   int64_t state_bytes() const;
 
  private:
+  friend FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
+  void sync_options();
+  void step_reduced_bucket(GradBucket& bucket);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
+#include <utility>
 
 namespace ddp {
 namespace detail {
@@ -82,6 +83,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
       impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.group = options.process_group() ? options.process_group() : default_process_group();
+  m.overlap = options.overlap_with_ddp();
   m.wrapped = std::move(wrapped);
   if (options.bucket_cap_mb() < 0) {
     throw InvalidArgument("ddp: ZeroRedundancyOptimizer: bucket_cap_mb must be >= 0, got " +
@@ -97,7 +99,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
                                    local_error(m.params));
 
   std::vector<int64_t> numels;
-  for (const auto& p : m.params) numels.push_back(p.numel());
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    numels.push_back(m.params[i].numel());
+    m.index_of.emplace(m.params[i].unsafeGetTensorImpl(), i);
+  }
   m.owner = detail::partition_by_size(numels, m.group->size());
 
   // This rank's optimizer: the same groups (options included), its shard only.
@@ -147,50 +152,75 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
-torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
-  Impl& m = *impl_;
+void ZeroRedundancyOptimizer::sync_options() {
   // Options may have changed (a learning-rate schedule) since the last step.
-  auto& local_groups = m.optimizer->param_groups();
+  auto& local_groups = impl_->optimizer->param_groups();
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     local_groups[g].set_options(param_groups_[g].options().clone());
   }
+}
+
+torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  Impl& m = *impl_;
+  if (m.overlap) {
+    // The hook did the work during backward; make sure it did all of it.
+    const size_t updated = std::exchange(m.updated, 0);
+    if (closure) {
+      throw InvalidArgument("ddp: ZeroRedundancyOptimizer::step on " + m.where() +
+                            ": overlap_with_ddp updates parameters during backward; step() "
+                            "takes no closure then");
+    }
+    if (updated != m.params.size()) {
+      throw InvalidArgument(
+          "ddp: ZeroRedundancyOptimizer::step on " + m.where() + " with overlap_with_ddp: " +
+          std::to_string(updated) + " parameter updates since the last step(), expected " +
+          std::to_string(m.params.size()) + " (each parameter once); register the hook with "
+          "model->register_comm_hook(&optimizer, ddp::zero_hook) and call step() once after "
+          "each synchronized backward");
+    }
+    ++m.steps;
+    return {};
+  }
+  sync_options();
   torch::Tensor loss = m.optimizer->step(std::move(closure));
   ++m.steps;
+  m.broadcast(m.buckets);
+  return loss;
+}
 
-  // Every owner broadcasts its updated parameters; all buckets in flight at once.
+void ZeroRedundancyOptimizer::Impl::broadcast(const std::vector<Bucket>& to_send) {
   at::NoGradGuard no_grad;
-  const int rank = m.group->rank();
+  const int rank = group->rank();
   std::vector<at::Tensor> flats;
   std::vector<WorkPtr> works;
   std::vector<bool> in_place;
-  for (const auto& b : m.buckets) {
+  for (const auto& b : to_send) {
     at::Tensor flat;
-    const at::Tensor& first = m.params[b.params.front()];
-    if (b.params.size() == 1 && first.is_contiguous()) {
+    const at::Tensor& first = params[b.params.front()];
+    in_place.push_back(b.params.size() == 1 && first.is_contiguous());
+    if (in_place.back()) {
       flat = first.detach();  // in place, on the owner and the receivers alike
     } else if (b.root == rank) {
       std::vector<at::Tensor> parts;
-      for (size_t i : b.params) parts.push_back(m.params[i].detach().reshape({-1}));
+      for (size_t i : b.params) parts.push_back(params[i].detach().reshape({-1}));
       flat = at::cat(parts);
     } else {
-      flat = at::empty({b.numel}, m.params[b.params.front()].options().requires_grad(false));
+      flat = at::empty({b.numel}, first.options().requires_grad(false));
     }
-    in_place.push_back(b.params.size() == 1 && first.is_contiguous());
-    works.push_back(m.group->broadcast(flat, b.root));
+    works.push_back(group->broadcast(flat, b.root));
     flats.push_back(flat);
   }
-  for (size_t k = 0; k < m.buckets.size(); ++k) {
+  for (size_t k = 0; k < to_send.size(); ++k) {
     works[k]->wait();
-    const auto& b = m.buckets[k];
+    const auto& b = to_send[k];
     if (b.root == rank || in_place[k]) continue;
     int64_t offset = 0;
     for (size_t i : b.params) {
-      const int64_t n = m.params[i].numel();
-      m.params[i].detach().copy_(flats[k].narrow(0, offset, n).view_as(m.params[i]));
+      const int64_t n = params[i].numel();
+      params[i].detach().copy_(flats[k].narrow(0, offset, n).view_as(params[i]));
       offset += n;
     }
   }
-  return loss;
 }
 
 int ZeroRedundancyOptimizer::owner(size_t index) const {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace ddp {
@@ -38,7 +39,17 @@ struct ZeroRedundancyOptimizer::Impl {
   std::map<size_t, std::string> states;
   int64_t steps = 0;
 
+  // overlap_with_ddp: #i by TensorImpl, and parameters the hook has updated
+  // since the last step().
+  bool overlap = false;
+  std::unordered_map<const void*, size_t> index_of;
+  size_t updated = 0;
+
   std::string where() const;  // "rank 1 of 4"
+  // Broadcasts each bucket from its owner into the parameters, all in flight at once.
+  void broadcast(const std::vector<Bucket>& buckets);
+  // Steps the local optimizer on these (owned) parameters only.
+  void step_only(const std::vector<size_t>& indices);
   torch::optim::OptimizerParamState* state_of(size_t index) const;
 };
 
