@@ -16,6 +16,8 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import hook_with_zero_step
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
@@ -31,7 +33,7 @@ def state_bytes(optimizer):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--optimizer", choices=["zero", "adam"], default="zero")
+    p.add_argument("--optimizer", choices=["zero", "zero-overlap", "adam"], default="zero")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batch", type=int, default=32)
@@ -42,8 +44,12 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DistributedDataParallel(make_mlp(layers=a.layers))
-    if a.optimizer == "zero":
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4)
+    if a.optimizer != "adam":
+        overlap = a.optimizer == "zero-overlap"
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4,
+                                      overlap_with_ddp=overlap)
+        if overlap:  # updates start after 2 iterations (pytorch/pytorch#62157): the warm-up
+            model.register_comm_hook(None, hook_with_zero_step(allreduce_hook, model, opt))
     else:
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     torch.manual_seed(1 + rank)

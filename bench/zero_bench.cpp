@@ -45,13 +45,14 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = std::atoi(argv[i + 1]);
     else if (a == "--layers") layers = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: zero_bench [--optimizer zero|adam] [--iters N] [--warmup N] "
+      std::fprintf(stderr, "usage: zero_bench [--optimizer zero|zero-overlap|adam] [--iters N] [--warmup N] "
                            "[--batch N] [--layers N]\n");
       return 2;
     }
   }
-  if (optimizer != "zero" && optimizer != "adam") {
-    std::fprintf(stderr, "zero_bench: --optimizer is zero or adam, got %s\n", optimizer.c_str());
+  if (optimizer != "zero" && optimizer != "zero-overlap" && optimizer != "adam") {
+    std::fprintf(stderr, "zero_bench: --optimizer is zero, zero-overlap or adam, got %s\n",
+                 optimizer.c_str());
     return 2;
   }
   torch::set_num_threads(1);  // as PyTorch's side; OPENBLAS_NUM_THREADS=1 from the script
@@ -61,10 +62,13 @@ int main(int argc, char** argv) {
   ddp::DistributedDataParallel model(net);
   std::unique_ptr<torch::optim::Optimizer> opt;
   ddp::ZeroRedundancyOptimizer* zero = nullptr;
-  if (optimizer == "zero") {
-    auto z = std::make_unique<ddp::ZeroRedundancyOptimizer>(model->parameters(),
-                                                            torch::optim::AdamOptions(1e-4));
+  if (optimizer != "adam") {
+    const bool overlap = optimizer == "zero-overlap";
+    auto z = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        model->parameters(), torch::optim::AdamOptions(1e-4),
+        ddp::ZeroOptions().overlap_with_ddp(overlap));
     zero = z.get();
+    if (overlap) model->register_comm_hook(zero, ddp::zero_hook);
     opt = std::move(z);
   } else {
     opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
