@@ -30,8 +30,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/string_utils.h>
-
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -52,7 +51,10 @@ template <typename StateMap>
 typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tensor& param) {
   using Key = typename StateMap::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
+    // What 1.13's c10::guts::to_string(TensorImpl*) writes (2.x has no such function).
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return static_cast<Key>(param.unsafeGetTensorImpl());
   }
