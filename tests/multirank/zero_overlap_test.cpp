@@ -142,3 +142,60 @@ TEST(ZeroWithDdp, OverlapStepWithoutTheHookIsAnError) {
 
 }  // namespace
 }  // namespace ddp::testing
+
+namespace ddp::testing {
+namespace {
+
+// Uneven inputs (Join) with overlap_with_ddp: a rank out of batches shadows
+// DDP's buckets through the hook, which still steps its shard with the
+// averaged gradient and broadcasts it; so ranks with 2, 3 and 4 batches
+// train as one process whose step s averages the losses of the ranks that
+// have a batch s, divided by the world size.
+TEST(ZeroWithDdp, OverlapUnderJoinEqualsUnsharded) {
+  const std::vector<int> batches = {2, 3, 4};
+  const int world = 3;
+  const int64_t per_rank = 3;
+  const auto defaults = optim::AdamOptions(1e-2);
+  const Data data = make_data(per_rank, world, 4);
+  auto reference = make_net(torch::kFloat64);
+  optim::Adam plain(reference->parameters(), defaults);
+  for (int s = 0; s < 4; ++s) {
+    plain.zero_grad();
+    torch::Tensor loss = torch::zeros({}, torch::kFloat64);
+    for (int r = 0; r < world; ++r) {
+      if (s >= batches[r]) continue;
+      auto x = data.x[s].narrow(0, r * per_rank, per_rank);
+      loss = loss + (reference->forward(x) * data.g[s].narrow(0, r * per_rank, per_rank)).sum();
+    }
+    (loss / world).backward();
+    plain.step();
+  }
+  spawn(world, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, world);
+    auto net = make_net(torch::kFloat64);
+    DistributedDataParallel model(
+        net, DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.001)
+                 .first_bucket_cap_mb(0.001));
+    ZeroRedundancyOptimizer opt(model->parameters(), defaults,
+                                ZeroOptions().process_group(pg).overlap_with_ddp(true));
+    model->register_comm_hook(&opt, zero_hook);
+    {
+      Join join({*model});
+      for (int s = 0; s < batches[rank]; ++s) {
+        opt.zero_grad();
+        auto x = data.x[s].narrow(0, rank * per_rank, per_rank);
+        (model->forward(x) * data.g[s].narrow(0, rank * per_rank, per_rank)).sum().backward();
+        opt.step();
+      }
+    }
+    const auto want = reference->parameters();
+    const auto got = net->parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LE((got[i] - want[i]).abs().max().item<double>(), 1e-12)
+          << "rank " << rank << ": parameter #" << i;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace ddp::testing
