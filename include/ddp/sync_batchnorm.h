@@ -32,6 +32,9 @@
 //   comm hook (its collectives come from DDP's communication thread) give
 //   SyncBatchNorm a group of its own so that the order is the same on every
 //   rank.
+// - Join (uneven inputs): not a Joinable yet; a rank out of inputs does not
+//   shadow SyncBatchNorm's collectives (src/sync_batchnorm/sync_stats.h says
+//   how a shadow would issue them).
 #pragma once
 
 #include <ddp/process_group.h>
