@@ -121,6 +121,31 @@ TEST(Zero, SgdMomentumEqualsUnsharded) {
 TEST(Zero, AdamEqualsUnsharded) { check_equivalence(optim::AdamOptions(1e-2), "Adam"); }
 TEST(Zero, AdamWEqualsUnsharded) { check_equivalence(optim::AdamWOptions(1e-2), "AdamW"); }
 
+TEST(Zero, RanksWithoutParametersTakePart) {
+  // 2 parameters on 4 ranks: ranks 2 and 3 own nothing but still broadcast-receive.
+  auto make = [] {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+    return std::vector<torch::Tensor>{at::randn({3, 3}, gen, torch::kFloat64).requires_grad_(),
+                                      at::randn({2}, gen, torch::kFloat64).requires_grad_()};
+  };
+  auto step = [](std::vector<torch::Tensor>& p, optim::Optimizer& opt) {
+    for (auto& t : p) t.mutable_grad() = torch::Tensor();
+    (p[0].sin().sum() * p[1].sum()).backward();
+    opt.step();
+  };
+  auto want = make();
+  optim::Adam plain(want, optim::AdamOptions(0.1));
+  for (int s = 0; s < 3; ++s) step(want, plain);
+  spawn(4, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 4);
+    auto params = make();
+    ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), ZeroOptions().process_group(pg));
+    for (int s = 0; s < 3; ++s) step(params, opt);
+    if (rank >= 2) EXPECT_EQ(opt.state_bytes(), 0);
+    expect_params(params, want, 1e-12, "rank " + std::to_string(rank));
+  });
+}
+
 TEST(Zero, PartitionIsGreedyLargestFirst) {
   Mlp m(torch::kFloat64);  // 256, 32, 128, 4, 262144 elements
   spawn(2, [&](int rank, StorePtr store) {
