@@ -25,7 +25,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -144,7 +147,15 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
                .bucket_cap_mb(f.bucket_cap_mb)
                .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
                .find_unused_parameters(f.find_unused));
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (f.zero) {
+    optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        model->parameters(), sgd, ddp::ZeroOptions().process_group(pg));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), sgd);
+  }
+  torch::optim::Optimizer& opt = *optimizer;
   torch::manual_seed(1000 + rank);  // dropout: every rank its own masks
 
   if (lead) {
@@ -152,12 +163,14 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     for (const auto& p : model->parameters()) params += p.numel();
     std::printf("train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
                 "train: MLP with %lld %s parameters, batch %lld per rank (%lld global), "
-                "SGD lr %g momentum 0.9, %d epochs of %lld steps\n",
+                "SGD lr %g momentum 0.9%s, %d epochs of %lld steps%s\n",
                 world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
                 static_cast<long long>(test_images.size(0)), static_cast<long long>(params),
                 f.float64 ? "float64" : "float32", static_cast<long long>(f.batch_size),
-                static_cast<long long>(f.batch_size * world), f.lr, f.epochs,
-                static_cast<long long>(steps_per_epoch));
+                static_cast<long long>(f.batch_size * world), f.lr,
+                f.zero ? " (ZeRO: state sharded)" : "", f.epochs,
+                static_cast<long long>(steps_per_epoch),
+                f.uneven ? " at most (--uneven: rank r stops at (100 - 10 r)%)" : "");
     std::fflush(stdout);
   }
 
@@ -208,6 +221,14 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
         ddp::ResumingSampler<DistributedRandomSampler>(std::move(shard), state.epoch_samples),
         torch::data::DataLoaderOptions().batch_size(f.batch_size));
     int64_t epoch_step = state.epoch_samples / f.batch_size;
+    // --uneven: this rank's share of the epoch's steps; a Join lets the
+    // ranks that finished answer the others' collectives, and then brings
+    // every replica (parameters and momentum) to the last one's state.
+    const int64_t my_steps =
+        f.uneven ? steps_per_epoch * std::max(50, 100 - 10 * rank) / 100 : steps_per_epoch;
+    ddp::OptimizerJoinable joinable_opt(opt, pg);
+    std::optional<ddp::Join> join;
+    if (f.uneven) join.emplace(std::vector<std::reference_wrapper<ddp::Joinable>>{*model, joinable_opt});
     const auto epoch_start = std::chrono::steady_clock::now();
     // Every rank takes part (the same steps on each): loss and sample counts
     // over the window and the epoch.
@@ -232,6 +253,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
       window_start = std::chrono::steady_clock::now();
     };
     for (auto& batch : *loader) {
+      if (epoch_step == my_steps) break;
       opt.zero_grad();
       torch::Tensor loss = torch::nll_loss(model->forward(batch.data.to(dtype)), batch.target);
       loss.backward();
@@ -245,9 +267,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
       epoch_loss += sum;
       epoch_samples += n;
       stats.add(model->stats());
-      if (epoch_step % f.log_every == 0) report(false);
+      if (epoch_step % f.log_every == 0 && !f.uneven) report(false);  // a collective
       if (f.checkpoint_every > 0 && state.iteration % f.checkpoint_every == 0) save_snapshot();
     }
+    if (join) join->join();
     report(true);
     epoch_loss = epoch_samples = 0;
   }

@@ -30,6 +30,10 @@ inline const char* const kUsage =
     "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
     "                      min(1, MB))\n"
     "  --find-unused       DDP find_unused_parameters(true)\n"
+    "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
+    "  --uneven            rank r trains on (100 - 10 r)% of its shard each epoch (at\n"
+    "                      least half): a ddp::Join keeps the ranks that finished\n"
+    "                      answering the others' collectives\n"
     "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
     "  --train-size N      synthetic training samples (default 40000)\n"
     "  --dropout P         dropout after each hidden layer (default 0); each rank\n"
@@ -58,6 +62,8 @@ struct Flags {
   bool float64 = false;
   double bucket_cap_mb = 25;
   bool find_unused = false;
+  bool zero = false;
+  bool uneven = false;
   std::string mnist;
   int threads = 1;
   int timeout_s = 0;  // 0: the default
@@ -113,15 +119,26 @@ inline Flags parse(int argc, char** argv) {
     else if (flag == "--float64") f.float64 = true;
     else if (flag == "--bucket-cap-mb") f.bucket_cap_mb = number<double>(flag, next(), 0);
     else if (flag == "--find-unused") f.find_unused = true;
+    else if (flag == "--zero") f.zero = true;
+    else if (flag == "--uneven") f.uneven = true;
     else if (flag == "--mnist") f.mnist = next();
     else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
     else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
     else throw UsageError("unknown flag '" + flag + "'");
-    if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--help")) {
+    if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--zero" ||
+                         flag == "--uneven" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
     }
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
+  if (f.zero && f.checkpoint_every > 0) {
+    throw UsageError("--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
+                     "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
+  }
+  if (f.uneven && (f.zero || f.checkpoint_every > 0)) {
+    throw UsageError("--uneven goes with neither --zero nor --checkpoint-every: ranks that "
+                     "finished the epoch step no optimizer and write no snapshot inside the Join");
+  }
   return f;
 }
 

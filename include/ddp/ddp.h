@@ -14,4 +14,6 @@
 #include <ddp/process_group.h>
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/reducer.h>
+#include <ddp/sync_batchnorm.h>
 #include <ddp/work.h>
+#include <ddp/zero.h>

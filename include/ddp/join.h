@@ -33,9 +33,11 @@
 //   it trains, as without a Join).
 // - Once every rank has joined, each joinable finishes: DDP broadcasts the
 //   parameters and buffers of the highest rank among the last to join, so
-//   every replica ends with the final model. (An optimizer's own state on a
-//   rank that joined early is not updated: use ZeroRedundancyOptimizer as a
-//   joinable for that, or step it only on the ranks that trained.)
+//   every replica ends with the final model. An optimizer's state (momentum)
+//   on a rank that joined early missed the later steps: list the optimizer
+//   as an OptimizerJoinable after the module (its state is then broadcast
+//   the same way), or use ZeroRedundancyOptimizer with overlap_with_ddp,
+//   whose shards step inside DDP's shadowed buckets.
 // - throw_on_early_termination(true): no shadowing; in the iteration after
 //   the first rank ran out, every rank raises EarlyTermination (training
 //   ranks from their forward, the rank that ran out from join()).
@@ -50,6 +52,10 @@
 
 #include <functional>
 #include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace ddp {
 
@@ -101,6 +107,28 @@ class Joinable {
  private:
   friend class Join;
   Join* join_ = nullptr;
+};
+
+// A local optimizer (SGD, Adam, ...) as a joinable: it issues no collective,
+// so a joined rank has nothing to shadow, but its state (momentum, Adam's
+// moments) misses the steps the others took after it ran out. When every
+// rank has joined, all ranks take the state of the last rank to finish, as
+// DDP does for the parameters, so the next epoch starts in step:
+//   ddp::OptimizerJoinable joinable_opt(opt);
+//   ddp::Join join({*model, joinable_opt});
+class OptimizerJoinable : public Joinable {
+ public:
+  // `group`: where to broadcast the state. Default: the default group.
+  explicit OptimizerJoinable(torch::optim::Optimizer& optimizer, ProcessGroupPtr group = nullptr);
+
+  ProcessGroupPtr join_process_group() const override { return group_; }
+  void shadow_iteration(const JoinIteration&) override {}
+  void finish_join(int last_rank) override;
+  void check_join_options(const JoinOptions&) const override {}
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  ProcessGroupPtr group_;
 };
 
 class Join {

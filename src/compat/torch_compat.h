@@ -28,7 +28,16 @@
 // - pytorch.org's and pip's libtorch bundle and export Gloo: the Gloo module
 //   (src/collectives/gloo/module.cpp); with the pre-C++11 string ABI the
 //   module is not built (cmake/gloo_module.cmake).
+// - Optimizer::state() is keyed by the parameter's TensorImpl address
+//   printed as a string (1.13) or by the address itself, void* (2.x):
+//   optimizer_state_key() below, a template switching on the map's key type
+//   (so it lives in this header, not in torch_compat.cpp).
 #pragma once
+
+#include <ATen/core/Tensor.h>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 namespace c10d {
 struct TCPStoreOptions;
@@ -41,5 +50,19 @@ namespace ddp::compat {
 // libuv (Debian's) then refuse to start the store; the classic server is in
 // every version and is what 1.13 uses.
 void use_classic_tcp_store(c10d::TCPStoreOptions& options);
+
+// The key of `param`'s entry in an optimizer's state() map.
+template <typename StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    // What 1.13's c10::guts::to_string(TensorImpl*) writes (2.x has no such function).
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace ddp::compat

@@ -55,6 +55,7 @@ struct Case {
   bool find_unused = false;
   int accumulate = 1;              // micro-batches per synchronized step (no_sync between)
   bool hook = false;
+  int epochs = 1;                  // a Join each; with an OptimizerJoinable from the second on
 };
 
 // Which micro-batches each rank's synchronized steps cover: groups of
@@ -80,21 +81,25 @@ std::vector<torch::Tensor> reference(const Case& c, const std::vector<torch::Ten
   torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1).momentum(0.9));
   const int world = static_cast<int>(c.batches.size());
   const int most = *std::max_element(c.batches.begin(), c.batches.end());
-  for (int s = 0;; ++s) {
-    std::vector<int> contributing;
-    for (int r = 0; r < world; ++r) {
-      if (static_cast<int>(steps_of(c.batches[r], c.accumulate).size()) > s) contributing.push_back(r);
+  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    for (int s = 0;; ++s) {
+      std::vector<int> contributing;
+      for (int r = 0; r < world; ++r) {
+        if (static_cast<int>(steps_of(c.batches[r], c.accumulate).size()) > s) contributing.push_back(r);
+      }
+      if (contributing.empty() || s > most) break;
+      opt.zero_grad();
+      torch::Tensor total = torch::zeros({}, torch::kDouble);
+      for (int r : contributing) {
+        const auto steps = steps_of(c.batches[r], c.accumulate);
+        for (int k : steps[s]) {
+          total = total + loss_of(net, sample(r, 100 * epoch + k, c.find_unused));
+        }
+      }
+      const double divisor = c.divide_by_initial ? world : static_cast<double>(contributing.size());
+      (total / divisor).backward();
+      opt.step();
     }
-    if (contributing.empty() || s > most) break;
-    opt.zero_grad();
-    torch::Tensor total = torch::zeros({}, torch::kDouble);
-    for (int r : contributing) {
-      const auto steps = steps_of(c.batches[r], c.accumulate);
-      for (int k : steps[s]) total = total + loss_of(net, sample(r, k, c.find_unused));
-    }
-    const double divisor = c.divide_by_initial ? world : static_cast<double>(contributing.size());
-    (total / divisor).backward();
-    opt.step();
   }
   std::vector<torch::Tensor> out;
   for (auto& p : params) out.push_back(p.detach().clone());
@@ -111,14 +116,16 @@ void run(const Case& c) {
     std::vector<torch::Tensor> initial;
     for (auto& p : model->parameters()) initial.push_back(p.detach().clone());
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    auto net = model->module_as<NetImpl>();
-    {
-      Join join({*model}, JoinOptions().divide_by_initial_world_size(c.divide_by_initial));
+    OptimizerJoinable joinable_opt(opt, pg);
+    for (int epoch = 0; epoch < c.epochs; ++epoch) {
+      std::vector<std::reference_wrapper<Joinable>> joinables{*model};
+      if (c.epochs > 1) joinables.push_back(joinable_opt);
+      Join join(joinables, JoinOptions().divide_by_initial_world_size(c.divide_by_initial));
       for (const auto& step : steps_of(c.batches[rank], c.accumulate)) {
         opt.zero_grad();
         for (int k : step) {
           const bool last = k == step.back();
-          Sample s = sample(rank, k, c.find_unused);
+          Sample s = sample(rank, 100 * epoch + k, c.find_unused);
           auto micro = [&] {
             torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
           };
@@ -156,6 +163,14 @@ TEST(Join, WithFindUnusedParameters) {
 TEST(Join, WithNoSync) {
   run({{3, 5, 7}, true, false, /*accumulate=*/2});
   run({{3, 5, 7}, false, true, /*accumulate=*/2});
+}
+
+// Momentum across epochs: the ranks that finished early take the state of
+// the last one (OptimizerJoinable), so the next epoch starts in step.
+TEST(Join, AnOptimizerJoinableKeepsMomentumInStepAcrossEpochs) {
+  Case c{{3, 5, 7}};
+  c.epochs = 3;
+  run(c);
 }
 
 TEST(Join, WithACommHook) {

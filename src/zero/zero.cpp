@@ -1,0 +1,247 @@
+// ZeroRedundancyOptimizer: the split, the step and the broadcast of updated
+// parameters (see include/ddp/zero.h); checkpoints are in checkpoint.cpp.
+#include "zero/zero_impl.h"
+
+#include "compat/torch_compat.h"
+
+#include <ddp/errors.h>
+#include <ddp/init.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <utility>
+
+namespace ddp {
+namespace detail {
+
+std::vector<int> partition_by_size(const std::vector<int64_t>& numels, int world) {
+  std::vector<size_t> order(numels.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return numels[a] > numels[b]; });
+  std::vector<int64_t> load(world, 0);
+  std::vector<int> owner(numels.size(), 0);
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[r] += numels[i];
+  }
+  return owner;
+}
+
+}  // namespace detail
+
+std::string ZeroRedundancyOptimizer::Impl::where() const {
+  return "rank " + std::to_string(group->rank()) + " of " + std::to_string(group->size());
+}
+
+torch::optim::OptimizerParamState* ZeroRedundancyOptimizer::Impl::state_of(size_t index) const {
+  auto& state = optimizer->state();
+  auto it = state.find(compat::optimizer_state_key(state, params[index]));
+  return it == state.end() ? nullptr : it->second.get();
+}
+
+namespace {
+
+// A parameter this large is broadcast alone and in place; coalescing pays
+// for small ones only (one collective's latency against two copies).
+constexpr int64_t kDirectBytes = 1 << 20;
+
+std::vector<torch::optim::OptimizerParamGroup> clone_groups(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  return groups;  // the copy constructor clones the options
+}
+
+// Parameters that cannot be sharded, found on this rank; "" when none.
+std::string local_error(const std::vector<at::Tensor>& params) {
+  std::unordered_map<const void*, size_t> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) return "parameter #" + std::to_string(i) + " is undefined";
+    if (!params[i].is_leaf()) {
+      return "parameter #" + std::to_string(i) + " is not a leaf tensor (an optimizer updates "
+             "leaves only: pass the module's parameters, not results computed from them)";
+    }
+    auto [it, fresh] = seen.emplace(params[i].unsafeGetTensorImpl(), i);
+    if (!fresh) {
+      return "parameter #" + std::to_string(i) + " is parameter #" + std::to_string(it->second) +
+             " again; each parameter must appear once over all param groups";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
+    std::vector<torch::optim::OptimizerParamGroup> groups,
+    const torch::optim::OptimizerOptions& defaults, ZeroWrapped wrapped, ZeroOptions options)
+    : torch::optim::Optimizer(clone_groups(groups), defaults.clone()),
+      impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.group = options.process_group() ? options.process_group() : default_process_group();
+  m.overlap = options.overlap_with_ddp();
+  m.wrapped = std::move(wrapped);
+  if (options.bucket_cap_mb() < 0) {
+    throw InvalidArgument("ddp: ZeroRedundancyOptimizer: bucket_cap_mb must be >= 0, got " +
+                          std::to_string(options.bucket_cap_mb()));
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    for (const auto& p : param_groups_[g].params()) {
+      m.params.push_back(p);
+      m.group_of.push_back(g);
+    }
+  }
+  detail::check_same_on_every_rank(*m.group, m.wrapped.name, m.params, m.group_of,
+                                   local_error(m.params));
+
+  std::vector<int64_t> numels;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    numels.push_back(m.params[i].numel());
+    m.index_of.emplace(m.params[i].unsafeGetTensorImpl(), i);
+  }
+  m.owner = detail::partition_by_size(numels, m.group->size());
+
+  // This rank's optimizer: the same groups (options included), its shard only.
+  std::vector<torch::optim::OptimizerParamGroup> shard;
+  m.local.resize(param_groups_.size());
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    std::vector<at::Tensor> mine;
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      if (m.group_of[i] == g && m.owner[i] == m.group->rank()) {
+        mine.push_back(m.params[i]);
+        m.local[g].push_back(i);
+      }
+    }
+    shard.emplace_back(std::move(mine), param_groups_[g].options().clone());
+  }
+  m.optimizer = m.wrapped.make(std::move(shard));
+
+  // Buckets per owner and dtype, filled in parameter order up to the cap.
+  const int64_t cap = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
+  for (int r = 0; r < m.group->size(); ++r) {
+    std::vector<Impl::Bucket> open;  // one being filled per dtype
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      if (m.owner[i] != r) continue;
+      const auto dtype = m.params[i].scalar_type();
+      auto it = std::find_if(open.begin(), open.end(), [&](const Impl::Bucket& b) { return b.dtype == dtype; });
+      const int64_t bytes = m.params[i].numel() * static_cast<int64_t>(m.params[i].element_size());
+      const int64_t item = static_cast<int64_t>(m.params[i].element_size());
+      if (bytes >= kDirectBytes) {  // alone, broadcast in place: no copy to gain from
+        m.buckets.push_back(Impl::Bucket{r, dtype, m.params[i].numel(), {i}});
+        continue;
+      }
+      if (it != open.end() && (it->numel * item + bytes > cap)) {
+        m.buckets.push_back(std::move(*it));
+        open.erase(it);
+        it = open.end();
+      }
+      if (it == open.end()) {
+        open.push_back(Impl::Bucket{r, dtype, 0, {}});
+        it = open.end() - 1;
+      }
+      it->params.push_back(i);
+      it->numel += m.params[i].numel();
+    }
+    for (auto& b : open) m.buckets.push_back(std::move(b));
+  }
+}
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+
+void ZeroRedundancyOptimizer::sync_options() {
+  // Options may have changed (a learning-rate schedule) since the last step.
+  auto& local_groups = impl_->optimizer->param_groups();
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    local_groups[g].set_options(param_groups_[g].options().clone());
+  }
+}
+
+torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  Impl& m = *impl_;
+  if (m.overlap) {
+    // The hook did the work during backward; make sure it did all of it.
+    const size_t updated = std::exchange(m.updated, 0);
+    if (closure) {
+      throw InvalidArgument("ddp: ZeroRedundancyOptimizer::step on " + m.where() +
+                            ": overlap_with_ddp updates parameters during backward; step() "
+                            "takes no closure then");
+    }
+    if (updated != m.params.size()) {
+      throw InvalidArgument(
+          "ddp: ZeroRedundancyOptimizer::step on " + m.where() + " with overlap_with_ddp: " +
+          std::to_string(updated) + " parameter updates since the last step(), expected " +
+          std::to_string(m.params.size()) + " (each parameter once); register the hook with "
+          "model->register_comm_hook(&optimizer, ddp::zero_hook) and call step() once after "
+          "each synchronized backward");
+    }
+    ++m.steps;
+    return {};
+  }
+  sync_options();
+  torch::Tensor loss = m.optimizer->step(std::move(closure));
+  ++m.steps;
+  m.broadcast(m.buckets);
+  return loss;
+}
+
+void ZeroRedundancyOptimizer::Impl::broadcast(const std::vector<Bucket>& to_send) {
+  at::NoGradGuard no_grad;
+  const int rank = group->rank();
+  std::vector<at::Tensor> flats;
+  std::vector<WorkPtr> works;
+  std::vector<bool> in_place;
+  for (const auto& b : to_send) {
+    at::Tensor flat;
+    const at::Tensor& first = params[b.params.front()];
+    in_place.push_back(b.params.size() == 1 && first.is_contiguous());
+    if (in_place.back()) {
+      flat = first.detach();  // in place, on the owner and the receivers alike
+    } else if (b.root == rank) {
+      std::vector<at::Tensor> parts;
+      for (size_t i : b.params) parts.push_back(params[i].detach().reshape({-1}));
+      flat = at::cat(parts);
+    } else {
+      flat = at::empty({b.numel}, first.options().requires_grad(false));
+    }
+    works.push_back(group->broadcast(flat, b.root));
+    flats.push_back(flat);
+  }
+  for (size_t k = 0; k < to_send.size(); ++k) {
+    works[k]->wait();
+    const auto& b = to_send[k];
+    if (b.root == rank || in_place[k]) continue;
+    int64_t offset = 0;
+    for (size_t i : b.params) {
+      const int64_t n = params[i].numel();
+      params[i].detach().copy_(flats[k].narrow(0, offset, n).view_as(params[i]));
+      offset += n;
+    }
+  }
+}
+
+int ZeroRedundancyOptimizer::owner(size_t index) const {
+  if (index >= impl_->owner.size()) {
+    throw InvalidArgument("ddp: ZeroRedundancyOptimizer::owner: parameter #" +
+                          std::to_string(index) + " out of " +
+                          std::to_string(impl_->owner.size()));
+  }
+  return impl_->owner[index];
+}
+
+torch::optim::Optimizer& ZeroRedundancyOptimizer::local_optimizer() { return *impl_->optimizer; }
+
+int64_t ZeroRedundancyOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& item : impl_->optimizer->state()) {
+    for (const auto& t : impl_->wrapped.state_tensors(*item.second)) {
+      if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace ddp

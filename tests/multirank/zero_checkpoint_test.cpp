@@ -1,0 +1,192 @@
+// ZeRO checkpoints across world sizes, and bad input on every rank.
+#include "spawn.h"
+
+#include <ddp/ddp.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <sstream>
+
+namespace ddp::testing {
+namespace {
+
+namespace optim = torch::optim;
+
+std::vector<torch::Tensor> make_params() {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);  // ranks are threads
+  std::vector<torch::Tensor> params;
+  for (auto shape : std::vector<std::vector<int64_t>>{{24, 6}, {24}, {3, 24}, {3}, {5, 5}}) {
+    params.push_back((at::randn(shape, gen, torch::kFloat64) * 0.3).requires_grad_());
+  }
+  return params;
+}
+
+void backward(std::vector<torch::Tensor>& params, int64_t step) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(200 + step);
+  auto x = at::randn({7, 6}, gen, torch::kFloat64);
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  auto h = torch::tanh(torch::mm(x, params[0].t()) + params[1]);
+  auto out = torch::mm(h, params[2].t()) + params[3] + params[4].square().sum();
+  out.square().sum().backward();
+}
+
+// Adam for `first` steps on `from` ranks, a checkpoint, then `second` steps
+// on `to` ranks from it: the same as `first + second` steps in one process.
+TEST(ZeroCheckpoint, RoundTripAcrossWorldSizes) {
+  const auto defaults = optim::AdamOptions(1e-2).amsgrad(true);
+  const int first = 3, second = 2;
+  auto want = make_params();
+  {
+    optim::Adam plain(want, defaults);
+    for (int s = 0; s < first + second; ++s) {
+      backward(want, s);
+      plain.step();
+    }
+  }
+  for (auto [from, to] : std::vector<std::pair<int, int>>{{2, 3}, {3, 1}, {4, 2}, {1, 4}, {2, 2}}) {
+    std::string checkpoint;
+    std::vector<torch::Tensor> trained;
+    spawn(from, [&](int rank, StorePtr store) {
+      auto pg = make_group(store, rank, from);
+      auto params = make_params();
+      ZeroRedundancyOptimizer opt(params, defaults, ZeroOptions().process_group(pg));
+      for (int s = 0; s < first; ++s) {
+        backward(params, s);
+        opt.step();
+      }
+      const int to_rank = from - 1;
+      opt.consolidate_state_dict(to_rank);
+      if (rank != to_rank) {
+        std::ostringstream ignored;
+        EXPECT_THROW(torch::save(opt, ignored), InvalidArgument);
+        return;
+      }
+      std::ostringstream out;
+      torch::save(opt, out);
+      checkpoint = out.str();
+      trained = params;
+    });
+    ASSERT_FALSE(checkpoint.empty());
+    spawn(to, [&](int rank, StorePtr store) {
+      auto pg = make_group(store, rank, to);
+      auto params = make_params();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < params.size(); ++i) params[i].copy_(trained[i]);
+      }
+      ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.5), ZeroOptions().process_group(pg));
+      std::istringstream in(checkpoint);
+      torch::load(opt, in);
+      EXPECT_DOUBLE_EQ(opt.param_groups()[0].options().get_lr(), 1e-2);  // options restored too
+      for (int s = first; s < first + second; ++s) {
+        backward(params, s);
+        opt.step();
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_LE((params[i] - want[i]).abs().max().item<double>(), 1e-12)
+            << from << " -> " << to << " ranks, rank " << rank << ", parameter #" << i;
+      }
+    });
+  }
+}
+
+// Runs `body` on `world` ranks; every rank must throw InvalidArgument
+// containing each of `needles` (with {rank} replaced by the rank).
+void expect_error_everywhere(int world, const std::function<void(int, ProcessGroupPtr)>& body,
+                             const std::vector<std::string>& needles) {
+  std::atomic<int> errors{0};
+  spawn(world, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, world);
+    try {
+      body(rank, pg);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      for (auto needle : needles) {
+        const auto at = needle.find("{rank}");
+        if (at != std::string::npos) needle.replace(at, 6, std::to_string(rank));
+        EXPECT_NE(what.find(needle), std::string::npos) << what;
+      }
+      ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), world);
+}
+
+TEST(ZeroErrors, DifferentOptimizersAcrossRanks) {
+  expect_error_everywhere(3, [](int rank, ProcessGroupPtr pg) {
+    auto params = make_params();
+    const ZeroOptions o = ZeroOptions().process_group(pg);
+    if (rank == 2) {
+      ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), o);
+    } else {
+      ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), o);
+    }
+  }, {"on rank {rank} of 3", "rank 2 wraps SGD but rank 0 wraps Adam"});
+}
+
+TEST(ZeroErrors, DifferentParametersAcrossRanks) {
+  expect_error_everywhere(2, [](int rank, ProcessGroupPtr pg) {
+    auto params = make_params();
+    if (rank == 1) params[3] = torch::zeros({4}, torch::kFloat64).requires_grad_();
+    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
+  }, {"parameter #3 differs: rank 1 has shape [4], Double, param group 0, rank 0 has shape [3]"});
+  expect_error_everywhere(2, [](int rank, ProcessGroupPtr pg) {
+    auto params = make_params();
+    if (rank == 0) params.pop_back();
+    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
+  }, {"rank 1 has 5 parameters in 1 groups but rank 0 has 4 in 1"});
+}
+
+TEST(ZeroErrors, ParameterTwiceOrNotALeafIsRefusedOnEveryRank) {
+  expect_error_everywhere(3, [](int rank, ProcessGroupPtr pg) {
+    auto params = make_params();
+    std::vector<optim::OptimizerParamGroup> groups;
+    groups.emplace_back(params);
+    groups.emplace_back(std::vector<torch::Tensor>{params[1]});
+    if (rank != 1) groups.pop_back();
+    ZeroRedundancyOptimizer opt(groups, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
+  }, {"rank 1"});
+}
+
+TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
+  std::string checkpoint;
+  spawn(1, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 1);
+    auto params = make_params();
+    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1).momentum(0.9),
+                                ZeroOptions().process_group(pg));
+    backward(params, 0);
+    opt.step();
+    opt.consolidate_state_dict(0);
+    opt.step();
+    std::ostringstream stale;
+    try {
+      torch::save(opt, stale);
+      ADD_FAILURE() << "a state consolidated before the last step was saved";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("before the last step()"), std::string::npos);
+    }
+    opt.consolidate_state_dict(0);
+    std::ostringstream out;
+    torch::save(opt, out);
+    checkpoint = out.str();
+  });
+  expect_error_everywhere(2, [&](int, ProcessGroupPtr pg) {
+    auto params = make_params();
+    ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), ZeroOptions().process_group(pg));
+    std::istringstream in(checkpoint);
+    torch::load(opt, in);
+  }, {"holds SGD state but this optimizer wraps Adam"});
+  expect_error_everywhere(2, [&](int, ProcessGroupPtr pg) {
+    auto params = make_params();
+    params.pop_back();
+    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
+    std::istringstream in(checkpoint);
+    torch::load(opt, in);
+  }, {"param groups hold [5] parameters but this optimizer's hold [4]"});
+}
+
+}  // namespace
+}  // namespace ddp::testing
