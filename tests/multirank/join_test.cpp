@@ -184,22 +184,13 @@ TEST(Join, ARankWithoutAnyBatchShadowsFromTheStart) {
   run({{2, 0}, false});
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 TEST(Join, ThrowOnEarlyTerminationRaisesOnEveryRankInTheSameIteration) {
   spawn(3, [](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 3);
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     const int batches = rank == 0 ? 1 : 3;
     int done = 0;
-    std::string m = message_of([&] {
+    std::string m = error_message([&] {
       Join join({*model}, JoinOptions().throw_on_early_termination(true));
       for (; done < batches; ++done) {
         Sample s = sample(rank, done, false);
@@ -220,7 +211,7 @@ TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
     auto pg = make_group(store, rank, 2);
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     model->register_comm_hook(pg, allreduce_hook);
-    std::string m = message_of([&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
+    std::string m = error_message([&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
     EXPECT_NE(m.find("with a communication hook"), std::string::npos) << m;
   });
 }

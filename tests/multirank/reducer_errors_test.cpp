@@ -12,7 +12,7 @@ TEST(Reducer, AParameterWithoutGradientOnOneRankIsAnErrorOnEveryRank) {
     for (auto& p : chain.params) p.mutable_grad() = at::full_like(p, 9.0);
     at::Tensor out = chain.forward(Chain::input(rank, 0), rank == 1 ? 0 : -1);
     reducer.prepare_for_backward({out});
-    std::string m = message_of([&] { out.sum().backward(); });
+    std::string m = error_message([&] { out.sum().backward(); });
     EXPECT_TRUE(contains(m, "some parameters got no gradient on rank(s) 1 (1)")) << m;
     if (rank == 1) EXPECT_TRUE(contains(m, "#0 'w0'")) << m;
     EXPECT_TRUE(contains(m, "find_unused_parameters(true)")) << m;
@@ -33,7 +33,7 @@ TEST(Reducer, ASkippedBackwardOrASecondBackwardIsAnErrorOnEveryRank) {
     if (rank == 1) reducer.prepare_for_backward({chain.forward(Chain::input(rank, 0))});
     at::Tensor out = chain.forward(Chain::input(rank, 0));
     reducer.prepare_for_backward({out});
-    std::string m = message_of([&] { out.sum().backward(); });
+    std::string m = error_message([&] { out.sum().backward(); });
     EXPECT_TRUE(contains(m, "different numbers of forward passes")) << m;
     EXPECT_TRUE(contains(m, "rank 1 ran a forward whose backward() was skipped")) << m;
 
@@ -44,7 +44,7 @@ TEST(Reducer, ASkippedBackwardOrASecondBackwardIsAnErrorOnEveryRank) {
     if (rank == 0) out.sum().backward();
     out = chain.forward(Chain::input(rank, 2));
     reducer.prepare_for_backward({out});
-    m = message_of([&] { out.sum().backward(); });
+    m = error_message([&] { out.sum().backward(); });
     EXPECT_TRUE(contains(m, "rank 0 ran a backward() that no DDP forward prepared")) << m;
   });
 }
@@ -57,7 +57,7 @@ TEST(Reducer, ACommHookAfterTrainingStartedIsRefused) {
     at::Tensor out = chain.forward(Chain::input(rank, 0));
     reducer.prepare_for_backward({out});
     out.sum().backward();
-    std::string m = message_of([&] {
+    std::string m = error_message([&] {
       reducer.register_comm_hook([](GradBucket& b) { return completed_future(b.buffer()); });
     });
     EXPECT_TRUE(contains(m, "training has started")) << m;

@@ -139,19 +139,6 @@ inline ReducerOptions one_per_bucket() {
   return ReducerOptions().bucket_cap_bytes(1).first_bucket_cap_bytes(1);
 }
 
-inline std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
-inline bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // The end-of-backward status allreduce (iteration_status.h): any allreduce
 // whose size is none of the parameters' (3, 5, 7, and 2 for a spare one).
 inline bool is_status(const std::string& e) {

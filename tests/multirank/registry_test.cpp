@@ -22,10 +22,6 @@ std::string message_of(const std::function<void()>& fn) {
   return "(no InvalidArgument)";
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // Sets an environment variable for the scope of one test.
 class ScopedEnv {
  public:

@@ -9,8 +9,8 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <exception>
-#include <string>
 #include <functional>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -49,6 +49,20 @@ inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
 inline ProcessGroupPtr make_group(const std::string& backend, StorePtr store, int rank, int size,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   return make_group(std::move(store), rank, size, InitOptions().backend(backend).timeout(timeout));
+}
+
+// What `f` threw (any std::exception), or "(no exception)".
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
 }
 
 }  // namespace ddp::testing
