@@ -14,4 +14,5 @@
 #include <ddp/process_group.h>
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/reducer.h>
+#include <ddp/timeline.h>
 #include <ddp/work.h>
