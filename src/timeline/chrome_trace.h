@@ -49,6 +49,8 @@ struct TraceText {
   std::string text;
   bool any = false;
   void append(const std::string& object);
+  // The text to append one object to, its comma already there.
+  std::string& next();
 };
 
 // The events of one process (pid = rank): "compute" spans on tid 0; every
@@ -82,5 +84,6 @@ class ChromeTraceEncoder {
 
 // `s` as a JSON string literal, quotes included.
 std::string json_string(const std::string& s);
+void append_json_string(std::string& out, const std::string& s);
 
 }  // namespace ddp::detail
