@@ -196,63 +196,20 @@ Json to_json(const TimelineMetrics& m) {
   return j;
 }
 
-// --- Chrome trace ---------------------------------------------------------------
+// --- Chrome trace (the library's encoder: src/timeline/chrome_trace.h) ------------
 
-Json chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title) {
-  Json events = Json::array();
-  auto meta = [&](const char* what, int pid, int tid, const std::string& name, bool with_tid) {
-    Json args = Json::object();
-    args.set("name", name);
-    Json j = Json::object();
-    j.set("name", what).set("ph", "M").set("pid", pid);
-    if (with_tid) j.set("tid", tid);
-    j.set("args", std::move(args));
-    events.push(std::move(j));
-  };
-  auto sort_index = [&](int pid, int tid) {
-    Json args = Json::object();
-    args.set("sort_index", tid);
-    Json j = Json::object();
-    j.set("name", "thread_sort_index").set("ph", "M").set("pid", pid).set("tid", tid);
-    j.set("args", std::move(args));
-    events.push(std::move(j));
-  };
+std::string chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title) {
+  ddp::detail::TraceText events;
   for (const auto& r : ranks) {
-    meta("process_name", r.rank, 0, "rank " + std::to_string(r.rank), false);
-    meta("thread_name", r.rank, 0, "compute", true);
-    sort_index(r.rank, 0);
-    std::vector<double> row_end;  // comm rows: where each one is free again
+    ddp::detail::ChromeTraceEncoder encoder(r.rank, "rank " + std::to_string(r.rank));
+    encoder.metadata(events);
     for (const auto& e : r.iteration.events) {
-      int tid = 0;
-      if (e.lane != "compute") {
-        size_t row = 0;
-        while (row < row_end.size() && row_end[row] > e.start_us) ++row;
-        if (row == row_end.size()) {
-          row_end.push_back(e.end_us);
-          meta("thread_name", r.rank, static_cast<int>(row) + 1,
-               row == 0 ? e.lane : e.lane + " " + std::to_string(row + 1), true);
-          sort_index(r.rank, static_cast<int>(row) + 1);
-        }
-        row_end[row] = e.end_us;
-        tid = static_cast<int>(row) + 1;
-      }
-      Json j = Json::object();
-      j.set("name", e.name).set("cat", e.lane).set("ph", "X").set("pid", r.rank).set("tid", tid);
-      j.set("ts", e.start_us + r.offset_us).set("dur", std::max(0.0, e.end_us - e.start_us));
-      if (e.lane != "compute") {
-        Json args = Json::object();
-        args.set("blocking", e.blocking);
-        j.set("args", std::move(args));
-      }
-      events.push(std::move(j));
+      encoder.span(events, e.lane, e.name, e.start_us + r.offset_us, e.end_us + r.offset_us,
+                   e.blocking);
     }
   }
-  Json other = Json::object();
-  other.set("title", title);
-  Json out = Json::object();
-  out.set("traceEvents", std::move(events)).set("displayTimeUnit", "ms");
-  out.set("otherData", std::move(other));
-  return out;
+  return "{\"traceEvents\": [\n" + events.text + "\n],\n\"displayTimeUnit\": \"ms\",\n" +
+         "\"otherData\": {\"title\": " + ddp::detail::json_string(title) + "}}\n";
 }
 
 // --- text form ------------------------------------------------------------------
@@ -291,18 +248,8 @@ TimelineIteration deserialize(const std::string& text) {
 
 void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
                       Clock::time_point backward_returned) {
-  auto at = [&](double ms) { return plus_ms(stats.backward_start, ms); };
-  const auto compute_end = at(stats.backward_compute_ms);
-  timeline.add("compute", "backward", stats.backward_start, compute_end);
-  auto last_done = compute_end;
-  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
-    const auto& t = stats.bucket_timings[b];
-    timeline.add("comm", "allreduce bucket " + std::to_string(b) + " (" + format_bytes(t.bytes) + ")",
-                 at(t.launch_ms), at(t.done_ms));
-    last_done = std::max(last_done, at(t.done_ms));
-  }
-  if (backward_returned > last_done) {
-    timeline.add("compute", "finalize (copy back)", last_done, backward_returned);
+  for (const auto& span : ddp::detail::backward_spans(stats, backward_returned)) {
+    timeline.add(span.lane, span.name, span.start, span.end, span.blocking);
   }
 }
 

@@ -63,6 +63,8 @@
 
 #include <ddp/statistics.h>
 
+#include "timeline/chrome_trace.h"
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -129,25 +131,28 @@ TimelineMetrics timeline_metrics(const std::vector<TimelineIteration>& iteration
 Json to_json(const TimelineMetrics& m);
 
 // A Chrome trace (Trace Event Format; chrome://tracing, ui.perfetto.dev) of
-// one iteration per rank: pid = rank, one tid per lane ("compute" = 0;
-// "comm" events on tids 1, 2, ... so that overlapping collectives never
-// share a row), "X" complete events with ts/dur in µs shifted by the rank's
-// offset_us, args {"blocking": ...} on comm events, and process/thread names
-// as metadata.
+// one iteration per rank, as JSON text {"traceEvents": [...],
+// "displayTimeUnit": "ms", "otherData": {"title": ...}}; the events are the
+// library's (src/timeline/chrome_trace.h, also DDP_TIMELINE's): pid = rank,
+// one tid per lane ("compute" = 0; "comm" events on tids 1, 2, ... so that
+// overlapping collectives never share a row), "X" complete events with
+// ts/dur in µs shifted by the rank's offset_us, args {"blocking": ...} on
+// comm events, and process/thread names as metadata.
 struct RankIteration {
   int rank = 0;
   double offset_us = 0;  // added to every event's start
   TimelineIteration iteration;
 };
-Json chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title);
+std::string chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title);
 
 // DDP's part of a synchronizing iteration, from its statistics
-// (ddp::IterationStats: backward_start, backward_compute_ms, bucket_timings):
-// "backward" compute from backward's start to the last gradient hook, one
-// "allreduce bucket K (size)" per bucket from launch to completion, and from
-// the last completion to `backward_returned` "finalize (copy back)" compute
-// (the averaged gradients written back; it includes the small status
-// allreduce). The same for ddp_bench train and variants.
+// (ddp::IterationStats: backward_start, backward_compute_ms, bucket_timings),
+// as DDP_TIMELINE shows it (ddp::detail::backward_spans): "backward" compute
+// from backward's start to the last gradient hook, one "allreduce bucket K
+// (size)" per bucket from launch to completion, and from the last completion
+// to `backward_returned` "finalize (copy back)" compute (the averaged
+// gradients written back; it includes the small status allreduce). The same
+// for ddp_bench train and variants.
 void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
                       Clock::time_point backward_returned);
 

@@ -271,8 +271,7 @@ int run_variants(Args args) {
       const std::string path = cfg.trace_dir + "/" + runs[i]->name + ".trace.json";
       write_file(path, chrome_trace(traces[i], runs[i]->name + ": first timed synchronizing "
                                                                "micro-batch, " +
-                                                    describe(cfg.model))
-                           .dump(1));
+                                                    describe(cfg.model)));
     }
     std::fprintf(stderr, "variants: wrote %zu traces to %s\n", runs.size(), cfg.trace_dir.c_str());
   }

@@ -257,7 +257,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
       opt.zero_grad();
       torch::Tensor loss = torch::nll_loss(model->forward(batch.data.to(dtype)), batch.target);
       loss.backward();
-      opt.step();
+      {
+        ddp::TimelineSpan span("optimizer step");  // shown in a DDP_TIMELINE trace
+        opt.step();
+      }
       ++state.iteration;
       ++epoch_step;
       const double n = batch.data.size(0), sum = loss.item<double>() * n;

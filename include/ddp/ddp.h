@@ -15,5 +15,6 @@
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/reducer.h>
 #include <ddp/sync_batchnorm.h>
+#include <ddp/timeline.h>
 #include <ddp/work.h>
 #include <ddp/zero.h>

@@ -91,6 +91,9 @@ struct DistributedDataParallelOptions {
 };
 
 class DistributedDataParallelImpl;
+namespace detail {
+class ModuleTimeline;
+}
 
 // Scope in which gradients accumulate locally (paper §3.2.4): the first
 // backward after a forward outside it reduces everything accumulated.
@@ -205,6 +208,9 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   bool require_backward_grad_sync_ = true;  // false inside no_sync
   int64_t divisor_ = 0;  // what the Reducer divides gradients by (0: not set yet)
   bool uneven_inputs_ = false;  // told the Reducer that ranks may run different no_sync passes
+  // With DDP_TIMELINE (ddp/timeline.h), else null. After reducer_: it reads
+  // the last statistics when it goes, so it must go first.
+  std::shared_ptr<detail::ModuleTimeline> timeline_;
 };
 
 TORCH_MODULE(DistributedDataParallel);

@@ -5,6 +5,7 @@
 
 #include "module/model_sync.h"
 #include "rendezvous/default_group.h"
+#include "module/module_timeline.h"
 
 #include <c10/core/GradMode.h>
 
@@ -61,6 +62,8 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
                           "module's named_parameters(), e.g. 'fc1.weight')");
   }
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
+  // Before any collective: a rank that cannot write its file stops here.
+  auto rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
 
   // The Reducer checks the parameters across ranks (collective) first.
   reducer_ = std::make_unique<Reducer>(
@@ -73,6 +76,9 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
           .static_graph(options_.static_graph())
           .overlap_communication(options_.overlap_communication()));
+  if (rank_timeline) {
+    timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
+  }
   if (options_.init_sync()) {
     std::vector<torch::Tensor> all_params;
     for (const auto& p : wrapped->parameters()) all_params.push_back(p);
@@ -88,6 +94,7 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
 // In one, a synchronized forward with grad enabled starts the Join's
 // iteration (which ranks still train); other forwards issue no collective.
 std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forward() {
+  if (timeline_) timeline_->before_forward(reducer_->has_comm_hook());
   int64_t divisor = group_->size();
   int root = 0;
   bool broadcast = options_.broadcast_buffers() && require_backward_grad_sync_;
@@ -105,7 +112,11 @@ std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forwar
     uneven_inputs_ = join() != nullptr;
     reducer_->set_uneven_inputs(uneven_inputs_);
   }
-  if (broadcast && !buffers_.empty()) detail::broadcast_coalesced(*group_, buffers_, root);
+  if (broadcast && !buffers_.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    detail::broadcast_coalesced(*group_, buffers_, root);
+    if (timeline_) timeline_->broadcast_buffers(start, std::chrono::steady_clock::now());
+  }
   return std::chrono::steady_clock::now();
 }
 
@@ -134,9 +145,16 @@ void DistributedDataParallelImpl::check_join_options(const JoinOptions& options)
 
 void DistributedDataParallelImpl::after_forward(const std::vector<torch::Tensor>& outputs,
                                                 std::chrono::steady_clock::time_point start) {
-  if (!at::GradMode::is_enabled()) return;  // no backward can follow
-  const double forward_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  const bool grad = at::GradMode::is_enabled();
+  if (timeline_) {
+    timeline_->forward(!grad                         ? "forward (no grad)"
+                       : require_backward_grad_sync_ ? "forward"
+                                                     : "forward (no_sync)",
+                       start, end);
+  }
+  if (!grad) return;  // no backward can follow
+  const double forward_ms = std::chrono::duration<double, std::milli>(end - start).count();
   reducer_->prepare_for_backward(outputs, require_backward_grad_sync_);
   if (require_backward_grad_sync_) reducer_->record_forward_time(forward_ms);
 }

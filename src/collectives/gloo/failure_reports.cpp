@@ -15,7 +15,10 @@ namespace {
 // unresponsive: generous for a loaded host, short next to any timeout.
 constexpr std::chrono::milliseconds kStoreLimit(3000);
 
-const std::string kFirst = "ddp/gloo/first_failure";
+// Not a std::string: a call left blocked on an unanswering store (see
+// bounded() below) may still use it while the process exits and destroys
+// its static objects.
+constexpr char kFirst[] = "ddp/gloo/first_failure";
 std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 std::string closed_key(int rank) { return "ddp/gloo/closed/" + std::to_string(rank); }
 
@@ -52,7 +55,7 @@ std::optional<std::string> FailureReports::report(const std::string& report) {
   return bounded<std::string>(
       [rank, report](const StorePtr& store) -> std::string {
         store->set(failed_key(rank), bytes(report));
-        if (store->add(kFirst + "/count", 1) == 1) {
+        if (store->add(std::string(kFirst) + "/count", 1) == 1) {
           store->set(kFirst, bytes(report));
           return report;
         }

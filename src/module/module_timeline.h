@@ -1,0 +1,42 @@
+// What a DistributedDataParallel module puts on its rank's DDP_TIMELINE
+// (include/ddp/timeline.h): its forwards and buffer broadcasts as they
+// happen, and each synchronized backward from the Reducer's statistics once
+// they are complete (at the next forward, or when the module goes).
+#pragma once
+
+#include <ddp/reducer.h>
+
+#include "timeline/rank_timeline.h"
+
+#include <memory>
+#include <string>
+
+namespace ddp::detail {
+
+class ModuleTimeline {
+ public:
+  // `reducer` must outlive this object.
+  ModuleTimeline(std::shared_ptr<RankTimeline> timeline, const Reducer& reducer);
+  // The last backward, then the file is written.
+  ~ModuleTimeline();
+  ModuleTimeline(const ModuleTimeline&) = delete;
+  ModuleTimeline& operator=(const ModuleTimeline&) = delete;
+
+  // At the start of every forward (on the training thread): the previous
+  // backward, and this thread's TimelineSpans go to this timeline.
+  // `comm_hook`: buckets go through a communication hook.
+  void before_forward(bool comm_hook);
+  void broadcast_buffers(TraceClock::time_point start, TraceClock::time_point end);
+  // `kind`: "forward", "forward (no_sync)", "forward (no grad)".
+  void forward(const char* kind, TraceClock::time_point start, TraceClock::time_point end);
+
+ private:
+  void add_new_backward();
+
+  std::shared_ptr<RankTimeline> timeline_;
+  const Reducer& reducer_;
+  int64_t traced_ = 0;  // the last iteration (IterationStats::iteration) written
+  bool comm_hook_ = false;
+};
+
+}  // namespace ddp::detail
