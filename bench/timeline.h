@@ -1,6 +1,6 @@
 // What happened when inside training iterations (micro-batches), as
 // intervals on two lanes, and the blog's summary of it
-// (reference/six-ddp-variants-blog.txt: compute %, non-compute %, idle %,
+// (the blog named in bench/variants.h: compute %, non-compute %, idle %,
 // overlap %, communication overhead %, allreduce calls and ms). No libtorch
 // here, like bench_util.
 //

@@ -1,6 +1,7 @@
 #include "collectives/task_queue.h"
 
 #include "collectives/issue_order.h"
+#include "collectives/no_sigpipe.h"
 
 #include <ddp/errors.h>
 
@@ -8,6 +9,7 @@ namespace ddp::detail {
 
 TaskQueue::TaskQueue(std::string where, std::chrono::milliseconds timeout, int threads)
     : where_(std::move(where)), timeout_(timeout) {
+  SigpipeBlockedForNewThreads workers_write_to_sockets;
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work_loop(); });
 }
 

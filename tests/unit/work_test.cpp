@@ -7,6 +7,7 @@
 #include "collectives/task_queue.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -70,6 +71,26 @@ TEST(TaskQueue, RunsInIssueOrderAndRefusesWorkAfterStop) {
     EXPECT_NE(std::string(e.what()).find("the group is being destroyed"), std::string::npos)
         << e.what();
   }
+}
+
+bool sigpipe_blocked() {
+  sigset_t mask;
+  pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+  return sigismember(&mask, SIGPIPE) == 1;
+}
+
+// A worker's write to a closed socket must fail with EPIPE, not kill the
+// process (collectives/no_sigpipe.h); the caller's own mask is left alone.
+TEST(TaskQueue, WorkersBlockSigpipeAndTheCallerKeepsItsMask) {
+  ASSERT_FALSE(sigpipe_blocked());
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  EXPECT_FALSE(sigpipe_blocked());
+  std::atomic<bool> blocked{false};
+  queue.enqueue("op", "", {}, [&](uint32_t, const Work&) {
+    blocked = sigpipe_blocked();
+    return nullptr;
+  })->wait();
+  EXPECT_TRUE(blocked);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "collectives/gloo/collectives.h"
 #include "collectives/gloo/engine.h"
 #include "collectives/gloo/failure_reports.h"
+#include "collectives/no_sigpipe.h"
 #include "collectives/gloo/network.h"
 #include "collectives/gloo/store.h"
 #include "collectives/task_queue.h"
@@ -193,6 +194,7 @@ class Engine final : public detail::GlooEngine {
                                                   : options_.hostname();
     }
     try {
+      detail::SigpipeBlockedForNewThreads loop_thread_writes_to_sockets;
       return gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
       throw InvalidArgument("ddp: " + owner_.where + ": cannot use " +
