@@ -37,8 +37,7 @@ std::optional<int64_t> Args::take_int(const std::string& name, int64_t min, int6
     size_t used = 0;
     long long v = std::stoll(*text, &used);
     if (used == text->size() && v >= min && v <= max) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw UsageError(name + " expects an integer in [" + std::to_string(min) + ", " +
                    std::to_string(max) + "], got '" + *text + "'");
 }
@@ -50,10 +49,8 @@ std::optional<double> Args::take_double(const std::string& name, double min) {
     size_t used = 0;
     double v = std::stod(*text, &used);
     if (used == text->size() && v >= min) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(name + " expects a number >= " + format_fixed(min, 1) + ", got '" +
-                   *text + "'");
+  } catch (const std::exception&) {}
+  throw UsageError(name + " expects a number >= " + format_fixed(min, 1) + ", got '" + *text + "'");
 }
 
 bool Args::take_flag(const std::string& name) {
@@ -74,10 +71,20 @@ std::optional<int64_t> parse_scaled(const std::string& text, int64_t k) {
   int64_t unit = 1;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'k': case 'K': unit = k; break;
-      case 'm': case 'M': unit = k * k; break;
-      case 'g': case 'G': unit = k * k * k; break;
-      default: break;
+      case 'k':
+      case 'K':
+        unit = k;
+        break;
+      case 'm':
+      case 'M':
+        unit = k * k;
+        break;
+      case 'g':
+      case 'G':
+        unit = k * k * k;
+        break;
+      default:
+        break;
     }
     if (unit != 1) digits.pop_back();
   }
@@ -85,8 +92,7 @@ std::optional<int64_t> parse_scaled(const std::string& text, int64_t k) {
     size_t used = 0;
     long long v = std::stoll(digits, &used);
     if (used == digits.size() && v > 0 && v <= (int64_t{1} << 40) / unit) return v * unit;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   return std::nullopt;
 }
 

@@ -63,7 +63,8 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
 inline double ms_since(Clock::time_point t) { return ms_between(t, Clock::now()); }
 // t moved by `ms` milliseconds (negative: earlier).
 inline Clock::time_point plus_ms(Clock::time_point t, double ms) {
-  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+  return t +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
 struct Stats {

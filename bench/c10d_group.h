@@ -30,8 +30,7 @@ std::string c10d_bind_description(const ddp::InitOptions& init);
 // `prefix` (a PrefixStore, so that it does not meet ddp's own keys), bound as
 // c10d_bind_description says. Collective: every rank must call it.
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_c10d_gloo(const ddp::StorePtr& store,
-                                                          const ddp::InitOptions& init,
-                                                          int threads,
+                                                          const ddp::InitOptions& init, int threads,
                                                           const std::string& prefix = "bench/c10d");
 
 }  // namespace ddp_bench

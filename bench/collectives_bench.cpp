@@ -146,11 +146,11 @@ int run_collectives(Args args) {
 
   const std::string torch_version = TORCH_VERSION;
   if (rank == 0) {
-    std::fprintf(stderr,
-                 "collectives: %d ranks, %lld intra-op thread(s), %lld gloo thread(s), bind %s; %s\n",
-                 world, static_cast<long long>(cfg.threads),
-                 static_cast<long long>(cfg.gloo_threads), bind.c_str(),
-                 machine_summary(torch_version).c_str());
+    std::fprintf(
+        stderr,
+        "collectives: %d ranks, %lld intra-op thread(s), %lld gloo thread(s), bind %s; %s\n", world,
+        static_cast<long long>(cfg.threads), static_cast<long long>(cfg.gloo_threads), bind.c_str(),
+        machine_summary(torch_version).c_str());
   }
 
   at::Tensor sync = torch::zeros({1}, torch::kFloat);
@@ -183,8 +183,8 @@ int run_collectives(Args args) {
         per_round /= static_cast<double>(cfg.warmup);
       }
       if (rank == 0) {
-        iters = per_round > 0 ? static_cast<int64_t>(cfg.budget_s * 1e6 / per_round)
-                              : cfg.max_iters;
+        iters =
+            per_round > 0 ? static_cast<int64_t>(cfg.budget_s * 1e6 / per_round) : cfg.max_iters;
         iters = std::clamp(iters, cfg.min_iters, cfg.max_iters);
         store->set(key + "/iters", to_bytes(std::to_string(iters)));
       } else {

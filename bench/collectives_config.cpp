@@ -41,7 +41,8 @@ CollectivesConfig parse_collectives_config(Args& args) {
   CollectivesConfig c;
   c.sizes = parse_byte_list(args.take("--sizes").value_or("4K,16K,64K,256K,1M,4M,16M,64M,256M"));
   for (int64_t s : c.sizes) {
-    if (s % 4 != 0) throw UsageError("size " + std::to_string(s) + " is not a multiple of 4 (float32)");
+    if (s % 4 != 0)
+      throw UsageError("size " + std::to_string(s) + " is not a multiple of 4 (float32)");
     if (std::count(c.sizes.begin(), c.sizes.end(), s) > 1) {
       throw UsageError("size " + format_bytes(s) + " is given twice");
     }

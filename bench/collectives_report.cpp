@@ -15,8 +15,11 @@ namespace {
 
 // What each backend is measured against: c10d's Gloo, and for ddp's MPI
 // backend also MPI_Allreduce called directly.
-std::vector<std::pair<std::string, std::string>> ratio_pairs(const std::vector<std::string>& impls) {
-  auto has = [&](const std::string& n) { return std::find(impls.begin(), impls.end(), n) != impls.end(); };
+std::vector<std::pair<std::string, std::string>> ratio_pairs(
+    const std::vector<std::string>& impls) {
+  auto has = [&](const std::string& n) {
+    return std::find(impls.begin(), impls.end(), n) != impls.end();
+  };
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const auto& name : impls) {
     if (name == "c10d" || name == "mpi-raw") continue;
@@ -81,8 +84,8 @@ void report_collectives(const CollectivesConfig& cfg, const std::vector<std::str
 
   std::vector<std::vector<std::string>> table;
   Json json_rows = Json::array();
-  Json json_ratios = Json::array();   // gloo/c10d per size (the key predates other backends)
-  Json json_pairs = Json::array();    // every pair of ratio_pairs, per size
+  Json json_ratios = Json::array();  // gloo/c10d per size (the key predates other backends)
+  Json json_pairs = Json::array();   // every pair of ratio_pairs, per size
   for (int64_t bytes : cfg.sizes) {
     std::vector<std::string> line{format_bytes(bytes)};
     for (const auto& impl : impls) line.push_back(format_fixed(find(impl, bytes)->stats.median, 1));
@@ -100,8 +103,8 @@ void report_collectives(const CollectivesConfig& cfg, const std::vector<std::str
       json_pairs.push(std::move(j));
     }
     for (const auto& impl : impls) {
-      line.push_back(format_fixed(
-          allreduce_busbw_gbps(bytes, find(impl, bytes)->stats.median, world), 3));
+      line.push_back(
+          format_fixed(allreduce_busbw_gbps(bytes, find(impl, bytes)->stats.median, world), 3));
     }
     if (link_bps > 0) {
       for (const auto& impl : impls) {

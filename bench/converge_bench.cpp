@@ -88,7 +88,8 @@ Config parse(Args& args) {
   Config c;
   c.data = args.take("--data").value_or("");
   if (c.data.empty()) {
-    throw UsageError("--data is required: the digits CSV (bench/evaluate.py digits /tmp/digits.csv)");
+    throw UsageError(
+        "--data is required: the digits CSV (bench/evaluate.py digits /tmp/digits.csv)");
   }
   if (auto list = args.take("--sync-every")) {
     c.sync_every.clear();
@@ -98,8 +99,10 @@ Config parse(Args& args) {
       char* end = nullptr;
       const long long k = std::strtoll(item.c_str(), &end, 10);
       if (item.empty() || *end != '\0' || k < 1 || k > 1000000) {
-        throw UsageError("--sync-every takes positive integers separated by commas (e.g. 1,2,4,8), "
-                         "not '" + *list + "'");
+        throw UsageError(
+            "--sync-every takes positive integers separated by commas (e.g. 1,2,4,8), "
+            "not '" +
+            *list + "'");
       }
       c.sync_every.push_back(k);
     }
@@ -150,7 +153,8 @@ Digits load_digits(const std::string& path) {
     }
     if (static_cast<int64_t>(v.size()) != kFeatures + 1) {
       throw std::runtime_error(path + " row " + std::to_string(row) + ": " +
-                               std::to_string(v.size()) + " fields, expected 65 (64 pixels, label)");
+                               std::to_string(v.size()) +
+                               " fields, expected 65 (64 pixels, label)");
     }
     const double label = v.back();
     if (label < 0 || label >= kClasses || label != static_cast<int64_t>(label)) {
@@ -167,8 +171,8 @@ Digits load_digits(const std::string& path) {
   }
   auto all_x = torch::from_blob(x.data(), {n, kFeatures}, torch::kFloat32).clone();
   auto all_y = torch::from_blob(y.data(), {n}, torch::kInt64).clone();
-  return {all_x.slice(0, 0, kTrainRows), all_y.slice(0, 0, kTrainRows),
-          all_x.slice(0, kTrainRows), all_y.slice(0, kTrainRows)};
+  return {all_x.slice(0, 0, kTrainRows), all_y.slice(0, 0, kTrainRows), all_x.slice(0, kTrainRows),
+          all_y.slice(0, kTrainRows)};
 }
 
 uint64_t splitmix64(uint64_t& state) {
@@ -188,7 +192,8 @@ std::vector<int64_t> sample_stream(uint64_t seed, int64_t n, int64_t count) {
     for (int64_t i = n - 1; i > 0; --i) {
       std::swap(perm[i], perm[splitmix64(state) % static_cast<uint64_t>(i + 1)]);
     }
-    for (int64_t i = 0; i < n && static_cast<int64_t>(out.size()) < count; ++i) out.push_back(perm[i]);
+    for (int64_t i = 0; i < n && static_cast<int64_t>(out.size()) < count; ++i)
+      out.push_back(perm[i]);
   }
   return out;
 }
@@ -242,7 +247,8 @@ int run_converge(Args args) {
   const int rank = pg->rank(), world = pg->size();
   const std::string torch_version = TORCH_VERSION;
   const int64_t global = world * cfg.batch;
-  const auto stream = sample_stream(static_cast<uint64_t>(cfg.seed), kTrainRows, cfg.steps * global);
+  const auto stream =
+      sample_stream(static_cast<uint64_t>(cfg.seed), kTrainRows, cfg.steps * global);
 
   // The initial weights, as PyTorch's side prints them.
   Json params = Json::array();
@@ -259,7 +265,10 @@ int run_converge(Args args) {
                      shape.c_str(), sum, hash.c_str());
       }
       Json p = Json::object();
-      p.set("name", item.key()).set("shape", "[" + shape + "]").set("sum", sum).set("fnv1a64", hash);
+      p.set("name", item.key())
+          .set("shape", "[" + shape + "]")
+          .set("sum", sum)
+          .set("fnv1a64", hash);
       params.push(std::move(p));
     }
   }
@@ -270,15 +279,16 @@ int run_converge(Args args) {
     Run run;
     run.sync_every = k;
     auto net = make_mlp(cfg.seed);
-    ddp::DistributedDataParallel model(net, ddp::DistributedDataParallelOptions().process_group(pg));
+    ddp::DistributedDataParallel model(net,
+                                       ddp::DistributedDataParallelOptions().process_group(pg));
     torch::optim::SGD opt(model->parameters(),
                           torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
     opt.zero_grad();
     for (int64_t t = 0; t < cfg.steps; ++t) {
       const bool sync = (t + 1) % k == 0 || t + 1 == cfg.steps;
       const int64_t first = t * global + rank * cfg.batch;
-      auto index = torch::tensor(std::vector<int64_t>(stream.begin() + first,
-                                                      stream.begin() + first + cfg.batch));
+      auto index = torch::tensor(
+          std::vector<int64_t>(stream.begin() + first, stream.begin() + first + cfg.batch));
       auto x = data.train_x.index_select(0, index);
       auto y = data.train_y.index_select(0, index);
       torch::Tensor loss;
@@ -324,22 +334,29 @@ int run_converge(Args args) {
                      format_fixed(last / tail, 4), format_fixed(r.test_loss, 4),
                      format_fixed(100 * r.accuracy, 1), format_fixed(r.wall_s, 1)});
   }
-  std::printf("converge (ddp): digits, MLP 64-128-128-10, %d ranks x %lld samples, %lld "
-              "micro-batches, SGD lr %g momentum %g, accumulate %s; %s\n\n%s",
-              world, static_cast<long long>(cfg.batch), static_cast<long long>(cfg.steps), cfg.lr,
-              cfg.momentum, cfg.accumulate.c_str(), machine_summary(torch_version).c_str(),
-              markdown_table({"sync every", "first loss", "loss (last 20)", "held-out loss",
-                              "held-out accuracy %", "wall s"},
-                             table, {true, true, true, true, true, true})
-                  .c_str());
+  std::printf(
+      "converge (ddp): digits, MLP 64-128-128-10, %d ranks x %lld samples, %lld "
+      "micro-batches, SGD lr %g momentum %g, accumulate %s; %s\n\n%s",
+      world, static_cast<long long>(cfg.batch), static_cast<long long>(cfg.steps), cfg.lr,
+      cfg.momentum, cfg.accumulate.c_str(), machine_summary(torch_version).c_str(),
+      markdown_table({"sync every", "first loss", "loss (last 20)", "held-out loss",
+                      "held-out accuracy %", "wall s"},
+                     table, {true, true, true, true, true, true})
+          .c_str());
   std::fflush(stdout);
 
   if (!cfg.json_path.empty()) {
     Json config = Json::object();
-    config.set("data", cfg.data).set("train_rows", kTrainRows)
-        .set("test_rows", data.test_y.size(0)).set("world_size", world)
-        .set("batch_per_rank", cfg.batch).set("steps", cfg.steps).set("lr", cfg.lr)
-        .set("momentum", cfg.momentum).set("accumulate", cfg.accumulate).set("seed", cfg.seed);
+    config.set("data", cfg.data)
+        .set("train_rows", kTrainRows)
+        .set("test_rows", data.test_y.size(0))
+        .set("world_size", world)
+        .set("batch_per_rank", cfg.batch)
+        .set("steps", cfg.steps)
+        .set("lr", cfg.lr)
+        .set("momentum", cfg.momentum)
+        .set("accumulate", cfg.accumulate)
+        .set("seed", cfg.seed);
     Json ks = Json::array();
     for (auto k : cfg.sync_every) ks.push(k);
     config.set("sync_every", std::move(ks));

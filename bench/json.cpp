@@ -56,11 +56,21 @@ void write_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -83,9 +93,15 @@ void Json::write(std::string& out, int indent, int depth) const {
     out.append(static_cast<size_t>(indent * d), ' ');
   };
   switch (kind_) {
-    case Kind::Null: out += "null"; break;
-    case Kind::Scalar: out += text_; break;
-    case Kind::String: write_string(out, text_); break;
+    case Kind::Null:
+      out += "null";
+      break;
+    case Kind::Scalar:
+      out += text_;
+      break;
+    case Kind::String:
+      write_string(out, text_);
+      break;
     case Kind::Object: {
       out += '{';
       for (size_t i = 0; i < members_.size(); ++i) {

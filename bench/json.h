@@ -25,7 +25,7 @@ class Json {
   static Json array();
 
   Json& set(const std::string& key, Json value);  // objects
-  Json& push(Json value);                          // arrays
+  Json& push(Json value);                         // arrays
   std::string dump(int indent = 2) const;
 
  private:

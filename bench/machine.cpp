@@ -93,8 +93,7 @@ std::string machine_summary(const std::string& torch_version) {
   utsname u{};
   std::string kernel = uname(&u) == 0 ? std::string(u.release) : "?";
   return (cpu.empty() ? "unknown CPU" : cpu) + ", " + std::to_string(allowed_cpus()) +
-         " CPUs, Linux " + kernel + ", libtorch " + torch_version + ", link: " +
-         link_description();
+         " CPUs, Linux " + kernel + ", libtorch " + torch_version + ", link: " + link_description();
 }
 
 int limit_openblas_threads(int threads) {

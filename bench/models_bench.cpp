@@ -99,11 +99,11 @@ int time_step(const ModelOptions& o, int64_t iters, int64_t threads, double lr) 
               describe(o).c_str(), static_cast<long long>(elements),
               static_cast<double>(elements) * 4 / 1048576, static_cast<long long>(threads),
               TORCH_VERSION);
-  std::printf("step median %.1f ms (min %.1f, max %.1f; %lld after 1 warm-up): forward+loss %.1f, "
-              "backward %.1f, SGD step %.1f ms; loss %.4f -> %.4f\n",
-              st.median, st.min, st.max, static_cast<long long>(st.count),
-              summarize(fwd).median, summarize(bwd).median, summarize(step).median, first_loss,
-              last_loss);
+  std::printf(
+      "step median %.1f ms (min %.1f, max %.1f; %lld after 1 warm-up): forward+loss %.1f, "
+      "backward %.1f, SGD step %.1f ms; loss %.4f -> %.4f\n",
+      st.median, st.min, st.max, static_cast<long long>(st.count), summarize(fwd).median,
+      summarize(bwd).median, summarize(step).median, first_loss, last_loss);
   return 0;
 }
 
@@ -114,7 +114,8 @@ int run_models(Args args) {
   const auto time_name = args.take("--time");
   const bool list = args.take_flag("--list");
   if (static_cast<int>(print_name.has_value()) + static_cast<int>(time_name.has_value()) +
-          static_cast<int>(list) != 1) {
+          static_cast<int>(list) !=
+      1) {
     throw UsageError("give exactly one of --print NAME, --time NAME, --list");
   }
   ModelOptions o;

@@ -173,33 +173,34 @@ int run_split(Args args) {
   std::vector<Impl> impls;
   for (const auto& name : cfg.impls) {
     if (name == "ddp") {
-      impls.push_back(
-          {"ddp", [&](const std::vector<at::Tensor>& ts) {
-             ddp_tensors = ts;
-             ddp_works.clear();
-             ddp_works.reserve(ts.size());
-           },
-           [&] {
-             ddp_works.clear();
-             for (const auto& t : ddp_tensors) ddp_works.push_back(ddp_pg->allreduce(t));
-             for (const auto& w : ddp_works) w->wait();
-           },
-           [&] { ddp_pg->allreduce(one)->wait(); }});
+      impls.push_back({"ddp",
+                       [&](const std::vector<at::Tensor>& ts) {
+                         ddp_tensors = ts;
+                         ddp_works.clear();
+                         ddp_works.reserve(ts.size());
+                       },
+                       [&] {
+                         ddp_works.clear();
+                         for (const auto& t : ddp_tensors)
+                           ddp_works.push_back(ddp_pg->allreduce(t));
+                         for (const auto& w : ddp_works) w->wait();
+                       },
+                       [&] { ddp_pg->allreduce(one)->wait(); }});
     } else {
       c10d_pg = make_c10d_gloo(store, init, static_cast<int>(cfg.gloo_threads));
-      impls.push_back(
-          {"c10d", [&](const std::vector<at::Tensor>& ts) {
-             c10d_inputs.clear();
-             for (const auto& t : ts) c10d_inputs.push_back({t});
-             c10d_works.clear();
-             c10d_works.reserve(ts.size());
-           },
-           [&] {
-             c10d_works.clear();
-             for (auto& v : c10d_inputs) c10d_works.push_back(c10d_pg->allreduce(v));
-             for (const auto& w : c10d_works) w->wait();
-           },
-           [&] { c10d_pg->allreduce(c10d_one)->wait(); }});
+      impls.push_back({"c10d",
+                       [&](const std::vector<at::Tensor>& ts) {
+                         c10d_inputs.clear();
+                         for (const auto& t : ts) c10d_inputs.push_back({t});
+                         c10d_works.clear();
+                         c10d_works.reserve(ts.size());
+                       },
+                       [&] {
+                         c10d_works.clear();
+                         for (auto& v : c10d_inputs) c10d_works.push_back(c10d_pg->allreduce(v));
+                         for (const auto& w : c10d_works) w->wait();
+                       },
+                       [&] { c10d_pg->allreduce(c10d_one)->wait(); }});
     }
   }
 
@@ -254,8 +255,8 @@ int run_split(Args args) {
       rows.push_back(std::move(row));
     }
     if (rank == 0) {
-      std::fprintf(stderr, "split: %5s x %7zu:%s\n", format_count(split).c_str(),
-                   tensors.size(), progress.c_str());
+      std::fprintf(stderr, "split: %5s x %7zu:%s\n", format_count(split).c_str(), tensors.size(),
+                   progress.c_str());
     }
   }
 
@@ -298,18 +299,19 @@ int run_split(Args args) {
       json_rows.push(std::move(j));
     }
     if (both) {
-      line.push_back(format_fixed(find("ddp", split)->stats.median / find("c10d", split)->stats.median, 3));
+      line.push_back(
+          format_fixed(find("ddp", split)->stats.median / find("c10d", split)->stats.median, 3));
     }
     table.push_back(line);
   }
 
-  std::printf("allreduce(SUM) of %s float32 elements (%.0f MB) split into tensors of S elements "
-              "(K = 1000, M = 10^6), all launched then all waited; %d ranks, %lld gloo thread(s); "
-              "slowest rank, %lld samples; %s\n\n%s",
-              format_count(cfg.total).c_str(), cfg.total * 4 / 1e6, world,
-              static_cast<long long>(cfg.gloo_threads), static_cast<long long>(cfg.rounds),
-              machine_summary(torch_version).c_str(),
-              markdown_table(header, table, right).c_str());
+  std::printf(
+      "allreduce(SUM) of %s float32 elements (%.0f MB) split into tensors of S elements "
+      "(K = 1000, M = 10^6), all launched then all waited; %d ranks, %lld gloo thread(s); "
+      "slowest rank, %lld samples; %s\n\n%s",
+      format_count(cfg.total).c_str(), cfg.total * 4 / 1e6, world,
+      static_cast<long long>(cfg.gloo_threads), static_cast<long long>(cfg.rounds),
+      machine_summary(torch_version).c_str(), markdown_table(header, table, right).c_str());
   std::fflush(stdout);
 
   if (!cfg.json_path.empty()) {
@@ -326,7 +328,8 @@ int run_split(Args args) {
                "launches an async allreduce of every tensor then waits for all, timed from "
                "just before the first launch to the return of the last wait; a 1-element "
                "allreduce on the same group before each sample; a sample's time is the "
-               "slowest rank's; max(warmup, 1) untimed samples, the first checked, then rounds, interleaved "
+               "slowest rank's; max(warmup, 1) untimed samples, the first checked, then rounds, "
+               "interleaved "
                "ddp,c10d then c10d,ddp; K = 1000, M = 10^6 elements");
     Json out = Json::object();
     out.set("benchmark", "split");

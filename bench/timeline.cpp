@@ -11,8 +11,9 @@ namespace ddp_bench {
 namespace intervals {
 
 Set make_union(std::vector<Interval> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return !(i.first < i.second); }),
-          v.end());
+  v.erase(
+      std::remove_if(v.begin(), v.end(), [](const Interval& i) { return !(i.first < i.second); }),
+      v.end());
   std::sort(v.begin(), v.end());
   Set out;
   for (const auto& i : v) {
@@ -90,8 +91,9 @@ void Timeline::end_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!open_) return;
   current_.duration_us = micros_between(current_.start, Clock::now());
-  std::stable_sort(current_.events.begin(), current_.events.end(),
-                   [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_us < b.start_us; });
+  std::stable_sort(
+      current_.events.begin(), current_.events.end(),
+      [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_us < b.start_us; });
   done_.push_back(std::move(current_));
   current_ = TimelineIteration{};
   open_ = false;

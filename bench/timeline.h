@@ -74,8 +74,8 @@
 namespace ddp_bench {
 
 struct TimelineEvent {
-  std::string lane;  // "compute" or "comm"
-  std::string name;  // e.g. "forward", "allreduce bucket 0 (24.0M)"
+  std::string lane;                 // "compute" or "comm"
+  std::string name;                 // e.g. "forward", "allreduce bucket 0 (24.0M)"
   double start_us = 0, end_us = 0;  // relative to the iteration's start
   bool blocking = false;            // comm only: the training thread waited
 };
@@ -108,17 +108,15 @@ class Timeline {
 
  private:
   mutable std::mutex mutex_;
-  bool open_ = false;                   // guarded by mutex_
-  TimelineIteration current_;           // guarded by mutex_
+  bool open_ = false;                    // guarded by mutex_
+  TimelineIteration current_;            // guarded by mutex_
   std::vector<TimelineIteration> done_;  // guarded by mutex_
 };
 
 struct TimelineMetrics {
   int64_t iterations = 0;
-  double total_us = 0, compute_us = 0, non_compute_us = 0, idle_us = 0, overlap_us = 0,
-         comm_us = 0;
-  double compute_pct = 0, non_compute_pct = 0, idle_pct = 0, overlap_pct = 0,
-         comm_overhead_pct = 0;
+  double total_us = 0, compute_us = 0, non_compute_us = 0, idle_us = 0, overlap_us = 0, comm_us = 0;
+  double compute_pct = 0, non_compute_pct = 0, idle_pct = 0, overlap_pct = 0, comm_overhead_pct = 0;
   double allreduce_calls_per_iteration = 0, allreduce_ms_per_iteration = 0;
 };
 

@@ -117,12 +117,11 @@ int run_train(Args args) {
   ddp::DistributedDataParallel model{nullptr};
   std::unique_ptr<torch::optim::SGD> ddp_opt;
   if (has("ddp")) {
-    model = ddp::DistributedDataParallel(
-        ddp_net, ddp::DistributedDataParallelOptions()
-                     .process_group(pg)
-                     .bucket_cap_mb(cfg.bucket_cap_mb)
-                     .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
-                     .overlap_communication(cfg.overlap));
+    model = ddp::DistributedDataParallel(ddp_net, ddp::DistributedDataParallelOptions()
+                                                      .process_group(pg)
+                                                      .bucket_cap_mb(cfg.bucket_cap_mb)
+                                                      .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
+                                                      .overlap_communication(cfg.overlap));
     if (cfg.hook == "fp16") {
       model->register_comm_hook(pg, ddp::fp16_compress_hook);
     } else if (cfg.hook == "bf16") {
@@ -133,8 +132,8 @@ int run_train(Args args) {
     } else if (cfg.hook == "batched_powersgd1") {
       model->register_comm_hook(ddp::PowerSGDState(pg, 1, 2), ddp::batched_powerSGD_hook);
     }
-    ddp_opt = std::make_unique<torch::optim::SGD>(model->parameters(),
-                                                  torch::optim::SGDOptions(cfg.lr));
+    ddp_opt =
+        std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(cfg.lr));
   }
   torch::optim::SGD local_opt(local_net.ptr()->parameters(), torch::optim::SGDOptions(cfg.lr));
 
@@ -166,7 +165,8 @@ int run_train(Args args) {
         const auto f0 = Clock::now();
         std::optional<ddp::NoSyncGuard> no_sync;
         if (d && !last) no_sync.emplace(*model);
-        torch::Tensor out = d ? model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
+        torch::Tensor out =
+            d ? model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
         loss = model_loss(cfg.model, out, batch.target);
         t2 = Clock::now();
         loss.backward();
@@ -230,14 +230,17 @@ int run_train(Args args) {
       if (it % 2) std::reverse(this_round.begin(), this_round.end());
       for (const auto& impl : this_round) {
         TrainSample s = run_one(impl);
-        if (it >= cfg.warmup) samples[impl].push_back(s);
-        else samples[impl + "/warmup"].push_back(s);
+        if (it >= cfg.warmup)
+          samples[impl].push_back(s);
+        else
+          samples[impl + "/warmup"].push_back(s);
       }
       if (&order == &phases[0] && it + 1 == rounds && tx_start >= 0) {
         const double end = tx_bytes_now();
         if (end >= 0) tx_per_iter = (end - tx_start) / static_cast<double>(cfg.iters);
       }
-      if (rank == 0 && (it + 1 == cfg.warmup || (it >= cfg.warmup && (it - cfg.warmup + 1) % 5 == 0))) {
+      if (rank == 0 &&
+          (it + 1 == cfg.warmup || (it >= cfg.warmup && (it - cfg.warmup + 1) % 5 == 0))) {
         std::string line;
         for (const auto& impl : order) {
           const auto& v = samples[it < cfg.warmup ? impl + "/warmup" : impl];
@@ -245,7 +248,8 @@ int run_train(Args args) {
         }
         std::fprintf(stderr, "train: %s %lld/%lld:%s\n", it < cfg.warmup ? "warm-up" : "iteration",
                      static_cast<long long>(it < cfg.warmup ? it + 1 : it - cfg.warmup + 1),
-                     static_cast<long long>(it < cfg.warmup ? cfg.warmup : cfg.iters), line.c_str());
+                     static_cast<long long>(it < cfg.warmup ? cfg.warmup : cfg.iters),
+                     line.c_str());
       }
     }
   }

@@ -69,7 +69,7 @@ struct TrainResults {
   std::map<std::string, std::vector<TrainSample>> samples;
   // Per measurement: the slowest rank's time of each timed sample.
   std::map<std::string, std::vector<double>> slowest;
-  std::vector<double> tx_ranks;  // every rank's bytes per iteration (-1: not measured)
+  std::vector<double> tx_ranks;        // every rank's bytes per iteration (-1: not measured)
   const Timeline* timeline = nullptr;  // the timed DDP iterations' (--timeline)
 };
 

@@ -111,9 +111,8 @@ TrainConfig parse_train_config(Args& args) {
   c.overlap = !args.take_flag("--no-overlap");
   c.print_params = args.take_flag("--print-params");
   c.hook = args.take("--hook").value_or(c.hook);
-  static const char* const kHooks[] = {"none",      "fp16",      "bf16",
-                                       "powersgd1", "powersgd2", "powersgd4",
-                                       "batched_powersgd1"};
+  static const char* const kHooks[] = {
+      "none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1"};
   if (std::find_if(std::begin(kHooks), std::end(kHooks),
                    [&](const char* h) { return c.hook == h; }) == std::end(kHooks)) {
     throw UsageError("unknown hook '" + c.hook +
@@ -130,8 +129,9 @@ void check_world_size(const TrainConfig& c) {
   if (launch.world_size < 0) {
     throw std::runtime_error(
         "WORLD_SIZE is not set: run one process per rank under a launcher, e.g. "
-        "`ddprun --nproc-per-node " + std::to_string(c.world_size) +
-        " ddp_bench train ...`, bench/netem, or mpirun -np " + std::to_string(c.world_size));
+        "`ddprun --nproc-per-node " +
+        std::to_string(c.world_size) + " ddp_bench train ...`, bench/netem, or mpirun -np " +
+        std::to_string(c.world_size));
   }
   if (launch.world_size != c.world_size) {
     throw std::runtime_error("--world-size " + std::to_string(c.world_size) +

@@ -113,11 +113,10 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
         row.set("tx_bytes_per_iter_ranks", std::move(tx));
         row.set("tx_bytes_per_iter", sum / static_cast<double>(tx_ranks.size()));
       }
-      line.push_back(format_fixed(summarize(f).median, 1) + " / " +
-                     format_fixed(summarize(bc).median, 1) + " / " +
-                     format_fixed(summarize(cm).median, 1) + " / " +
-                     format_fixed(summarize(ov).median, 1) + " / " +
-                     format_fixed(summarize(fin).median, 1));
+      line.push_back(
+          format_fixed(summarize(f).median, 1) + " / " + format_fixed(summarize(bc).median, 1) +
+          " / " + format_fixed(summarize(cm).median, 1) + " / " +
+          format_fixed(summarize(ov).median, 1) + " / " + format_fixed(summarize(fin).median, 1));
       if (limit > 0) {
         row.set("limit_ms", limit).set("efficiency", limit / st.median);
         line.push_back(format_fixed(limit / st.median, 3));
@@ -127,16 +126,15 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     rows.push(std::move(row));
   }
 
-  std::printf("train %s, %d ranks, %zu parameters (%lld elements, %.1f MiB); %s\n\n%s",
-              describe(cfg.model).c_str(), world, names.size(),
-              static_cast<long long>(elements), grad_bytes / 1048576.0,
-              machine_summary(torch_version).c_str(),
-              markdown_table({"measurement", "median ms", "min–max ms", "fwd ms (rank 0)",
-                              "bwd ms (rank 0)", "step ms (rank 0)",
-                              "DDP stats fwd / bwd compute / comm / overlap / finalize ms",
-                              "efficiency"},
-                             table, {false, true, true, true, true, true, true, true})
-                  .c_str());
+  std::printf(
+      "train %s, %d ranks, %zu parameters (%lld elements, %.1f MiB); %s\n\n%s",
+      describe(cfg.model).c_str(), world, names.size(), static_cast<long long>(elements),
+      grad_bytes / 1048576.0, machine_summary(torch_version).c_str(),
+      markdown_table({"measurement", "median ms", "min–max ms", "fwd ms (rank 0)",
+                      "bwd ms (rank 0)", "step ms (rank 0)",
+                      "DDP stats fwd / bwd compute / comm / overlap / finalize ms", "efficiency"},
+                     table, {false, true, true, true, true, true, true, true})
+          .c_str());
   if (limit > 0) {
     std::printf("\nlimit = max(local %.1f, allreduce %.1f) = %.1f ms\n", median_of("local"),
                 median_of("allreduce"), limit);
@@ -145,11 +143,14 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
 
   if (!cfg.json_path.empty()) {
     Json config = Json::object();
-    config.set("model", cfg.model.name).set("world_size", world).set("batch_per_rank", cfg.model.batch);
+    config.set("model", cfg.model.name)
+        .set("world_size", world)
+        .set("batch_per_rank", cfg.model.batch);
     config.set("image_size", cfg.model.image_size).set("seq_len", cfg.model.seq_len);
     config.set("model_description", describe(cfg.model));
     config.set("process_groups", cfg.process_groups).set("sync_every", cfg.sync_every);
-    config.set("bucket_cap_mb", cfg.bucket_cap_mb).set("first_bucket_cap_mb", cfg.first_bucket_cap_mb);
+    config.set("bucket_cap_mb", cfg.bucket_cap_mb)
+        .set("first_bucket_cap_mb", cfg.first_bucket_cap_mb);
     config.set("iters", cfg.iters).set("warmup", cfg.warmup).set("lr", cfg.lr);
     config.set("seed", cfg.seed).set("intra_op_threads", cfg.threads);
     config.set("openblas_threads", blas_threads);
@@ -166,7 +167,8 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     Json list = Json::array();
     for (size_t i = 0; i < names.size(); ++i) {
       std::string s = names[i] + " [";
-      for (size_t d = 0; d < shapes[i].size(); ++d) s += (d ? ", " : "") + std::to_string(shapes[i][d]);
+      for (size_t d = 0; d < shapes[i].size(); ++d)
+        s += (d ? ", " : "") + std::to_string(shapes[i][d]);
       list.push(s + "]");
     }
     params.set("list", std::move(list));

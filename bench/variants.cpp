@@ -111,7 +111,8 @@ class Hooked : public DataParallelVariant {
   void prepare(torch::nn::AnyModule model) override {
     DataParallelVariant::prepare(std::move(model));
     for (size_t i = 0; i < params_.size(); ++i) {
-      hooks_.push_back(std::make_unique<GradReadyHook>(params_[i], [this, i] { on_grad_ready(i); }));
+      hooks_.push_back(
+          std::make_unique<GradReadyHook>(params_[i], [this, i] { on_grad_ready(i); }));
     }
   }
 
@@ -219,7 +220,8 @@ class BucketGA : public Hooked {
     if (!syncing_) return;
     bucket_.push_back(i);
     bucket_bytes_ += params_[i].grad().nbytes();
-    if (bucket_bytes_ >= static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024)) launch_bucket();
+    if (bucket_bytes_ >= static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024))
+      launch_bucket();
   }
 
  private:
@@ -261,10 +263,10 @@ class Ddp : public DataParallelVariant {
       names_.push_back(item.key());
     }
     has_buffers_ = !model_.ptr()->buffers().empty();
-    ddp_ = ddp::DistributedDataParallel(
-        std::move(model), ddp::DistributedDataParallelOptions()
-                              .process_group(options_.group)
-                              .bucket_cap_mb(options_.bucket_cap_mb));
+    ddp_ =
+        ddp::DistributedDataParallel(std::move(model), ddp::DistributedDataParallelOptions()
+                                                           .process_group(options_.group)
+                                                           .bucket_cap_mb(options_.bucket_cap_mb));
   }
 
  protected:

@@ -61,7 +61,8 @@ struct VariantOptions {
   Timeline* timeline = nullptr;  // where events go (not owned; may be null)
 };
 
-using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+using LossFn =
+    std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
 class DataParallelVariant {
  public:

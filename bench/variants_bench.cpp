@@ -83,8 +83,8 @@ int run_variants(Args args) {
   // The data: --accum micro-batches per rank, reused every window.
   std::vector<ModelBatch> batches;
   for (int64_t m = 0; m < cfg.accum; ++m) {
-    batches.push_back(make_batch(cfg.model, static_cast<uint64_t>(cfg.model.seed * 1000 + 1 +
-                                                                  rank * cfg.accum + m)));
+    batches.push_back(make_batch(
+        cfg.model, static_cast<uint64_t>(cfg.model.seed * 1000 + 1 + rank * cfg.accum + m)));
   }
   const LossFn loss_fn = [&](const torch::Tensor& out, const torch::Tensor& target) {
     return model_loss(cfg.model, out, target);
@@ -223,11 +223,12 @@ int run_variants(Args args) {
       diff_text = buf;
     }
     table.push_back({run->name, std::to_string(run->variant->accumulation_steps()),
-                     format_fixed(st.median, 1), format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1),
-                     pct(m.compute_pct), pct(m.non_compute_pct), pct(m.idle_pct), pct(m.overlap_pct),
+                     format_fixed(st.median, 1),
+                     format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1), pct(m.compute_pct),
+                     pct(m.non_compute_pct), pct(m.idle_pct), pct(m.overlap_pct),
                      pct(m.comm_overhead_pct), format_fixed(m.allreduce_calls_per_iteration, 1),
-                     format_fixed(m.allreduce_ms_per_iteration, 1),
-                     run->ranks_agree ? "yes" : "NO", diff_text + (diff_bad ? " DIFFERS" : "")});
+                     format_fixed(m.allreduce_ms_per_iteration, 1), run->ranks_agree ? "yes" : "NO",
+                     diff_text + (diff_bad ? " DIFFERS" : "")});
     Json row = Json::object();
     row.set("variant", run->name).set("accumulation_steps", run->variant->accumulation_steps());
     row.set("median_ms", st.median).set("min_ms", st.min).set("max_ms", st.max);
@@ -244,34 +245,35 @@ int run_variants(Args args) {
     rows.push(std::move(row));
   }
 
-  std::printf("variants: %s, %zu parameter tensors (%.1f MiB), %d ranks, accum %lld, bucket cap %s MiB; "
-              "per micro-batch, slowest rank, %lld samples of %lld micro-batches; metrics: rank 0, "
-              "%lld timed micro-batches (bench/timeline.h); %s\n\n%s",
-              describe(cfg.model).c_str(), params0.size(), elements * 4 / 1048576.0, world,
-              static_cast<long long>(cfg.accum), format_fixed(cfg.bucket_cap_mb, 1).c_str(),
-              static_cast<long long>(cfg.rounds * windows), static_cast<long long>(cfg.accum),
-              static_cast<long long>(cfg.rounds * cfg.iters), machine_summary(torch_version).c_str(),
-              markdown_table({"variant", "accum", "median ms", "min–max ms", "compute %",
-                              "non-compute %", "idle %", "overlap %", "comm overhead %",
-                              "allreduce calls", "allreduce ms", "ranks agree",
-                              "max abs Δ vs simple_ga"},
-                             table,
-                             {false, true, true, true, true, true, true, true, true, true, true,
-                              false, true})
-                  .c_str());
+  std::printf(
+      "variants: %s, %zu parameter tensors (%.1f MiB), %d ranks, accum %lld, bucket cap %s MiB; "
+      "per micro-batch, slowest rank, %lld samples of %lld micro-batches; metrics: rank 0, "
+      "%lld timed micro-batches (bench/timeline.h); %s\n\n%s",
+      describe(cfg.model).c_str(), params0.size(), elements * 4 / 1048576.0, world,
+      static_cast<long long>(cfg.accum), format_fixed(cfg.bucket_cap_mb, 1).c_str(),
+      static_cast<long long>(cfg.rounds * windows), static_cast<long long>(cfg.accum),
+      static_cast<long long>(cfg.rounds * cfg.iters), machine_summary(torch_version).c_str(),
+      markdown_table(
+          {"variant", "accum", "median ms", "min–max ms", "compute %", "non-compute %", "idle %",
+           "overlap %", "comm overhead %", "allreduce calls", "allreduce ms", "ranks agree",
+           "max abs Δ vs simple_ga"},
+          table, {false, true, true, true, true, true, true, true, true, true, true, false, true})
+          .c_str());
   std::printf("\nfinal parameters: %s\n",
-              failed ? "CHECK FAILED (a variant's parameters differ across ranks or from simple_ga's)"
-                     : "every variant's agree across ranks (checksums equal); the accumulating "
-                       "variants match simple_ga's");
+              failed
+                  ? "CHECK FAILED (a variant's parameters differ across ranks or from simple_ga's)"
+                  : "every variant's agree across ranks (checksums equal); the accumulating "
+                    "variants match simple_ga's");
   std::fflush(stdout);
 
   if (!cfg.trace_dir.empty()) {
     std::filesystem::create_directories(cfg.trace_dir);
     for (size_t i = 0; i < runs.size(); ++i) {
       const std::string path = cfg.trace_dir + "/" + runs[i]->name + ".trace.json";
-      write_file(path, chrome_trace(traces[i], runs[i]->name + ": first timed synchronizing "
-                                                               "micro-batch, " +
-                                                    describe(cfg.model)));
+      write_file(path, chrome_trace(traces[i], runs[i]->name +
+                                                   ": first timed synchronizing "
+                                                   "micro-batch, " +
+                                                   describe(cfg.model)));
     }
     std::fprintf(stderr, "variants: wrote %zu traces to %s\n", runs.size(), cfg.trace_dir.c_str());
   }

@@ -68,14 +68,16 @@ VariantsConfig parse_variants_config(Args& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  std::stringstream list(args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
+  std::stringstream list(
+      args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
   const auto& known = variant_names();
   for (std::string name; std::getline(list, name, ',');) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       throw UsageError("unknown variant '" + name +
                        "' (simple, simple_ga, hook_ga, async_ga, bucket_ga, ddp)");
     }
-    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end()) c.variants.push_back(name);
+    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end())
+      c.variants.push_back(name);
   }
   if (c.variants.empty()) throw UsageError("--variants is empty");
   c.accum = args.take_int("--accum", 1, 1 << 20).value_or(c.accum);

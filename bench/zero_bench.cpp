@@ -39,14 +39,21 @@ int main(int argc, char** argv) {
   int iters = 10, warmup = 2, batch = 32, layers = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--optimizer") optimizer = argv[i + 1];
-    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
-    else if (a == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (a == "--batch") batch = std::atoi(argv[i + 1]);
-    else if (a == "--layers") layers = std::atoi(argv[i + 1]);
+    if (a == "--optimizer")
+      optimizer = argv[i + 1];
+    else if (a == "--iters")
+      iters = std::atoi(argv[i + 1]);
+    else if (a == "--warmup")
+      warmup = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      batch = std::atoi(argv[i + 1]);
+    else if (a == "--layers")
+      layers = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: zero_bench [--optimizer zero|zero-overlap|adam] [--iters N] [--warmup N] "
-                           "[--batch N] [--layers N]\n");
+      std::fprintf(
+          stderr,
+          "usage: zero_bench [--optimizer zero|zero-overlap|adam] [--iters N] [--warmup N] "
+          "[--batch N] [--layers N]\n");
       return 2;
     }
   }
@@ -71,7 +78,8 @@ int main(int argc, char** argv) {
     if (overlap) model->register_comm_hook(zero, ddp::zero_hook);
     opt = std::move(z);
   } else {
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
+    opt =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
   }
   torch::manual_seed(1 + pg->rank());
   auto x = torch::randn({batch, 1024});
@@ -97,11 +105,13 @@ int main(int argc, char** argv) {
   pg->allgather(all, mine)->wait();
   if (pg->rank() == 0) {
     std::string bytes;
-    for (const auto& t : all) bytes += (bytes.empty() ? "" : ", ") + std::to_string(t.item<int64_t>());
-    std::printf("{\"impl\": \"ddp\", \"optimizer\": \"%s\", \"world\": %d, \"backend\": \"%s\", "
-                "\"state_bytes\": [%s], \"iter_ms_median\": %.3f}\n",
-                optimizer.c_str(), pg->size(), pg->backend_name().c_str(), bytes.c_str(),
-                times[times.size() / 2]);
+    for (const auto& t : all)
+      bytes += (bytes.empty() ? "" : ", ") + std::to_string(t.item<int64_t>());
+    std::printf(
+        "{\"impl\": \"ddp\", \"optimizer\": \"%s\", \"world\": %d, \"backend\": \"%s\", "
+        "\"state_bytes\": [%s], \"iter_ms_median\": %.3f}\n",
+        optimizer.c_str(), pg->size(), pg->backend_name().c_str(), bytes.c_str(),
+        times[times.size() / 2]);
   }
   return 0;
 }

@@ -26,13 +26,19 @@ ddp::InitOptions parse(int argc, char** argv) {
   ddp::InitOptions o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--init-method") o.init_method(value);
-    else if (flag == "--rank") o.rank(std::stoi(value));
-    else if (flag == "--world-size") o.world_size(std::stoi(value));
+    if (flag == "--init-method")
+      o.init_method(value);
+    else if (flag == "--rank")
+      o.rank(std::stoi(value));
+    else if (flag == "--world-size")
+      o.world_size(std::stoi(value));
     else if (flag == "--threads")
-      o.backend_options(std::make_shared<ddp::GlooOptions>(ddp::GlooOptions().threads(std::stoi(value))));
-    else if (flag == "--round-robin") o.round_robin_groups(std::stoi(value));
-    else throw ddp::InvalidArgument("collectives: unknown flag " + flag);
+      o.backend_options(
+          std::make_shared<ddp::GlooOptions>(ddp::GlooOptions().threads(std::stoi(value))));
+    else if (flag == "--round-robin")
+      o.round_robin_groups(std::stoi(value));
+    else
+      throw ddp::InvalidArgument("collectives: unknown flag " + flag);
   }
   if (argc % 2 == 0) throw ddp::InvalidArgument("collectives: flag without value");
   return o;
@@ -48,13 +54,14 @@ int main(int argc, char** argv) {
     const int64_t elements = 1 << 20;
 
     at::Tensor sum = torch::full({elements}, rank + 1.0f);
-    auto w1 = pg->allreduce(sum);                         // in flight together
+    auto w1 = pg->allreduce(sum);  // in flight together
     at::Tensor avg = torch::full({elements}, rank * 2.0, at::kDouble);
     auto w2 = pg->allreduce(avg, ddp::ReduceOp::AVG);
     w1->wait();
     w2->wait();
     check(torch::all(sum == n * (n + 1) / 2.0f).item<bool>(), "allreduce SUM", rank);
-    check(torch::allclose(avg, torch::full({elements}, n - 1.0, at::kDouble)), "allreduce AVG", rank);
+    check(torch::allclose(avg, torch::full({elements}, n - 1.0, at::kDouble)), "allreduce AVG",
+          rank);
 
     at::Tensor b = torch::full({1000}, rank, at::kLong);
     pg->broadcast(b, n - 1)->wait();
@@ -74,7 +81,8 @@ int main(int argc, char** argv) {
 
     pg->barrier()->wait();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::steady_clock::now() - start).count();
+                  std::chrono::steady_clock::now() - start)
+                  .count();
     std::cout << "rank " << rank << " of " << n << " [" << pg->backend_name()
               << "]: allreduce (SUM, AVG), broadcast, allgather, reduce_scatter, barrier: "
                  "all correct ("

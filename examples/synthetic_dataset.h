@@ -23,8 +23,8 @@ class SyntheticDataset : public torch::data::datasets::Dataset<SyntheticDataset>
     auto patterns = torch::randn({classes, 1, side, side}, patterns_gen);
     auto gen = at::detail::createCPUGenerator(noise_seed);
     targets_ = torch::randint(classes, {size}, gen, torch::kLong);
-    images_ = signal * patterns.index_select(0, targets_) +
-              torch::randn({size, 1, side, side}, gen);
+    images_ =
+        signal * patterns.index_select(0, targets_) + torch::randn({size, 1, side, side}, gen);
   }
 
   torch::data::Example<> get(size_t index) override { return {images_[index], targets_[index]}; }

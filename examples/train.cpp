@@ -142,11 +142,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
 
   net->to(dtype);
-  ddp::DistributedDataParallel model(
-      net, ddp::DistributedDataParallelOptions()
-               .bucket_cap_mb(f.bucket_cap_mb)
-               .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
-               .find_unused_parameters(f.find_unused));
+  ddp::DistributedDataParallel model(net, ddp::DistributedDataParallelOptions()
+                                              .bucket_cap_mb(f.bucket_cap_mb)
+                                              .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
+                                              .find_unused_parameters(f.find_unused));
   const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (f.zero) {
@@ -161,16 +160,16 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   if (lead) {
     int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
-    std::printf("train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
-                "train: MLP with %lld %s parameters, batch %lld per rank (%lld global), "
-                "SGD lr %g momentum 0.9%s, %d epochs of %lld steps%s\n",
-                world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
-                static_cast<long long>(test_images.size(0)), static_cast<long long>(params),
-                f.float64 ? "float64" : "float32", static_cast<long long>(f.batch_size),
-                static_cast<long long>(f.batch_size * world), f.lr,
-                f.zero ? " (ZeRO: state sharded)" : "", f.epochs,
-                static_cast<long long>(steps_per_epoch),
-                f.uneven ? " at most (--uneven: rank r stops at (100 - 10 r)%)" : "");
+    std::printf(
+        "train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
+        "train: MLP with %lld %s parameters, batch %lld per rank (%lld global), "
+        "SGD lr %g momentum 0.9%s, %d epochs of %lld steps%s\n",
+        world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
+        static_cast<long long>(test_images.size(0)), static_cast<long long>(params),
+        f.float64 ? "float64" : "float32", static_cast<long long>(f.batch_size),
+        static_cast<long long>(f.batch_size * world), f.lr, f.zero ? " (ZeRO: state sharded)" : "",
+        f.epochs, static_cast<long long>(steps_per_epoch),
+        f.uneven ? " at most (--uneven: rank r stops at (100 - 10 r)%)" : "");
     std::fflush(stdout);
   }
 
@@ -188,11 +187,12 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
           epoch_loss = sums->second[0].item<double>();
           epoch_samples = sums->second[1].item<double>();
         }
-        std::printf("train: resumed from %s at epoch %lld, step %lld (%lld samples into the "
-                    "epoch)%s\n", f.snapshot.c_str(), static_cast<long long>(state.epoch + 1),
-                    static_cast<long long>(state.iteration),
-                    static_cast<long long>(state.epoch_samples),
-                    state.epoch >= f.epochs ? ": training is complete" : "");
+        std::printf(
+            "train: resumed from %s at epoch %lld, step %lld (%lld samples into the "
+            "epoch)%s\n",
+            f.snapshot.c_str(), static_cast<long long>(state.epoch + 1),
+            static_cast<long long>(state.iteration), static_cast<long long>(state.epoch_samples),
+            state.epoch >= f.epochs ? ": training is complete" : "");
         std::fflush(stdout);
       }
     }
@@ -228,15 +228,16 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
         f.uneven ? steps_per_epoch * std::max(50, 100 - 10 * rank) / 100 : steps_per_epoch;
     ddp::OptimizerJoinable joinable_opt(opt, pg);
     std::optional<ddp::Join> join;
-    if (f.uneven) join.emplace(std::vector<std::reference_wrapper<ddp::Joinable>>{*model, joinable_opt});
+    if (f.uneven)
+      join.emplace(std::vector<std::reference_wrapper<ddp::Joinable>>{*model, joinable_opt});
     const auto epoch_start = std::chrono::steady_clock::now();
     // Every rank takes part (the same steps on each): loss and sample counts
     // over the window and the epoch.
     auto report = [&](bool epoch_end) {
       auto total = sum_over_ranks(*pg, {window_loss, window_samples, epoch_loss, epoch_samples});
       if (lead && total[1] > 0) {
-        std::printf("epoch %d/%d step %4lld/%lld | loss %.4f | %6.0f samples/s | %s\n",
-                    epoch + 1, f.epochs, static_cast<long long>(epoch_step),
+        std::printf("epoch %d/%d step %4lld/%lld | loss %.4f | %6.0f samples/s | %s\n", epoch + 1,
+                    f.epochs, static_cast<long long>(epoch_step),
                     static_cast<long long>(steps_per_epoch), total[0] / total[1],
                     total[1] / seconds_since(window_start), stats.line().c_str());
       }
@@ -283,11 +284,11 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
 
   auto [test_loss, accuracy] = evaluate(*pg, net, test_images.to(dtype), test_targets);
   if (lead) {
-    std::printf("final: last epoch's train loss %.4f | held-out loss %.4f, accuracy %.2f%% "
-                "(%lld samples) | %lld steps in %.1f s\n",
-                last_epoch_loss, test_loss, 100 * accuracy,
-                static_cast<long long>(test_images.size(0)),
-                static_cast<long long>(state.iteration - first_step), train_s);
+    std::printf(
+        "final: last epoch's train loss %.4f | held-out loss %.4f, accuracy %.2f%% "
+        "(%lld samples) | %lld steps in %.1f s\n",
+        last_epoch_loss, test_loss, 100 * accuracy, static_cast<long long>(test_images.size(0)),
+        static_cast<long long>(state.iteration - first_step), train_s);
     std::printf("final: last iteration %s\n", model->stats().summary().c_str());
     std::printf("final: parameters fnv1a64 %016llx\n",
                 static_cast<unsigned long long>(parameters_hash(net->parameters())));

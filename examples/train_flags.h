@@ -106,25 +106,44 @@ inline Flags parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(flag + " needs a value");
       return argv[++i];
     };
-    if (flag == "-h" || flag == "--help") f.help = true;
-    else if (flag == "--epochs") f.epochs = number<int>(flag, next(), 1);
-    else if (flag == "--batch-size") f.batch_size = number<int64_t>(flag, next(), 1);
-    else if (flag == "--lr") f.lr = number<double>(flag, next(), 0);
-    else if (flag == "--log-every") f.log_every = number<int64_t>(flag, next(), 1);
-    else if (flag == "--checkpoint") f.checkpoint = next();
-    else if (flag == "--checkpoint-every") f.checkpoint_every = number<int64_t>(flag, next(), 0);
-    else if (flag == "--snapshot") f.snapshot = next();
-    else if (flag == "--train-size") f.train_size = number<int64_t>(flag, next(), 1);
-    else if (flag == "--dropout") f.dropout = number<double>(flag, next(), 0);
-    else if (flag == "--float64") f.float64 = true;
-    else if (flag == "--bucket-cap-mb") f.bucket_cap_mb = number<double>(flag, next(), 0);
-    else if (flag == "--find-unused") f.find_unused = true;
-    else if (flag == "--zero") f.zero = true;
-    else if (flag == "--uneven") f.uneven = true;
-    else if (flag == "--mnist") f.mnist = next();
-    else if (flag == "--threads") f.threads = number<int>(flag, next(), 1);
-    else if (flag == "--timeout") f.timeout_s = number<int>(flag, next(), 1);
-    else throw UsageError("unknown flag '" + flag + "'");
+    if (flag == "-h" || flag == "--help")
+      f.help = true;
+    else if (flag == "--epochs")
+      f.epochs = number<int>(flag, next(), 1);
+    else if (flag == "--batch-size")
+      f.batch_size = number<int64_t>(flag, next(), 1);
+    else if (flag == "--lr")
+      f.lr = number<double>(flag, next(), 0);
+    else if (flag == "--log-every")
+      f.log_every = number<int64_t>(flag, next(), 1);
+    else if (flag == "--checkpoint")
+      f.checkpoint = next();
+    else if (flag == "--checkpoint-every")
+      f.checkpoint_every = number<int64_t>(flag, next(), 0);
+    else if (flag == "--snapshot")
+      f.snapshot = next();
+    else if (flag == "--train-size")
+      f.train_size = number<int64_t>(flag, next(), 1);
+    else if (flag == "--dropout")
+      f.dropout = number<double>(flag, next(), 0);
+    else if (flag == "--float64")
+      f.float64 = true;
+    else if (flag == "--bucket-cap-mb")
+      f.bucket_cap_mb = number<double>(flag, next(), 0);
+    else if (flag == "--find-unused")
+      f.find_unused = true;
+    else if (flag == "--zero")
+      f.zero = true;
+    else if (flag == "--uneven")
+      f.uneven = true;
+    else if (flag == "--mnist")
+      f.mnist = next();
+    else if (flag == "--threads")
+      f.threads = number<int>(flag, next(), 1);
+    else if (flag == "--timeout")
+      f.timeout_s = number<int>(flag, next(), 1);
+    else
+      throw UsageError("unknown flag '" + flag + "'");
     if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--zero" ||
                          flag == "--uneven" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
@@ -132,12 +151,14 @@ inline Flags parse(int argc, char** argv) {
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
   if (f.zero && f.checkpoint_every > 0) {
-    throw UsageError("--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
-                     "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
+    throw UsageError(
+        "--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
+        "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
   }
   if (f.uneven && (f.zero || f.checkpoint_every > 0)) {
-    throw UsageError("--uneven goes with neither --zero nor --checkpoint-every: ranks that "
-                     "finished the epoch step no optimizer and write no snapshot inside the Join");
+    throw UsageError(
+        "--uneven goes with neither --zero nor --checkpoint-every: ranks that "
+        "finished the epoch step no optimizer and write no snapshot inside the Join");
   }
   return f;
 }

@@ -158,9 +158,7 @@ class BertAttentionImpl : public torch::nn::Module {
     output_ = register_module("output", BertSublayerOutput(c, c.hidden));
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    return output_->forward(self_->forward(x), x);
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return output_->forward(self_->forward(x), x); }
 
  private:
   BertSelfAttention self_{nullptr};

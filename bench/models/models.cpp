@@ -19,11 +19,8 @@ struct ModelInfo {
 
 // Keep in step with DEFAULTS in bench/models/models.py.
 const ModelInfo kModels[] = {
-    {"mlp", 32, 0, 0},
-    {"resnet18", 8, 32, 0},
-    {"resnet50", 8, 128, 0},
-    {"bert_small", 8, 0, 128},
-    {"bert_base", 2, 0, 128},
+    {"mlp", 32, 0, 0},         {"resnet18", 8, 32, 0},   {"resnet50", 8, 128, 0},
+    {"bert_small", 8, 0, 128}, {"bert_base", 2, 0, 128},
 };
 
 constexpr int64_t kMlpWidth = 1024;
@@ -72,8 +69,7 @@ ModelOptions with_defaults(ModelOptions o) {
   if (is_bert(o.name) && o.seq_len > bert_config(o.name).max_positions) {
     throw std::invalid_argument(o.name + ": seq_len " + std::to_string(o.seq_len) +
                                 " exceeds its " +
-                                std::to_string(bert_config(o.name).max_positions) +
-                                " positions");
+                                std::to_string(bert_config(o.name).max_positions) + " positions");
   }
   return o;
 }

@@ -29,7 +29,8 @@ class BasicBlockImpl : public torch::nn::Module {
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
     using torch::nn::Conv2dOptions;
     conv1_ = register_module(
-        "conv1", torch::nn::Conv2d(Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+        "conv1",
+        torch::nn::Conv2d(Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
     bn1_ = register_module("bn1", torch::nn::BatchNorm2d(out));
     conv2_ = register_module(
         "conv2", torch::nn::Conv2d(Conv2dOptions(out, out, 3).stride(1).padding(1).bias(false)));
@@ -69,8 +70,8 @@ class ResNet18Impl : public torch::nn::Module {
       // construction order (function arguments have no evaluation order).
       BasicBlock first(in, c, i == 0 ? 1 : 2);
       BasicBlock second(c, c, 1);
-      layers_[i] = register_module("layer" + std::to_string(i + 1),
-                                   torch::nn::Sequential(first, second));
+      layers_[i] =
+          register_module("layer" + std::to_string(i + 1), torch::nn::Sequential(first, second));
       in = c;
     }
     fc_ = register_module("fc", torch::nn::Linear(512, classes));
@@ -100,8 +101,7 @@ class BottleneckImpl : public torch::nn::Module {
   BottleneckImpl(int64_t in, int64_t width, int64_t stride) {
     using torch::nn::Conv2dOptions;
     const int64_t out = width * kExpansion;
-    conv1_ = register_module("conv1",
-                             torch::nn::Conv2d(Conv2dOptions(in, width, 1).bias(false)));
+    conv1_ = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(in, width, 1).bias(false)));
     bn1_ = register_module("bn1", torch::nn::BatchNorm2d(width));
     conv2_ = register_module(
         "conv2",

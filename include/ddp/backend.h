@@ -7,8 +7,8 @@
 // Contract
 // - InitOptions::backend names the backend; when it is empty (the default),
 //   $DDP_BACKEND names it, else "auto": shared memory ("shm") within one
-//   host, Gloo across hosts, the hierarchical composition when both. An unknown name, or one this build
-//   lacks, is an InvalidArgument listing the names this build has.
+//   host, Gloo across hosts, the hierarchical composition when both. An unknown name, or one this
+//   build lacks, is an InvalidArgument listing the names this build has.
 // - A backend that needs a store (Gloo) is given the rendezvous store, under
 //   a prefix unique to the group; one that does not (MPI) is built without a
 //   rendezvous, and knows its world itself (Backend::world).

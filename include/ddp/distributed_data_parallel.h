@@ -156,7 +156,8 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   template <typename State, typename Hook>
   std::shared_ptr<State> register_comm_hook(State state, Hook hook) {
     auto shared = std::make_shared<State>(std::move(state));
-    reducer_->register_comm_hook([shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
+    reducer_->register_comm_hook(
+        [shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
     return shared;
   }
 
@@ -188,25 +189,28 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
     return out;
   }
   template <typename T>
-  static std::vector<torch::Tensor> tensors_of(const T&) { return {}; }
+  static std::vector<torch::Tensor> tensors_of(const T&) {
+    return {};
+  }
   static void append(std::vector<torch::Tensor>& to, std::vector<torch::Tensor> from) {
     to.insert(to.end(), from.begin(), from.end());
   }
 
   template <typename T>
   struct is_sequential
-      : std::bool_constant<std::is_same_v<std::decay_t<T>, torch::nn::Sequential> ||
-                           std::is_same_v<std::decay_t<T>, std::shared_ptr<torch::nn::SequentialImpl>>> {};
+      : std::bool_constant<
+            std::is_same_v<std::decay_t<T>, torch::nn::Sequential> ||
+            std::is_same_v<std::decay_t<T>, std::shared_ptr<torch::nn::SequentialImpl>>> {};
 
   std::shared_ptr<torch::nn::Module> wrapped_;
-  torch::nn::AnyModule any_;           // the wrapped module, unless it is a Sequential
+  torch::nn::AnyModule any_;  // the wrapped module, unless it is a Sequential
   torch::nn::Sequential sequential_{nullptr};
   DistributedDataParallelOptions options_;
   ProcessGroupPtr group_;
   std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward
   std::unique_ptr<Reducer> reducer_;
   bool require_backward_grad_sync_ = true;  // false inside no_sync
-  int64_t divisor_ = 0;  // what the Reducer divides gradients by (0: not set yet)
+  int64_t divisor_ = 0;         // what the Reducer divides gradients by (0: not set yet)
   bool uneven_inputs_ = false;  // told the Reducer that ranks may run different no_sync passes
   // With DDP_TIMELINE (ddp/timeline.h), else null. After reducer_: it reads
   // the last statistics when it goes, so it must go first.

@@ -41,7 +41,12 @@ const char* to_string(ReduceOp op);
 
 // The collective kinds, for backends and error messages.
 enum class OpKind : uint8_t {
-  ALLREDUCE, ALLREDUCE_COALESCED, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER
+  ALLREDUCE,
+  ALLREDUCE_COALESCED,
+  BROADCAST,
+  ALLGATHER,
+  REDUCE_SCATTER,
+  BARRIER
 };
 // "allreduce", "broadcast", ...
 const char* to_string(OpKind kind);
@@ -71,8 +76,7 @@ class ProcessGroup {
   WorkPtr allreduce(at::Tensor tensor, ReduceOp op = ReduceOp::SUM);
   // Like allreduce on each tensor, but as one collective over their
   // concatenation. All tensors share one dtype.
-  WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors,
-                              ReduceOp op = ReduceOp::SUM);
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op = ReduceOp::SUM);
   // In place: every rank's `tensor` becomes `root`'s.
   WorkPtr broadcast(at::Tensor tensor, int root = 0);
   // outputs[r] receives rank r's `input`; outputs.size() == size(), each with
@@ -100,13 +104,10 @@ class ProcessGroup {
  protected:
   // Backends implement these; arguments are already validated.
   virtual WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) = 0;
-  virtual WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors,
-                                         ReduceOp op) = 0;
+  virtual WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) = 0;
   virtual WorkPtr do_broadcast(at::Tensor tensor, int root) = 0;
-  virtual WorkPtr do_allgather(std::vector<at::Tensor> outputs,
-                               at::Tensor input) = 0;
-  virtual WorkPtr do_reduce_scatter(at::Tensor output,
-                                    std::vector<at::Tensor> inputs,
+  virtual WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) = 0;
+  virtual WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                                     ReduceOp op) = 0;
   virtual WorkPtr do_barrier() = 0;
 

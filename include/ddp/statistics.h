@@ -21,13 +21,13 @@ struct BucketTiming {
 };
 
 struct IterationStats {
-  int64_t iteration = 0;          // synchronized iterations so far, this one included
-  bool synchronized = false;      // false under no_sync
-  double forward_ms = 0;          // the wrapped module's forward
-  double backward_compute_ms = 0; // backward start to the last gradient hook
-  double communication_ms = 0;    // first bucket launched to the last one reduced
-  double overlapped_ms = 0;       // part of communication_ms during backward compute
-  double finalize_ms = 0;         // end of backward compute to backward() returning
+  int64_t iteration = 0;              // synchronized iterations so far, this one included
+  bool synchronized = false;          // false under no_sync
+  double forward_ms = 0;              // the wrapped module's forward
+  double backward_compute_ms = 0;     // backward start to the last gradient hook
+  double communication_ms = 0;        // first bucket launched to the last one reduced
+  double overlapped_ms = 0;           // part of communication_ms during backward compute
+  double finalize_ms = 0;             // end of backward compute to backward() returning
   std::vector<int64_t> bucket_bytes;  // one entry per bucket, in launch order
   // When backward started (the clock of the timings above), and each
   // bucket's launch and completion, in launch order: with forward_ms and

@@ -89,7 +89,7 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 
   ProcessGroupPtr group_;  // null: default_process_group()
   int input_dims_;
-  Adopted adopted_;        // consumed by the first reset()
+  Adopted adopted_;  // consumed by the first reset()
 };
 
 TORCH_MODULE(SyncBatchNorm);

@@ -9,8 +9,8 @@
 // - Callbacks added with on_complete() run exactly once, in the order they
 //   were added, on the thread that completes the Work (a backend worker), or
 //   at once on the caller's thread once that thread has run them all.
-//   wait() returns only after every callback added before then has run. Keep them short; they must not throw, nor
-//   wait() on the Work they belong to.
+//   wait() returns only after every callback added before then has run. Keep them short; they must
+//   not throw, nor wait() on the Work they belong to.
 // - Thread-safe: any thread may wait, poll, or add callbacks.
 #pragma once
 
@@ -40,7 +40,7 @@ class Work {
   // not complete within `timeout` (a negative value means the default).
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
   bool is_completed() const;
-  bool is_success() const;  // completed without error
+  bool is_success() const;               // completed without error
   std::exception_ptr exception() const;  // null while running or on success
   // When it completed (steady clock); meaningful once is_completed().
   std::chrono::steady_clock::time_point completion_time() const;
@@ -63,12 +63,12 @@ class Work {
   const std::vector<at::Tensor> outputs_;
 
   mutable std::mutex mutex_;
-  std::condition_variable done_cv_;             // signalled when settled
-  bool done_ = false;                           // guarded by mutex_: result set
-  bool settled_ = false;                        // guarded by mutex_: callbacks ran too
+  std::condition_variable done_cv_;                     // signalled when settled
+  bool done_ = false;                                   // guarded by mutex_: result set
+  bool settled_ = false;                                // guarded by mutex_: callbacks ran too
   std::chrono::steady_clock::time_point completed_at_;  // guarded by mutex_
-  std::exception_ptr error_;                    // guarded by mutex_
-  std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
+  std::exception_ptr error_;                            // guarded by mutex_
+  std::vector<std::function<void()>> callbacks_;        // guarded by mutex_
 };
 
 using WorkPtr = std::shared_ptr<Work>;

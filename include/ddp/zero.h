@@ -83,12 +83,12 @@ struct ZeroWrapped {
 template <typename Options>
 struct ZeroOptimizerTraits;  // specialized below for libtorch's optimizers
 
-#define DDP_ZERO_TRAITS(NAME, ...)                                                    \
-  template <>                                                                         \
-  struct ZeroOptimizerTraits<torch::optim::NAME##Options> {                           \
-    using Optimizer = torch::optim::NAME;                                             \
-    using ParamState = torch::optim::NAME##ParamState;                                \
-    static const char* name() { return #NAME; }                                       \
+#define DDP_ZERO_TRAITS(NAME, ...)                                                           \
+  template <>                                                                                \
+  struct ZeroOptimizerTraits<torch::optim::NAME##Options> {                                  \
+    using Optimizer = torch::optim::NAME;                                                    \
+    using ParamState = torch::optim::NAME##ParamState;                                       \
+    static const char* name() { return #NAME; }                                              \
     static std::vector<torch::Tensor> tensors(const ParamState& s) { return {__VA_ARGS__}; } \
   };
 DDP_ZERO_TRAITS(SGD, s.momentum_buffer())

@@ -108,8 +108,8 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   const auto outcome = static_cast<FileRead::Status>(status.item<int64_t>());
   if (outcome == FileRead::Status::kMissing) return std::nullopt;
   if (outcome == FileRead::Status::kError) {
-    throw CheckpointError(where(*pg) + "load_checkpoint failed on rank 0: " +
-                          broadcast_bytes(*pg, file.error) +
+    throw CheckpointError(where(*pg) +
+                          "load_checkpoint failed on rank 0: " + broadcast_bytes(*pg, file.error) +
                           ". Fix or remove the file (no file: the job starts afresh).");
   }
   const std::string payload = broadcast_bytes(*pg, file.payload);
@@ -120,9 +120,8 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   std::optional<checkpoint_detail::PendingLoad> pending;
   std::string failure;
   try {
-    pending = checkpoint_detail::parse_checkpoint(payload.data(), payload.size(), module,
-                                                  optimizer, options.rng_state(), pg->rank(),
-                                                  pg->size());
+    pending = checkpoint_detail::parse_checkpoint(payload.data(), payload.size(), module, optimizer,
+                                                  options.rng_state(), pg->rank(), pg->size());
   } catch (const std::exception& e) {
     failure = message_of(e);
   }
@@ -130,11 +129,10 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   std::vector<at::Tensor> all_failed;
   for (int r = 0; r < pg->size(); ++r) all_failed.push_back(at::empty({1}, at::kLong));
   pg->allgather(all_failed, failed)->wait();
-  const std::string source = "the checkpoint rank 0 read" +
-                             (pg->rank() == 0 ? " ('" + path + "')" : std::string());
+  const std::string source =
+      "the checkpoint rank 0 read" + (pg->rank() == 0 ? " ('" + path + "')" : std::string());
   if (!failure.empty()) {
-    throw CheckpointError(where(*pg) + "load_checkpoint: " + source + " does not load: " +
-                          failure);
+    throw CheckpointError(where(*pg) + "load_checkpoint: " + source + " does not load: " + failure);
   }
   std::string failed_ranks;
   for (int r = 0; r < pg->size(); ++r) {

@@ -152,16 +152,17 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
     const bool is_parameter = kind[0] == 'p';
     InputArchive saved;
     archive.read(is_parameter ? "parameters" : "buffers", saved);
-    match(kind,
-          is_parameter ? entries(target.named_parameters(true)) : entries(target.named_buffers(true)),
-          read_named(saved), out.copies, problems);
+    match(
+        kind,
+        is_parameter ? entries(target.named_parameters(true)) : entries(target.named_buffers(true)),
+        read_named(saved), out.copies, problems);
   }
   if (!problems.empty()) {
     std::string more = problems.size() > 1
                            ? " (and " + std::to_string(problems.size() - 1) + " more differences)"
                            : "";
-    throw CheckpointError("the checkpoint was saved from a different model: " + problems[0] +
-                          more + ". Load it into the model it was saved from, or move it away "
+    throw CheckpointError("the checkpoint was saved from a different model: " + problems[0] + more +
+                          ". Load it into the model it was saved from, or move it away "
                           "to start afresh.");
   }
 
@@ -171,7 +172,8 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
       if (states.size(0) != world_size) {
         throw CheckpointError("the checkpoint holds the RNG states of " +
                               std::to_string(states.size(0)) + " ranks; this job has " +
-                              std::to_string(world_size) + ". Resume with the same number of "
+                              std::to_string(world_size) +
+                              ". Resume with the same number of "
                               "ranks, or set CheckpointOptions::rng_state(false) to resume "
                               "without them.");
       }
@@ -185,7 +187,8 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
       if (out.rng_state.numel() != now.numel()) {
         throw CheckpointError("the checkpoint's RNG state has " +
                               std::to_string(out.rng_state.numel()) + " bytes, this libtorch's " +
-                              std::to_string(now.numel()) + " (saved by another libtorch "
+                              std::to_string(now.numel()) +
+                              " (saved by another libtorch "
                               "version?); set CheckpointOptions::rng_state(false) to resume "
                               "without it.");
       }
@@ -198,7 +201,8 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
     optimizer.load(optimizer_state);
   } catch (const c10::Error& e) {
     throw CheckpointError(std::string("the optimizer's saved state does not fit this "
-                                      "optimizer (") + e.what_without_backtrace() +
+                                      "optimizer (") +
+                          e.what_without_backtrace() +
                           "): was it saved with another optimizer or over other parameters?");
   }
 

@@ -29,7 +29,7 @@ Backend shm_backend();           // collectives/shm/backend.cpp
 Backend hierarchical_backend();  // collectives/hierarchical/backend.cpp
 Backend auto_backend();          // collectives/hierarchical/backend.cpp
 #ifdef DDP_WITH_MPI
-Backend mpi_backend();           // collectives/mpi/backend.cpp
+Backend mpi_backend();  // collectives/mpi/backend.cpp
 #endif
 
 }  // namespace ddp::detail

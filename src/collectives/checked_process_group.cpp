@@ -35,8 +35,8 @@ std::string CheckedProcessGroup::describe(const Fingerprint& f) {
 }
 
 void CheckedProcessGroup::check(const Fingerprint& mine) {
-  const int64_t fields[kFields] = {static_cast<int64_t>(mine.kind), mine.op, mine.dtype,
-                                   mine.numel, mine.tensors, mine.root};
+  const int64_t fields[kFields] = {
+      static_cast<int64_t>(mine.kind), mine.op, mine.dtype, mine.numel, mine.tensors, mine.root};
   at::Tensor local = at::tensor(at::ArrayRef<int64_t>(fields, kFields), at::kLong);
   std::vector<at::Tensor> all;
   for (int r = 0; r < size(); ++r) all.push_back(at::empty({kFields}, at::kLong));
@@ -48,12 +48,15 @@ void CheckedProcessGroup::check(const Fingerprint& mine) {
   std::string report;
   for (int r = 0; r < size(); ++r) {
     auto* v = all[r].data_ptr<int64_t>();
-    Fingerprint f{static_cast<OpKind>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
-                  v[3], v[4], static_cast<int>(v[5])};
+    Fingerprint f{
+        static_cast<OpKind>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), v[3], v[4],
+        static_cast<int>(v[5])};
     report += "\n  rank " + std::to_string(r) + ": " + describe(f);
   }
-  throw CollectiveMismatch("ddp: " + where() + ": the ranks issued different collectives "
-                           "(DDP_DEBUG=detail check):" + report +
+  throw CollectiveMismatch("ddp: " + where() +
+                           ": the ranks issued different collectives "
+                           "(DDP_DEBUG=detail check):" +
+                           report +
                            "\nEvery rank must issue the same collectives, in the same order, "
                            "on tensors of the same dtype and size.");
 }
@@ -64,19 +67,17 @@ WorkPtr CheckedProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   return inner_->allreduce(tensor, op);
 }
 
-WorkPtr CheckedProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
-                                                    ReduceOp op) {
+WorkPtr CheckedProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
   int64_t numel = 0;
   for (const auto& t : tensors) numel += t.numel();
   check({OpKind::ALLREDUCE_COALESCED, static_cast<int>(op),
-         static_cast<int>(tensors[0].scalar_type()), numel,
-         static_cast<int64_t>(tensors.size()), -1});
+         static_cast<int>(tensors[0].scalar_type()), numel, static_cast<int64_t>(tensors.size()),
+         -1});
   return inner_->allreduce_coalesced(std::move(tensors), op);
 }
 
 WorkPtr CheckedProcessGroup::do_broadcast(at::Tensor tensor, int root) {
-  check({OpKind::BROADCAST, -1, static_cast<int>(tensor.scalar_type()), tensor.numel(), 1,
-         root});
+  check({OpKind::BROADCAST, -1, static_cast<int>(tensor.scalar_type()), tensor.numel(), 1, root});
   return inner_->broadcast(tensor, root);
 }
 
@@ -85,8 +86,8 @@ WorkPtr CheckedProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::T
   return inner_->allgather(std::move(outputs), std::move(input));
 }
 
-WorkPtr CheckedProcessGroup::do_reduce_scatter(at::Tensor output,
-                                               std::vector<at::Tensor> inputs, ReduceOp op) {
+WorkPtr CheckedProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                               ReduceOp op) {
   check({OpKind::REDUCE_SCATTER, static_cast<int>(op), static_cast<int>(output.scalar_type()),
          output.numel(), 1, -1});
   return inner_->reduce_scatter(std::move(output), std::move(inputs), op);

@@ -28,9 +28,9 @@ class CheckedProcessGroup : public ProcessGroup {
  private:
   struct Fingerprint {
     OpKind kind;
-    int op = -1;       // ReduceOp, or -1
-    int dtype = -1;    // at::ScalarType, or -1
-    int64_t numel = 0; // per rank, summed over tensors
+    int op = -1;        // ReduceOp, or -1
+    int dtype = -1;     // at::ScalarType, or -1
+    int64_t numel = 0;  // per rank, summed over tensors
     int64_t tensors = 0;
     int root = -1;
   };

@@ -10,8 +10,13 @@ std::string cpu_tensor_unsupported_reason(const at::Tensor& t, const std::string
            " backend takes CPU tensors (move it with .cpu())";
   }
   switch (t.scalar_type()) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kInt: case at::kLong: case at::kByte:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kInt:
+    case at::kLong:
+    case at::kByte:
       return "";
     default:
       return "has dtype " + std::string(c10::toString(t.scalar_type())) + "; the " + backend +

@@ -39,8 +39,8 @@ std::string host_identity() {
          link_target("/proc/self/ns/net");
 }
 
-std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix,
-                                        int rank, int size, std::chrono::milliseconds timeout) {
+std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix, int rank,
+                                        int size, std::chrono::milliseconds timeout) {
   const std::string mine = host_identity();
   store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> hosts(size);
@@ -62,8 +62,8 @@ std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string
         throw TimeoutError("ddp: rank " + std::to_string(rank) +
                            ": learning which ranks share a host timed out after " +
                            std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-                           " of " + std::to_string(size) + " ranks arrived (missing: " +
-                           missing + "): they passed the rendezvous, so they chose another "
+                           " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
+                           "): they passed the rendezvous, so they chose another "
                            "backend (DDP_BACKEND must be the same on every rank) or failed "
                            "since; see their output.");
       }

@@ -20,7 +20,7 @@ std::string host_identity();
 
 // Every rank's host_identity(), exchanged through `store` under `prefix`;
 // TimeoutError naming the missing ranks after `timeout`.
-std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix,
-                                        int rank, int size, std::chrono::milliseconds timeout);
+std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix, int rank,
+                                        int size, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::detail

@@ -13,23 +13,34 @@ namespace ddp {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::PRODUCT: return "PRODUCT";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
   }
   return "?";
 }
 
 const char* to_string(OpKind kind) {
   switch (kind) {
-    case OpKind::ALLREDUCE: return "allreduce";
-    case OpKind::ALLREDUCE_COALESCED: return "allreduce_coalesced";
-    case OpKind::BROADCAST: return "broadcast";
-    case OpKind::ALLGATHER: return "allgather";
-    case OpKind::REDUCE_SCATTER: return "reduce_scatter";
-    case OpKind::BARRIER: return "barrier";
+    case OpKind::ALLREDUCE:
+      return "allreduce";
+    case OpKind::ALLREDUCE_COALESCED:
+      return "allreduce_coalesced";
+    case OpKind::BROADCAST:
+      return "broadcast";
+    case OpKind::ALLGATHER:
+      return "allgather";
+    case OpKind::REDUCE_SCATTER:
+      return "reduce_scatter";
+    case OpKind::BARRIER:
+      return "barrier";
   }
   return "?";
 }
@@ -37,13 +48,12 @@ const char* to_string(OpKind kind) {
 ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), timeout_(timeout) {
   if (size < 1) {
-    throw InvalidArgument("ddp: process group size must be >= 1, got " +
-                          std::to_string(size));
+    throw InvalidArgument("ddp: process group size must be >= 1, got " + std::to_string(size));
   }
   if (rank < 0 || rank >= size) {
-    throw InvalidArgument("ddp: rank " + std::to_string(rank) +
-                          " is outside [0, " + std::to_string(size) +
-                          ") for a group of " + std::to_string(size) + " ranks");
+    throw InvalidArgument("ddp: rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(size) + ") for a group of " + std::to_string(size) +
+                          " ranks");
   }
   if (timeout.count() <= 0) {
     throw InvalidArgument("ddp: process group timeout must be positive, got " +
@@ -56,8 +66,8 @@ ProcessGroup::~ProcessGroup() = default;
 std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return ""; }
 
 std::string ProcessGroup::where() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-         " [" + backend_name() + "]";
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " [" + backend_name() +
+         "]";
 }
 
 namespace {
@@ -82,12 +92,12 @@ class Checker {
   void same(const at::Tensor& t, const at::Tensor& ref, const std::string& name,
             const std::string& ref_name) const {
     if (t.scalar_type() != ref.scalar_type()) {
-      fail(name + " has dtype " + c10::toString(t.scalar_type()) + " but " +
-           ref_name + " has " + c10::toString(ref.scalar_type()));
+      fail(name + " has dtype " + c10::toString(t.scalar_type()) + " but " + ref_name + " has " +
+           c10::toString(ref.scalar_type()));
     }
     if (t.numel() != ref.numel()) {
-      fail(name + " has " + std::to_string(t.numel()) + " elements but " +
-           ref_name + " has " + std::to_string(ref.numel()));
+      fail(name + " has " + std::to_string(t.numel()) + " elements but " + ref_name + " has " +
+           std::to_string(ref.numel()));
     }
   }
 
@@ -128,16 +138,14 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   return work;
 }
 
-WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors,
-                                          ReduceOp op) {
+WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
   Checker check(*this, where(), "allreduce_coalesced");
   if (tensors.empty()) check.fail("no tensors given");
   for (size_t i = 0; i < tensors.size(); ++i) {
     check.tensor(tensors[i], nth("tensors", i));
     if (tensors[i].scalar_type() != tensors[0].scalar_type()) {
-      check.fail(nth("tensors", i) + " has dtype " +
-                 c10::toString(tensors[i].scalar_type()) + " but tensors[0] has " +
-                 c10::toString(tensors[0].scalar_type()) +
+      check.fail(nth("tensors", i) + " has dtype " + c10::toString(tensors[i].scalar_type()) +
+                 " but tensors[0] has " + c10::toString(tensors[0].scalar_type()) +
                  "; coalesce tensors of one dtype");
     }
   }
@@ -156,8 +164,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   Checker check(*this, where(), "broadcast");
   check.tensor(tensor, "tensor");
   if (root < 0 || root >= size()) {
-    check.fail("root " + std::to_string(root) + " is outside [0, " +
-               std::to_string(size()) + ")");
+    check.fail("root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
   }
   const Issued issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
                       tensor.numel(), root};

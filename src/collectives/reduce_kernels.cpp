@@ -14,16 +14,28 @@ namespace ddp::detail {
 namespace {
 
 struct Sum {
-  template <typename T> static T apply(T a, T b) { return a + b; }
+  template <typename T>
+  static T apply(T a, T b) {
+    return a + b;
+  }
 };
 struct Product {
-  template <typename T> static T apply(T a, T b) { return a * b; }
+  template <typename T>
+  static T apply(T a, T b) {
+    return a * b;
+  }
 };
 struct Min {
-  template <typename T> static T apply(T a, T b) { return std::min(a, b); }
+  template <typename T>
+  static T apply(T a, T b) {
+    return std::min(a, b);
+  }
 };
 struct Max {
-  template <typename T> static T apply(T a, T b) { return std::max(a, b); }
+  template <typename T>
+  static T apply(T a, T b) {
+    return std::max(a, b);
+  }
 };
 
 template <typename T, typename Op>
@@ -48,13 +60,20 @@ void kernel_via_float(void* c, const void* a, const void* b, size_t n) {
 template <typename Op>
 ReduceKernel for_dtype(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return &kernel<float, Op>;
-    case at::kDouble: return &kernel<double, Op>;
-    case at::kHalf: return &kernel_via_float<c10::Half, Op>;
-    case at::kBFloat16: return &kernel_via_float<c10::BFloat16, Op>;
-    case at::kInt: return &kernel<int32_t, Op>;
-    case at::kLong: return &kernel<int64_t, Op>;
-    case at::kByte: return &kernel<uint8_t, Op>;
+    case at::kFloat:
+      return &kernel<float, Op>;
+    case at::kDouble:
+      return &kernel<double, Op>;
+    case at::kHalf:
+      return &kernel_via_float<c10::Half, Op>;
+    case at::kBFloat16:
+      return &kernel_via_float<c10::BFloat16, Op>;
+    case at::kInt:
+      return &kernel<int32_t, Op>;
+    case at::kLong:
+      return &kernel<int64_t, Op>;
+    case at::kByte:
+      return &kernel<uint8_t, Op>;
     default:
       throw std::logic_error(std::string("ddp: no reduce kernel for dtype ") +
                              c10::toString(dtype));
@@ -66,10 +85,14 @@ ReduceKernel for_dtype(at::ScalarType dtype) {
 ReduceKernel reduce_kernel(at::ScalarType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM:
-    case ReduceOp::AVG: return for_dtype<Sum>(dtype);
-    case ReduceOp::PRODUCT: return for_dtype<Product>(dtype);
-    case ReduceOp::MIN: return for_dtype<Min>(dtype);
-    case ReduceOp::MAX: return for_dtype<Max>(dtype);
+    case ReduceOp::AVG:
+      return for_dtype<Sum>(dtype);
+    case ReduceOp::PRODUCT:
+      return for_dtype<Product>(dtype);
+    case ReduceOp::MIN:
+      return for_dtype<Min>(dtype);
+    case ReduceOp::MAX:
+      return for_dtype<Max>(dtype);
   }
   throw std::logic_error("ddp: unknown ReduceOp");
 }

@@ -19,8 +19,9 @@ namespace {
 // Backends ddp knows of but this build may lack, and what brings them.
 const std::map<std::string, std::string>& known_optional_backends() {
   static const std::map<std::string, std::string> known = {
-      {"mpi", "it needs Open MPI at build time (Debian: libopenmpi-dev, openmpi-bin; "
-              "scripts/install-deps.sh installs them), then a rebuild"},
+      {"mpi",
+       "it needs Open MPI at build time (Debian: libopenmpi-dev, openmpi-bin; "
+       "scripts/install-deps.sh installs them), then a rebuild"},
   };
   return known;
 }
@@ -98,11 +99,10 @@ namespace detail {
 
 void refuse_options(const BackendSetup& setup, const std::string& backend, const char* expected) {
   const BackendOptions& given = *setup.options;
-  throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                        ": InitOptions::backend_options are " +
-                        c10::demangle(typeid(given).name()) + ", not " + expected +
-                        ", but the backend is " + backend + "; pass std::make_shared<ddp::" +
-                        expected + ">(...)");
+  throw InvalidArgument(
+      "ddp: rank " + std::to_string(setup.rank) + ": InitOptions::backend_options are " +
+      c10::demangle(typeid(given).name()) + ", not " + expected + ", but the backend is " +
+      backend + "; pass std::make_shared<ddp::" + expected + ">(...)");
 }
 
 }  // namespace detail

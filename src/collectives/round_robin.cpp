@@ -82,8 +82,8 @@ WorkPtr RoundRobinProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at
   return dispatch([&](ProcessGroup& g) { return g.allgather(outputs, input); });
 }
 
-WorkPtr RoundRobinProcessGroup::do_reduce_scatter(at::Tensor output,
-                                                  std::vector<at::Tensor> inputs, ReduceOp op) {
+WorkPtr RoundRobinProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                                  ReduceOp op) {
   return dispatch([&](ProcessGroup& g) { return g.reduce_scatter(output, inputs, op); });
 }
 

@@ -34,8 +34,7 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
     std::lock_guard<std::mutex> lock(mutex_);
     const uint32_t tag = next_tag_++;
     work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(tag) +
-                                      (detail.empty() ? "" : " (" + detail + ")") + " on " +
-                                      where_,
+                                      (detail.empty() ? "" : " (" + detail + ")") + " on " + where_,
                                   timeout_, std::move(outputs));
     refused = stopping_;  // no worker would run it
     if (!refused) {
@@ -88,8 +87,7 @@ std::exception_ptr TaskQueue::run(Task& task) {
   } catch (const CommunicationError& e) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_reason_.empty()) broken_reason_ = e.what();
-  } catch (...) {
-  }
+  } catch (...) {}
   return error;
 }
 

@@ -14,8 +14,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
   std::unique_lock<std::mutex> lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return settled_; })) {
-    throw TimeoutError(description_ + ": not complete after " +
-                       std::to_string(timeout.count()) +
+    throw TimeoutError(description_ + ": not complete after " + std::to_string(timeout.count()) +
                        " ms (Work::wait timeout). A peer may be stuck or "
                        "issuing a different collective; run with "
                        "DDP_DEBUG=detail to compare collectives across ranks.");
@@ -81,10 +80,8 @@ void Work::finish(std::exception_ptr error) {
   done_cv_.notify_all();
 }
 
-std::shared_ptr<Work> Work::completed(std::string description,
-                                      std::vector<at::Tensor> outputs) {
-  auto work = std::make_shared<Work>(std::move(description),
-                                     std::chrono::milliseconds(0),
+std::shared_ptr<Work> Work::completed(std::string description, std::vector<at::Tensor> outputs) {
+  auto work = std::make_shared<Work>(std::move(description), std::chrono::milliseconds(0),
                                      std::move(outputs));
   work->finish();
   return work;

@@ -8,7 +8,9 @@ namespace ddp {
 
 GradBucket::GradBucket(size_t index, bool is_last, at::Tensor buffer,
                        std::vector<at::Tensor> parameters)
-    : index_(index), is_last_(is_last), buffer_(std::move(buffer)),
+    : index_(index),
+      is_last_(is_last),
+      buffer_(std::move(buffer)),
       parameters_(std::move(parameters)) {}
 
 std::vector<at::Tensor> GradBucket::gradients() const {

@@ -57,8 +57,8 @@ at::Tensor wait_for(const FuturePtr& future, std::chrono::milliseconds timeout,
   });
   std::unique_lock<std::mutex> lock(signal->first);
   if (!signal->second.wait_for(lock, timeout, [&] { return future->completed(); })) {
-    throw TimeoutError("ddp: " + what + " not complete after " +
-                       std::to_string(timeout.count()) + " ms");
+    throw TimeoutError("ddp: " + what + " not complete after " + std::to_string(timeout.count()) +
+                       " ms");
   }
   if (future->hasError()) std::rethrow_exception(future->exception_ptr());
   return future->value().toTensor();

@@ -30,7 +30,7 @@ class HookRunner {
 
   const CommHook hook_;
   std::mutex mutex_;
-  std::condition_variable cv_;  // signalled on submit and stop
+  std::condition_variable cv_;                          // signalled on submit and stop
   std::deque<std::pair<GradBucket, FuturePtr>> queue_;  // guarded by mutex_
   bool stopping_ = false;                               // guarded by mutex_
   std::thread thread_;

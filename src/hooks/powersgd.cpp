@@ -82,9 +82,7 @@ PowerSGDState::PowerSGDState(ProcessGroupPtr process_group_, int64_t rank, int64
       random_seed(seed),
       compression_stats_logging_frequency(logging_frequency),
       rng_(static_cast<std::mt19937::result_type>(seed)) {
-  auto bad = [](const std::string& what) {
-    throw InvalidArgument("ddp: PowerSGDState: " + what);
-  };
+  auto bad = [](const std::string& what) { throw InvalidArgument("ddp: PowerSGDState: " + what); };
   if (rank < 1) bad("matrix_approximation_rank must be >= 1, got " + std::to_string(rank));
   if (min_rate <= 0) bad("min_compression_rate must be > 0, got " + std::to_string(min_rate));
   if (epsilon < 0) bad("orthogonalization_epsilon must be >= 0, got " + std::to_string(epsilon));
@@ -181,10 +179,12 @@ FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   std::vector<Compressed> ordered;
   for (size_t i = 0; i < compressed.size(); ++i) {
     bool seen = false;
-    for (size_t j = 0; j < i && !seen; ++j) seen = compressed[j].matrix.sizes() == compressed[i].matrix.sizes();
+    for (size_t j = 0; j < i && !seen; ++j)
+      seen = compressed[j].matrix.sizes() == compressed[i].matrix.sizes();
     if (seen) continue;
     for (size_t j = i; j < compressed.size(); ++j) {
-      if (compressed[j].matrix.sizes() == compressed[i].matrix.sizes()) ordered.push_back(compressed[j]);
+      if (compressed[j].matrix.sizes() == compressed[i].matrix.sizes())
+        ordered.push_back(compressed[j]);
     }
   }
 

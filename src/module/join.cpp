@@ -52,15 +52,17 @@ Join::Join(std::vector<std::reference_wrapper<Joinable>> joinables, JoinOptions 
       group_(joinables_.empty() ? nullptr : joinables_.front().get().join_process_group()),
       exceptions_at_start_(std::uncaught_exceptions()) {
   if (joinables_.empty()) {
-    throw InvalidArgument("ddp: Join: no joinable given; pass the DDP module, e.g. "
-                          "ddp::Join join({*model})");
+    throw InvalidArgument(
+        "ddp: Join: no joinable given; pass the DDP module, e.g. "
+        "ddp::Join join({*model})");
   }
   if (!options_.enable()) return;
   const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": Join: ";
   for (auto& j : joinables_) {
     if (j.get().join_) {
-      throw InvalidArgument(where + "a joinable is already in another Join (or listed twice); "
-                                    "a joinable takes part in one Join at a time");
+      throw InvalidArgument(where +
+                            "a joinable is already in another Join (or listed twice); "
+                            "a joinable takes part in one Join at a time");
     }
     j.get().check_join_options(options_);
     j.get().join_ = this;

@@ -52,9 +52,10 @@ std::unordered_set<const torch::autograd::Node*> reachable_nodes(
   for (const auto& out : outputs) {
     if (!out.defined()) continue;
     // A leaf output that requires grad reaches its own accumulator.
-    auto node = out.grad_fn() ? out.grad_fn() : (out.requires_grad()
-                                                    ? torch::autograd::impl::try_get_grad_accumulator(out)
-                                                    : nullptr);
+    auto node = out.grad_fn()
+                    ? out.grad_fn()
+                    : (out.requires_grad() ? torch::autograd::impl::try_get_grad_accumulator(out)
+                                           : nullptr);
     if (node && seen.insert(node.get()).second) stack.push_back(node.get());
   }
   while (!stack.empty()) {

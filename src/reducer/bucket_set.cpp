@@ -86,8 +86,8 @@ std::chrono::steady_clock::time_point BucketSet::wait_all(
       last = std::max(last, b.done);
       continue;
     }
-    at::Tensor reduced =
-        wait_for(b.future, group.timeout(), "the communication hook of bucket " + std::to_string(k));
+    at::Tensor reduced = wait_for(b.future, group.timeout(),
+                                  "the communication hook of bucket " + std::to_string(k));
     b.done = std::chrono::steady_clock::now();
     last = std::max(last, b.done);
     if (!reduced.defined() || reduced.numel() != b.flat.numel()) {

@@ -14,13 +14,13 @@ namespace ddp::detail {
 
 struct Bucket {
   at::Tensor flat;
-  std::vector<size_t> params;      // parameter indices, in slice order
-  std::vector<at::Tensor> views;   // views[k]: the slice of params[k], shaped like it
-  size_t pending = 0;              // parameters not ready yet this iteration
-  WorkPtr work;                    // the allreduce, without a communication hook
-  FuturePtr future;                // the hook's result, with one
+  std::vector<size_t> params;     // parameter indices, in slice order
+  std::vector<at::Tensor> views;  // views[k]: the slice of params[k], shaped like it
+  size_t pending = 0;             // parameters not ready yet this iteration
+  WorkPtr work;                   // the allreduce, without a communication hook
+  FuturePtr future;               // the hook's result, with one
   std::chrono::steady_clock::time_point launched, done;  // this iteration
-  at::Tensor spare;                // the other buffer (double buffering), and its
+  at::Tensor spare;                     // the other buffer (double buffering), and its
   std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap
 };
 

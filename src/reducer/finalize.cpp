@@ -81,8 +81,8 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
 // One small allreduce: the used-parameter bitmap, then per rank what it
 // did this iteration (iteration_status.h). Returns when it and every
 // bucket are reduced; `comm_end` becomes the last bucket's completion.
-detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>& missing, bool joined,
-                                        Clock::time_point& comm_end) {
+detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>& missing,
+                                                       bool joined, Clock::time_point& comm_end) {
   const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
   detail::IterationStatus status(n, group_->rank(), group_->size());
   if (has_bitmap()) status.bitmap().copy_(local_used_);
@@ -104,7 +104,7 @@ detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>
 // the counters restart in step, so a program that catches the error can
 // go on (the tally restarts at every status by itself).
 void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports,
-                   const std::vector<size_t>& missing) {
+                                  const std::vector<size_t>& missing) {
   stray_after_ = -1;
   // All equal among the ranks that train, unless this raises; a rank that
   // joined catches up, so it is in step when it trains again.

@@ -27,8 +27,8 @@ std::string grouped(const std::vector<RankReport>& reports, Value value, Show sh
   std::vector<std::pair<decltype(value(reports[0])), std::vector<int>>> groups;
   for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
     auto v = value(reports[r]);
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == v; });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
     if (it == groups.end()) {
       groups.push_back({v, {r}});
     } else {
@@ -83,8 +83,11 @@ std::vector<RankReport> IterationStatus::read() const {
   }
   if (!garbled.empty()) {
     throw CommunicationError(
-        "ddp: rank " + std::to_string(rank_) + ": the end-of-backward status exchange came "
-        "back garbled (" + rank_list(garbled) + "): on some rank it met a different collective, "
+        "ddp: rank " + std::to_string(rank_) +
+        ": the end-of-backward status exchange came "
+        "back garbled (" +
+        rank_list(garbled) +
+        "): on some rank it met a different collective, "
         "so the ranks' collectives are out of step (a rank issued a collective the others did "
         "not, or skipped one). No gradient was written; the group's later results cannot be "
         "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
@@ -123,9 +126,11 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
   if (!ahead.empty()) {
     throw InvalidArgument(
         where + "the ranks reached this backward after different numbers of forward passes:" +
-        grouped(reports, [](const RankReport& r) { return r.forwards; },
-                [](int32_t v) { return std::to_string(v) + " forward passes"; }) +
-        "\n" + rank_list(ahead) + " ran a forward whose backward() was skipped, or an extra "
+        grouped(
+            reports, [](const RankReport& r) { return r.forwards; },
+            [](int32_t v) { return std::to_string(v) + " forward passes"; }) +
+        "\n" + rank_list(ahead) +
+        " ran a forward whose backward() was skipped, or an extra "
         "(micro-)step, so this backward is paired with another iteration on the other ranks." +
         nothing_written +
         " Every rank must run the same forward and backward passes; a forward that no "
@@ -138,21 +143,23 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
                 std::to_string(reports[r].stray_after);
     }
     throw InvalidArgument(
-        where + rank_list(stray) + " ran a backward() that no DDP forward prepared "
+        where + rank_list(stray) +
+        " ran a backward() that no DDP forward prepared "
         "(backward() twice after one forward, or a backward through the parameters outside "
-        "the DDP forward):" + detail +
-        "\nThose gradients were not averaged: that replica now differs from the others." +
+        "the DDP forward):" +
+        detail + "\nThose gradients were not averaged: that replica now differs from the others." +
         nothing_written + " Run one backward() per DDP forward.");
   }
   // Only the tallies differ.
   throw CollectiveMismatch(
-      where + "the ranks issued different collectives since the previous iteration's check "
+      where +
+      "the ranks issued different collectives since the previous iteration's check "
       "(kind, reduce op, dtype, element count and order are hashed):" +
-      grouped(reports,
-              [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
-              [](const std::pair<uint64_t, uint64_t>& v) {
-                return std::to_string(v.first) + " collectives, hash " + hex(v.second);
-              }) +
+      grouped(
+          reports, [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
+          [](const std::pair<uint64_t, uint64_t>& v) {
+            return std::to_string(v.first) + " collectives, hash " + hex(v.second);
+          }) +
       "\nTheir results were wrong or paired across ranks." + nothing_written +
       " Every rank must issue the same collectives in the same order; rerun with "
       "DDP_DEBUG=detail to see the first that differs.");

@@ -19,11 +19,11 @@
 namespace ddp::detail {
 
 struct RankReport {
-  int32_t missing = 0;       // parameters that got no gradient this pass
-  int32_t forwards = 0;      // forward passes so far, no_sync ones included (wraps)
-  int32_t stray_after = -1;  // >= 0: a backward() no forward prepared ran after this forward
-  ProcessGroup::Tally tally; // collectives issued on the group since the last status
-  bool joined = false;       // a rank out of inputs, shadowing the others (Join)
+  int32_t missing = 0;        // parameters that got no gradient this pass
+  int32_t forwards = 0;       // forward passes so far, no_sync ones included (wraps)
+  int32_t stray_after = -1;   // >= 0: a backward() no forward prepared ran after this forward
+  ProcessGroup::Tally tally;  // collectives issued on the group since the last status
+  bool joined = false;        // a rank out of inputs, shadowing the others (Join)
 };
 
 class IterationStatus {

@@ -28,8 +28,8 @@
 namespace ddp {
 
 // Algorithm 1, lines 4-7 (DistributedDataParallel broadcasts, lines 2-3).
-Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
-     ReducerOptions options)
+Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> names,
+                    ProcessGroupPtr group, ReducerOptions options)
     : params_(std::move(params)),
       names_(std::move(names)),
       group_(std::move(group)),
@@ -38,13 +38,13 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
       gradient_order_(!options_.find_unused_parameters()) {
   if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
   if (names_.size() != params_.size()) {
-    throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) +
-                          " parameters but " + std::to_string(names_.size()) + " names");
+    throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) + " parameters but " +
+                          std::to_string(names_.size()) + " names");
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].requires_grad()) {
-      throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" +
-                            names_[i] + "' does not require grad; leave it out");
+      throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" + names_[i] +
+                            "' does not require grad; leave it out");
     }
   }
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
@@ -60,9 +60,8 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
   build_buckets(reverse_order(n));
   for (size_t i = 0; i < n; ++i) {
-    hooks_.push_back(std::make_unique<detail::GradReadyHook>(params_[i], [this, i] {
-      autograd_hook(i);
-    }));
+    hooks_.push_back(
+        std::make_unique<detail::GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
 }
 
@@ -104,8 +103,8 @@ void Reducer::Impl::set_divisor(int64_t ranks) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ranks < 1 || ranks > group_->size()) {
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": Reducer::set_divisor(" + std::to_string(ranks) +
-                          "): must be in [1, " + std::to_string(group_->size()) + "]");
+                          ": Reducer::set_divisor(" + std::to_string(ranks) + "): must be in [1, " +
+                          std::to_string(group_->size()) + "]");
   }
   if (hook_runner_ && ranks != group_->size()) {
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
@@ -128,7 +127,8 @@ bool Reducer::Impl::has_comm_hook() const {
 
 void Reducer::Impl::set_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
+  const std::string where =
+      "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
   if (!hook) throw InvalidArgument(where + "the hook is empty");
   if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
   if (divisor_.item<double>() != group_->size()) {
@@ -138,8 +138,9 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
                           "averages over the whole group");
   }
   if (iterations_ > 0 || it_.phase != Phase::kIdle) {
-    throw InvalidArgument(where + "training has started; register the hook before the first "
-                                  "forward/backward");
+    throw InvalidArgument(where +
+                          "training has started; register the hook before the first "
+                          "forward/backward");
   }
   hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
 }
@@ -216,8 +217,9 @@ void Reducer::Impl::autograd_hook(size_t i) {
     if (!static_graph_.complete(i, arrivals, names_[i], group_->rank())) return;
   } else if (it_.ready[i]) {
     throw InvalidArgument(
-        "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) +
-        " '" + names_[i] + "' got its gradient twice in one backward pass (reentrant "
+        "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) + " '" +
+        names_[i] +
+        "' got its gradient twice in one backward pass (reentrant "
         "backward or activation checkpointing). Construct DistributedDataParallel with "
         "static_graph(true) so that the arrivals are counted.");
   }
@@ -245,8 +247,7 @@ void Reducer::Impl::mark_ready(size_t i) {
 void Reducer::Impl::mark_ready_without_gradient(size_t i) {
   at::NoGradGuard no_grad;
   at::Tensor& view = buckets_.view(i);
-  const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 &&
-                           params_[i].grad().defined();
+  const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && params_[i].grad().defined();
   detach_grad_from_bucket(i);
   if (accumulated) {
     contribute(view, params_[i].grad());
@@ -288,8 +289,8 @@ void Reducer::Impl::launch_ready_buckets() {
     if (hook_runner_) {
       std::vector<at::Tensor> params;
       for (size_t i : b.params) params.push_back(params_[i]);
-      b.future = hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat,
-                                                 std::move(params)));
+      b.future =
+          hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params)));
     } else {
       b.work = group_->allreduce(b.flat);
     }
@@ -298,8 +299,8 @@ void Reducer::Impl::launch_ready_buckets() {
 
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
                  ProcessGroupPtr group, ReducerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(params), std::move(names), std::move(group),
-                                   options)) {}
+    : impl_(
+          std::make_unique<Impl>(std::move(params), std::move(names), std::move(group), options)) {}
 Reducer::~Reducer() = default;
 
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {

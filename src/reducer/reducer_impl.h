@@ -94,7 +94,7 @@ class Reducer::Impl {
   int64_t iterations_ = 0;                // guarded by mutex_; synchronized ones completed
   int64_t forwards_ = 0;        // guarded by mutex_; forward passes, no_sync ones unless uneven
   bool uneven_inputs_ = false;  // guarded by mutex_; set_uneven_inputs
-  int64_t stray_after_ = -1;  // guarded by mutex_; >= 0: a stray backward ran after forward #this
+  int64_t stray_after_ = -1;    // guarded by mutex_; >= 0: a stray backward ran after forward #this
   // guarded by mutex_; what gradients are divided by: the world size, unless set_divisor
   at::Tensor divisor_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
   IterationStats stats_pending_, stats_;             // guarded by mutex_

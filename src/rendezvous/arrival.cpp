@@ -26,12 +26,11 @@ void wait_for_all_ranks(const StorePtr& store, int rank, int size,
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
       }
-      throw TimeoutError(
-          "ddp: rank " + std::to_string(rank) + ": " + label + " timed out after " +
-          std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-          " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
-          "). Start every rank with the same WORLD_SIZE and master address, or "
-          "raise the rendezvous timeout.");
+      throw TimeoutError("ddp: rank " + std::to_string(rank) + ": " + label + " timed out after " +
+                         std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
+                         " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
+                         "). Start every rank with the same WORLD_SIZE and master address, or "
+                         "raise the rendezvous timeout.");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));

@@ -87,11 +87,11 @@ void resolve_master(const Endpoint& master, int rank,
     if (rc == 0) return;
     const bool temporary = rc == EAI_AGAIN;
     if (!temporary || std::chrono::steady_clock::now() >= deadline) {
-      throw CommunicationError(
-          "ddp: rank " + std::to_string(rank) + ": " + master.source + "='" + master.host +
-          "' does not resolve to an address: " + gai_strerror(rc) +
-          (temporary ? " (until the rendezvous timeout)" : "") +
-          ". Set it to rank 0's host name or IP address.");
+      throw CommunicationError("ddp: rank " + std::to_string(rank) + ": " + master.source + "='" +
+                               master.host +
+                               "' does not resolve to an address: " + gai_strerror(rc) +
+                               (temporary ? " (until the rendezvous timeout)" : "") +
+                               ". Set it to rank 0's host name or IP address.");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -111,16 +111,17 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
   } catch (const std::exception& e) {
     if (o.rank() == 0) {
       const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
-      throw CommunicationError(
-          "ddp: rank 0: cannot host the rendezvous store at " + where + ": " + e.what() +
-          (in_use ? ". The port is in use: choose another MASTER_PORT."
-                  : ". Check that " + master.source + " names this host (rank 0 hosts "
-                    "the store)."));
+      throw CommunicationError("ddp: rank 0: cannot host the rendezvous store at " + where + ": " +
+                               e.what() +
+                               (in_use ? ". The port is in use: choose another MASTER_PORT."
+                                       : ". Check that " + master.source +
+                                             " names this host (rank 0 hosts "
+                                             "the store)."));
     }
     throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
                              ": cannot reach the rendezvous store at " + where + " within " +
-                             std::to_string(o.rendezvous_timeout().count()) + " ms: " +
-                             e.what() + ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs.");
+                             std::to_string(o.rendezvous_timeout().count()) + " ms: " + e.what() +
+                             ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs.");
   }
 }
 
@@ -218,8 +219,7 @@ StorePtr rendezvous(InitOptions& o) {
       store->setTimeout(timeout);
     }
     *step = "announcing this rank and counting arrivals";
-    detail::wait_for_all_ranks(store, options.rank(), options.world_size(), timeout,
-                               "rendezvous");
+    detail::wait_for_all_ranks(store, options.rank(), options.world_size(), timeout, "rendezvous");
     return store;
   };
   auto blocked = [&] {
@@ -229,16 +229,16 @@ StorePtr rendezvous(InitOptions& o) {
     const bool connected = std::string(step->load()) != "connecting to the store";
     throw TimeoutError(
         "ddp: rank " + std::to_string(o.rank()) + ": " + where + " did not answer within " +
-        std::to_string((timeout + grace).count()) + " ms (this rank was " + step->load() +
-        ")" + (!master ? std::string(": the file system does not answer.")
-               : std::string(connected ? ": the connection was accepted, so a process listens "
-                                         "there, but it does not answer as rank 0's store would"
-                                       : "") +
-                     (connected ? ". Another program may hold MASTER_PORT (choose another), or "
-                                  "rank 0 is stopped or cut off."
-                                : ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs; or "
-                                  "another program holds the port, or rank 0 is stopped or "
-                                  "cut off.")));
+        std::to_string((timeout + grace).count()) + " ms (this rank was " + step->load() + ")" +
+        (!master ? std::string(": the file system does not answer.")
+                 : std::string(connected ? ": the connection was accepted, so a process listens "
+                                           "there, but it does not answer as rank 0's store would"
+                                         : "") +
+                       (connected ? ". Another program may hold MASTER_PORT (choose another), or "
+                                    "rank 0 is stopped or cut off."
+                                  : ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs; or "
+                                    "another program holds the port, or rank 0 is stopped or "
+                                    "cut off.")));
   };
   return detail::run_bounded<StorePtr>(body, timeout + grace, blocked);
 }
@@ -273,12 +273,12 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
   for (int i = 0; i < options.round_robin_groups(); ++i) {
     setup.index = i;
     setup.store = StorePtr();
-    if (store) setup.store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
+    if (store)
+      setup.store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
     groups.push_back(backend.create(setup));
   }
-  ProcessGroupPtr group = groups.size() == 1
-                              ? groups[0]
-                              : std::make_shared<RoundRobinProcessGroup>(std::move(groups));
+  ProcessGroupPtr group =
+      groups.size() == 1 ? groups[0] : std::make_shared<RoundRobinProcessGroup>(std::move(groups));
   if (detail::debug_level_from_env() == detail::DebugLevel::DETAIL) {
     group = std::make_shared<detail::CheckedProcessGroup>(group);
   }
@@ -295,13 +295,15 @@ void adopt_backend_world(const Backend& backend, InitOptions& o) {
   const int rank = o.rank() >= 0 ? o.rank() : info.rank;
   const int size = o.world_size() >= 0 ? o.world_size() : info.world_size;
   if ((rank >= 0 && rank != world.rank) || (size >= 0 && size != world.world_size)) {
-    throw InvalidArgument(
-        "ddp: the " + backend.name + " backend sees rank " + std::to_string(world.rank) +
-        " of " + std::to_string(world.world_size) + ", but the options or the launcher's "
-        "variables" + (info.source.empty() ? "" : " (" + info.source + ")") + " say rank " +
-        std::to_string(rank) + " of " + std::to_string(size) + ". Start the job with the " +
-        backend.name + " backend's own launcher (mpirun or srun for mpi), or choose "
-        "another backend (DDP_BACKEND=gloo) under ddprun and torchrun.");
+    throw InvalidArgument("ddp: the " + backend.name + " backend sees rank " +
+                          std::to_string(world.rank) + " of " + std::to_string(world.world_size) +
+                          ", but the options or the launcher's "
+                          "variables" +
+                          (info.source.empty() ? "" : " (" + info.source + ")") + " say rank " +
+                          std::to_string(rank) + " of " + std::to_string(size) +
+                          ". Start the job with the " + backend.name +
+                          " backend's own launcher (mpirun or srun for mpi), or choose "
+                          "another backend (DDP_BACKEND=gloo) under ddprun and torchrun.");
   }
   o.rank(world.rank);
   o.world_size(world.world_size);
@@ -313,8 +315,9 @@ ProcessGroupPtr init_process_group(InitOptions options) {
   {
     std::lock_guard<std::mutex> lock(default_mutex);
     if (default_group) {
-      throw InvalidArgument("ddp: init_process_group called twice; call "
-                            "destroy_process_group() first");
+      throw InvalidArgument(
+          "ddp: init_process_group called twice; call "
+          "destroy_process_group() first");
     }
   }
   if (auto seconds = detail::env_int("DDP_TIMEOUT", 1, 1 << 24)) {
@@ -336,8 +339,9 @@ ProcessGroupPtr init_process_group(InitOptions options) {
 ProcessGroupPtr default_process_group() {
   std::lock_guard<std::mutex> lock(default_mutex);
   if (!default_group) {
-    throw InvalidArgument("ddp: no default process group: call ddp::init_process_group() "
-                          "first, or pass a process group in the options");
+    throw InvalidArgument(
+        "ddp: no default process group: call ddp::init_process_group() "
+        "first, or pass a process group in the options");
   }
   return default_group;
 }

@@ -39,8 +39,8 @@ template <typename BN>
 std::shared_ptr<SyncBatchNormImpl> sync_from(const BN& bn, int dims, ProcessGroupPtr group) {
   SyncBatchNormImpl::Adopted adopted{bn.weight, bn.bias, bn.running_mean, bn.running_var,
                                      bn.num_batches_tracked};
-  auto sync = std::make_shared<SyncBatchNormImpl>(bn.options, std::move(group), dims,
-                                                  std::move(adopted));
+  auto sync =
+      std::make_shared<SyncBatchNormImpl>(bn.options, std::move(group), dims, std::move(adopted));
   sync->train(bn.is_training());
   return sync;
 }
@@ -54,9 +54,12 @@ int batchnorm_dims(const Module& m) {
 
 std::shared_ptr<SyncBatchNormImpl> sync_from(const Module& m, int dims, ProcessGroupPtr group) {
   switch (dims) {
-    case 1: return sync_from(dynamic_cast<const torch::nn::BatchNorm1dImpl&>(m), 1, group);
-    case 2: return sync_from(dynamic_cast<const torch::nn::BatchNorm2dImpl&>(m), 2, group);
-    default: return sync_from(dynamic_cast<const torch::nn::BatchNorm3dImpl&>(m), 3, group);
+    case 1:
+      return sync_from(dynamic_cast<const torch::nn::BatchNorm1dImpl&>(m), 1, group);
+    case 2:
+      return sync_from(dynamic_cast<const torch::nn::BatchNorm2dImpl&>(m), 2, group);
+    default:
+      return sync_from(dynamic_cast<const torch::nn::BatchNorm3dImpl&>(m), 3, group);
   }
 }
 
@@ -148,10 +151,12 @@ std::shared_ptr<Module> convert_sync_batchnorm(const std::shared_ptr<Module>& mo
     if (s.old.use_count() > expected) {
       throw InvalidArgument(
           "ddp: convert_sync_batchnorm: '" + s.path + "' (torch::nn::BatchNorm" +
-          std::to_string(s.dims) + "d) is also held outside its parent's registry, most likely "
+          std::to_string(s.dims) +
+          "d) is also held outside its parent's registry, most likely "
           "by a member field that forward() calls; swapping the registered child would leave "
           "that field running unsynchronized. Declare the field as ddp::SyncBatchNorm" +
-          std::to_string(s.dims) + "d (same BatchNormOptions) or torch::nn::AnyModule, or drop "
+          std::to_string(s.dims) +
+          "d (same BatchNormOptions) or torch::nn::AnyModule, or drop "
           "other references before converting. Nothing was converted.");
     }
   }

@@ -20,8 +20,7 @@ SyncBatchNormImpl::SyncBatchNormImpl(torch::nn::BatchNormOptions options_,
     : SyncBatchNormImpl(std::move(options_), std::move(process_group), input_dims, Adopted{}) {}
 
 SyncBatchNormImpl::SyncBatchNormImpl(torch::nn::BatchNormOptions options_,
-                                     ProcessGroupPtr process_group, int input_dims,
-                                     Adopted adopted)
+                                     ProcessGroupPtr process_group, int input_dims, Adopted adopted)
     : options(std::move(options_)),
       group_(std::move(process_group)),
       input_dims_(input_dims),
@@ -53,11 +52,12 @@ void SyncBatchNormImpl::reset() {
     bias = register_parameter("bias", torch::Tensor(), /*requires_grad=*/false);
   }
   if (options.track_running_stats()) {
-    running_mean = register_buffer("running_mean", adopt ? adopted_.running_mean : torch::zeros({c}));
+    running_mean =
+        register_buffer("running_mean", adopt ? adopted_.running_mean : torch::zeros({c}));
     running_var = register_buffer("running_var", adopt ? adopted_.running_var : torch::ones({c}));
-    num_batches_tracked = register_buffer(
-        "num_batches_tracked",
-        adopt ? adopted_.num_batches_tracked : torch::zeros({}, torch::kLong));
+    num_batches_tracked =
+        register_buffer("num_batches_tracked",
+                        adopt ? adopted_.num_batches_tracked : torch::zeros({}, torch::kLong));
   } else {
     running_mean = register_buffer("running_mean", torch::Tensor());
     running_var = register_buffer("running_var", torch::Tensor());
@@ -91,7 +91,7 @@ void SyncBatchNormImpl::check_input(const torch::Tensor& input) const {
                   : input_dims_ == 1 ? (d == 2 || d == 3)
                                      : d == input_dims_ + 2;
   if (!ok) {
-    const char* want = input_dims_ == 0 ? "at least 2-D (N, C, ...)"
+    const char* want = input_dims_ == 0   ? "at least 2-D (N, C, ...)"
                        : input_dims_ == 1 ? "2-D or 3-D (N, C[, L])"
                        : input_dims_ == 2 ? "4-D (N, C, H, W)"
                                           : "5-D (N, C, D, H, W)";

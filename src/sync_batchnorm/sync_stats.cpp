@@ -31,9 +31,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
   // weight and bias are optional: undefined tensors cannot be Function inputs.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
                             const c10::optional<at::Tensor>& weight_or_none,
-                            const c10::optional<at::Tensor>& bias_or_none,
-                            const at::Tensor& mean, const at::Tensor& invstd, double count,
-                            ProcessGroupPtr group) {
+                            const c10::optional<at::Tensor>& bias_or_none, const at::Tensor& mean,
+                            const at::Tensor& invstd, double count, ProcessGroupPtr group) {
     const at::Tensor weight = weight_or_none.value_or(at::Tensor());
     const at::Tensor bias = bias_or_none.value_or(at::Tensor());
     // y = x * alpha + beta per channel, as ATen's CPU batch norm computes it.
@@ -44,8 +43,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     at::Tensor out = at::addcmul(per_channel(beta.to(dtype)), input, per_channel(alpha.to(dtype)));
     ctx->save_for_backward({input, weight, mean, invstd});
     ctx->saved_data["count"] = count;
-    ctx->saved_data["group"] = c10::IValue::make_capsule(
-        c10::make_intrusive<GroupCapsule>(std::move(group)));
+    ctx->saved_data["group"] =
+        c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
     return out;
   }
 
@@ -57,7 +56,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     const at::Tensor& invstd = saved[3];
     const double count = ctx->saved_data["count"].toDouble();
     const int64_t c = input.size(1);
-    at::Tensor dy = grads[0].defined() ? grads[0].to(at::kDouble) : at::zeros_like(input, at::kDouble);
+    at::Tensor dy =
+        grads[0].defined() ? grads[0].to(at::kDouble) : at::zeros_like(input, at::kDouble);
     at::Tensor xmu = input.to(at::kDouble) - per_channel(mean);
 
     // This rank's sums: they give the parameter gradients (kept local; DDP
@@ -80,11 +80,11 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
       at::Tensor scale = weight.defined() ? invstd * weight.to(at::kDouble) : invstd;
       // dx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * invstd * w
       at::Tensor proj = per_channel(invstd * invstd * mean_dy_xmu);
-      grad_input = ((dy - per_channel(mean_dy) - xmu * proj) * per_channel(scale))
-                       .to(input.scalar_type());
+      grad_input =
+          ((dy - per_channel(mean_dy) - xmu * proj) * per_channel(scale)).to(input.scalar_type());
     }
-    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_input,   grad_weight,  grad_bias,   at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -120,12 +120,13 @@ BatchStats global_batch_stats(ProcessGroup& group, const at::Tensor& input,
 }
 
 at::Tensor sync_batch_norm(const at::Tensor& input, const at::Tensor& weight,
-                           const at::Tensor& bias, const at::Tensor& mean,
-                           const at::Tensor& invstd, double count, ProcessGroupPtr group) {
+                           const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
+                           double count, ProcessGroupPtr group) {
   const auto optional = [](const at::Tensor& t) {
     return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
   };
-  return SyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, count, std::move(group));
+  return SyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, count,
+                                      std::move(group));
 }
 
 }  // namespace ddp::detail

@@ -36,7 +36,7 @@ BatchStats global_batch_stats(ProcessGroup& group, const at::Tensor& input,
 // `group` when the input needs a gradient. mean and invstd are float64
 // constants (their dependence on x is in backward's formula).
 at::Tensor sync_batch_norm(const at::Tensor& input, const at::Tensor& weight,
-                           const at::Tensor& bias, const at::Tensor& mean,
-                           const at::Tensor& invstd, double count, ProcessGroupPtr group);
+                           const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
+                           double count, ProcessGroupPtr group);
 
 }  // namespace ddp::detail

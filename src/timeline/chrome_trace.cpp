@@ -58,7 +58,8 @@ std::vector<TraceSpan> backward_spans(const IterationStats& stats,
   auto last_done = compute_end;
   for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
     const auto& t = stats.bucket_timings[b];
-    out.push_back({"comm", comm + " bucket " + std::to_string(b) + " (" + trace_bytes(t.bytes) + ")",
+    out.push_back({"comm",
+                   comm + " bucket " + std::to_string(b) + " (" + trace_bytes(t.bytes) + ")",
                    at(t.launch_ms), at(t.done_ms)});
     last_done = std::max(last_done, at(t.done_ms));
   }
@@ -80,10 +81,18 @@ void append_json_string(std::string& out, const std::string& s) {
   out += '"';
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -108,8 +117,8 @@ ChromeTraceEncoder::ChromeTraceEncoder(int pid, std::string process_name)
 
 void ChromeTraceEncoder::thread_metadata(TraceText& out, int tid, const std::string& name) const {
   const std::string ids = ",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(tid);
-  out.append("{\"name\":\"thread_name\",\"ph\":\"M\"" + ids + ",\"args\":{\"name\":" +
-             json_string(name) + "}}");
+  out.append("{\"name\":\"thread_name\",\"ph\":\"M\"" + ids +
+             ",\"args\":{\"name\":" + json_string(name) + "}}");
   out.append("{\"name\":\"thread_sort_index\",\"ph\":\"M\"" + ids +
              ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}");
 }
@@ -126,7 +135,8 @@ void ChromeTraceEncoder::span(TraceText& out, const std::string& lane, const std
   int tid = 0;
   if (lane != "compute") {
     auto& rows = rows_[lane];
-    auto row = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.end_us <= start_us; });
+    auto row =
+        std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.end_us <= start_us; });
     if (row == rows.end()) {
       rows.push_back({next_tid_++, end_us});
       row = rows.end() - 1;

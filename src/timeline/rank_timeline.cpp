@@ -91,8 +91,8 @@ RankTimeline::RankTimeline(int rank, std::string path, const std::string& variab
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw InvalidArgument("ddp: rank " + std::to_string(rank_) + ": " + variable +
-                          ": cannot write the timeline file '" + path_ + "': " +
-                          std::strerror(errno) +
+                          ": cannot write the timeline file '" + path_ +
+                          "': " + std::strerror(errno) +
                           ". Set DDP_TIMELINE to a file or directory this process can write "
                           "(see docs/ddp.md, Timeline), or unset it.");
   }
@@ -131,8 +131,9 @@ void RankTimeline::write_locked() {
   last_write_ = TraceClock::now();
   if (fd_ < 0 || pending_.text.empty()) return;
   const std::string& body = pending_.text;
-  const bool ok = write_all(fd_, body.data(), body.size(), body_end_) &&
-                  write_all(fd_, kTail, std::strlen(kTail), body_end_ + static_cast<int64_t>(body.size()));
+  const bool ok =
+      write_all(fd_, body.data(), body.size(), body_end_) &&
+      write_all(fd_, kTail, std::strlen(kTail), body_end_ + static_cast<int64_t>(body.size()));
   if (!ok) {
     std::cerr << "ddp[rank " << rank_ << "]: DDP_TIMELINE: writing '" << path_
               << "' failed: " << std::strerror(errno)

@@ -51,11 +51,11 @@ class RankTimeline {
   const int rank_;
   const std::string path_;
   std::mutex mutex_;
-  int fd_ = -1;                           // guarded by mutex_; -1 once a write failed
-  int64_t body_end_ = 0;                  // guarded by mutex_: where the closing "]" goes
-  TraceText pending_;                     // guarded by mutex_: not yet written
-  ChromeTraceEncoder encoder_;            // guarded by mutex_
-  TraceClock::time_point last_write_;     // guarded by mutex_
+  int fd_ = -1;                        // guarded by mutex_; -1 once a write failed
+  int64_t body_end_ = 0;               // guarded by mutex_: where the closing "]" goes
+  TraceText pending_;                  // guarded by mutex_: not yet written
+  ChromeTraceEncoder encoder_;         // guarded by mutex_
+  TraceClock::time_point last_write_;  // guarded by mutex_
 };
 
 }  // namespace ddp::detail

@@ -68,8 +68,8 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
   m.states.clear();
   m.consolidated = false;
   for (int r = 0; r < group.size(); ++r) {
-    at::Tensor buffer = r == group.rank() ? bytes_tensor(blob)
-                                          : at::empty({lengths[r].item<int64_t>()}, at::kByte);
+    at::Tensor buffer =
+        r == group.rank() ? bytes_tensor(blob) : at::empty({lengths[r].item<int64_t>()}, at::kByte);
     group.broadcast(buffer, r)->wait();
     if (group.rank() != to_rank) continue;
     const char* p = static_cast<const char*>(buffer.data_ptr());
@@ -116,7 +116,8 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   const std::string prefix = "ddp: ZeroRedundancyOptimizer::load on " + m.where() + ": ";
   c10::IValue value;
   if (!archive.try_read("zero_format", value)) {
-    throw InvalidArgument(prefix + "not a ZeroRedundancyOptimizer checkpoint (no zero_format); "
+    throw InvalidArgument(prefix +
+                          "not a ZeroRedundancyOptimizer checkpoint (no zero_format); "
                           "save it with torch::save(zero_optimizer, ...) after "
                           "consolidate_state_dict");
   }
@@ -132,9 +133,10 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   if (!sizes.equal(at::tensor(mine, at::kLong))) {
     const std::vector<int64_t> theirs(sizes.data_ptr<int64_t>(),
                                       sizes.data_ptr<int64_t>() + sizes.numel());
-    throw InvalidArgument(prefix + "the checkpoint's param groups hold " + c10::str(c10::IntArrayRef(theirs)) +
-                          " parameters but this optimizer's hold " + c10::str(c10::IntArrayRef(mine)) +
-                          "; load it into an optimizer over the same parameters and groups");
+    throw InvalidArgument(
+        prefix + "the checkpoint's param groups hold " + c10::str(c10::IntArrayRef(theirs)) +
+        " parameters but this optimizer's hold " + c10::str(c10::IntArrayRef(mine)) +
+        "; load it into an optimizer over the same parameters and groups");
   }
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     torch::serialize::InputArchive options;

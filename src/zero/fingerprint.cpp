@@ -16,13 +16,19 @@
 namespace ddp::detail {
 namespace {
 
-constexpr int kNameSlots = 3;                        // 24 characters of the name
-constexpr int kHeader = 4 + kNameSlots;              // error, count, groups, unused, name
-constexpr int kSignature = 8;                        // group, dtype, numel, ndim, 4 sizes
+constexpr int kNameSlots = 3;            // 24 characters of the name
+constexpr int kHeader = 4 + kNameSlots;  // error, count, groups, unused, name
+constexpr int kSignature = 8;            // group, dtype, numel, ndim, 4 sizes
 
 std::vector<int64_t> signature(const at::Tensor& p, size_t group) {
-  std::vector<int64_t> s = {static_cast<int64_t>(group), static_cast<int64_t>(p.scalar_type()),
-                            p.numel(), p.dim(), -1, -1, -1, -1};
+  std::vector<int64_t> s = {static_cast<int64_t>(group),
+                            static_cast<int64_t>(p.scalar_type()),
+                            p.numel(),
+                            p.dim(),
+                            -1,
+                            -1,
+                            -1,
+                            -1};
   for (int64_t d = 0; d < std::min<int64_t>(p.dim(), 4); ++d) s[4 + d] = p.size(d);
   return s;
 }
@@ -53,8 +59,9 @@ std::vector<at::Tensor> gather(ProcessGroup& group, const at::Tensor& mine) {
 void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
                               const std::vector<at::Tensor>& params,
                               const std::vector<size_t>& group_of, const std::string& local_error) {
-  const std::string prefix = "ddp: ZeroRedundancyOptimizer on rank " + std::to_string(group.rank()) +
-                             " of " + std::to_string(group.size()) + ": ";
+  const std::string prefix = "ddp: ZeroRedundancyOptimizer on rank " +
+                             std::to_string(group.rank()) + " of " + std::to_string(group.size()) +
+                             ": ";
   at::Tensor sigs = at::empty({static_cast<int64_t>(params.size()), kSignature}, at::kLong);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto s = signature(params[i], group_of[i]);
@@ -70,9 +77,10 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
   const auto headers = gather(group, header);
   for (int r = 0; r < group.size(); ++r) {
     if (headers[r].data_ptr<int64_t>()[0] == 0) continue;
-    throw InvalidArgument(prefix + (r == group.rank() ? local_error
-                                    : "rank " + std::to_string(r) +
-                                          " refused its parameters (its error says why)"));
+    throw InvalidArgument(prefix + (r == group.rank()
+                                        ? local_error
+                                        : "rank " + std::to_string(r) +
+                                              " refused its parameters (its error says why)"));
   }
   const int64_t* h0 = headers[0].data_ptr<int64_t>();
   for (int r = 1; r < group.size(); ++r) {
@@ -97,7 +105,8 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
       if (!std::equal(s0, s0 + kSignature, sr)) {
         throw InvalidArgument(prefix + "parameter #" + std::to_string(i) + " differs: rank " +
                               std::to_string(r) + " has " + describe(sr) + ", rank 0 has " +
-                              describe(s0) + "; every rank must pass the same model's parameters "
+                              describe(s0) +
+                              "; every rank must pass the same model's parameters "
                               "in the same order");
       }
     }

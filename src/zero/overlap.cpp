@@ -40,7 +40,8 @@ void ZeroRedundancyOptimizer::Impl::step_only(const std::vector<size_t>& indices
 void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
   Impl& m = *impl_;
   if (!m.overlap) {
-    throw InvalidArgument("ddp: zero_hook on " + m.where() + ": the ZeroRedundancyOptimizer was "
+    throw InvalidArgument("ddp: zero_hook on " + m.where() +
+                          ": the ZeroRedundancyOptimizer was "
                           "made without ZeroOptions().overlap_with_ddp(true)");
   }
   // Average, as DDP's own allreduce would.

@@ -62,7 +62,8 @@ std::string local_error(const std::vector<at::Tensor>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].defined()) return "parameter #" + std::to_string(i) + " is undefined";
     if (!params[i].is_leaf()) {
-      return "parameter #" + std::to_string(i) + " is not a leaf tensor (an optimizer updates "
+      return "parameter #" + std::to_string(i) +
+             " is not a leaf tensor (an optimizer updates "
              "leaves only: pass the module's parameters, not results computed from them)";
     }
     auto [it, fresh] = seen.emplace(params[i].unsafeGetTensorImpl(), i);
@@ -127,7 +128,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
     for (size_t i = 0; i < m.params.size(); ++i) {
       if (m.owner[i] != r) continue;
       const auto dtype = m.params[i].scalar_type();
-      auto it = std::find_if(open.begin(), open.end(), [&](const Impl::Bucket& b) { return b.dtype == dtype; });
+      auto it = std::find_if(open.begin(), open.end(),
+                             [&](const Impl::Bucket& b) { return b.dtype == dtype; });
       const int64_t bytes = m.params[i].numel() * static_cast<int64_t>(m.params[i].element_size());
       const int64_t item = static_cast<int64_t>(m.params[i].element_size());
       if (bytes >= kDirectBytes) {  // alone, broadcast in place: no copy to gain from
@@ -172,9 +174,10 @@ torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
     }
     if (updated != m.params.size()) {
       throw InvalidArgument(
-          "ddp: ZeroRedundancyOptimizer::step on " + m.where() + " with overlap_with_ddp: " +
-          std::to_string(updated) + " parameter updates since the last step(), expected " +
-          std::to_string(m.params.size()) + " (each parameter once); register the hook with "
+          "ddp: ZeroRedundancyOptimizer::step on " + m.where() +
+          " with overlap_with_ddp: " + std::to_string(updated) +
+          " parameter updates since the last step(), expected " + std::to_string(m.params.size()) +
+          " (each parameter once); register the hook with "
           "model->register_comm_hook(&optimizer, ddp::zero_hook) and call step() once after "
           "each synchronized backward");
     }
@@ -226,8 +229,7 @@ void ZeroRedundancyOptimizer::Impl::broadcast(const std::vector<Bucket>& to_send
 int ZeroRedundancyOptimizer::owner(size_t index) const {
   if (index >= impl_->owner.size()) {
     throw InvalidArgument("ddp: ZeroRedundancyOptimizer::owner: parameter #" +
-                          std::to_string(index) + " out of " +
-                          std::to_string(impl_->owner.size()));
+                          std::to_string(index) + " out of " + std::to_string(impl_->owner.size()));
   }
   return impl_->owner[index];
 }

@@ -17,9 +17,8 @@ namespace ddp::testing {
 
 constexpr int64_t kPeriod = 5;
 inline const std::vector<int64_t> kCounts = {0, 1, 7, 1000, 1 << 20};
-inline const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf,
-                                                    at::kBFloat16, at::kInt, at::kLong,
-                                                    at::kByte};
+inline const std::vector<at::ScalarType> kDtypes = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong, at::kByte};
 inline const std::vector<ReduceOp> kOps = {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MIN,
                                            ReduceOp::MAX, ReduceOp::PRODUCT};
 
@@ -40,10 +39,19 @@ inline double reduce(ReduceOp op, const std::vector<int64_t>& xs, at::ScalarType
   for (size_t k = 1; k < xs.size(); ++k) {
     double x = static_cast<double>(xs[k]);
     switch (op) {
-      case ReduceOp::SUM: case ReduceOp::AVG: acc += x; break;
-      case ReduceOp::MIN: acc = std::min(acc, x); break;
-      case ReduceOp::MAX: acc = std::max(acc, x); break;
-      case ReduceOp::PRODUCT: product *= xs[k]; break;
+      case ReduceOp::SUM:
+      case ReduceOp::AVG:
+        acc += x;
+        break;
+      case ReduceOp::MIN:
+        acc = std::min(acc, x);
+        break;
+      case ReduceOp::MAX:
+        acc = std::max(acc, x);
+        break;
+      case ReduceOp::PRODUCT:
+        product *= xs[k];
+        break;
     }
   }
   if (op == ReduceOp::PRODUCT) {

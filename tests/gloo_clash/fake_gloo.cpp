@@ -12,19 +12,20 @@
 #include <cstdlib>
 #include <unistd.h>
 
-#define FAKE(id, mangled)                                            \
+#define FAKE(id, mangled)                                                       \
   extern "C" __attribute__((visibility("default"))) void id() __asm__(mangled); \
-  extern "C" void id() {                                             \
-    const char message[] = "fake Gloo called: " mangled "\n";        \
-    (void)!write(2, message, sizeof message - 1);                    \
-    std::abort();                                                    \
+  extern "C" void id() {                                                        \
+    const char message[] = "fake Gloo called: " mangled "\n";                   \
+    (void)!write(2, message, sizeof message - 1);                               \
+    std::abort();                                                               \
   }
 
 // gloo::rendezvous::Context::Context(int, int, int)
 FAKE(fake_context_ctor, "_ZN4gloo10rendezvous7ContextC1Eiii")
 // gloo::rendezvous::Context::connectFullMesh(Store&, std::shared_ptr<Device>&)
 FAKE(fake_connect_full_mesh,
-     "_ZN4gloo10rendezvous7Context15connectFullMeshERNS0_5StoreERSt10shared_ptrINS_9transport6DeviceEE")
+     "_ZN4gloo10rendezvous7Context15connectFullMeshERNS0_5StoreERSt10shared_ptrINS_"
+     "9transport6DeviceEE")
 // gloo::transport::tcp::CreateDevice(const attr&)
 FAKE(fake_create_device, "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE")
 // gloo::allreduce(const AllreduceOptions&), broadcast, allgather, barrier

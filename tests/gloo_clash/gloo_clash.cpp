@@ -24,7 +24,8 @@ namespace {
 
 const char* const kFaked[] = {
     "_ZN4gloo10rendezvous7ContextC1Eiii",
-    "_ZN4gloo10rendezvous7Context15connectFullMeshERNS0_5StoreERSt10shared_ptrINS_9transport6DeviceEE",
+    "_ZN4gloo10rendezvous7Context15connectFullMeshERNS0_5StoreERSt10shared_ptrINS_"
+    "9transport6DeviceEE",
     "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE",
     "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE",
     "_ZN4gloo9broadcastERNS_16BroadcastOptionsE",
@@ -45,8 +46,9 @@ void require_fake_first() {
     void* at = dlsym(RTLD_DEFAULT, name);
     require(at && dladdr(at, &info) && info.dli_fname &&
                 std::strstr(info.dli_fname, "libfake_gloo") != nullptr,
-            std::string(name) + " does not resolve into libfake_gloo first; the test sets "
-                                "up no clash (link order?)");
+            std::string(name) +
+                " does not resolve into libfake_gloo first; the test sets "
+                "up no clash (link order?)");
   }
 }
 
@@ -55,8 +57,8 @@ int plain_load() {
   const std::string path = ddp::detail::gloo_module_path();
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // no RTLD_DEEPBIND
   if (!module) require(false, "cannot load " + path + ": " + dlerror());
-  auto binding_error = reinterpret_cast<decltype(&ddp_gloo_binding_error)>(
-      dlsym(module, "ddp_gloo_binding_error"));
+  auto binding_error =
+      reinterpret_cast<decltype(&ddp_gloo_binding_error)>(dlsym(module, "ddp_gloo_binding_error"));
   require(binding_error != nullptr, path + " has no ddp_gloo_binding_error");
   const std::string error = binding_error();
   std::printf("without isolation, the module reports: %s\n", error.c_str());

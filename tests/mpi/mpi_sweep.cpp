@@ -81,7 +81,8 @@ void other_collectives(Tap& tap, ProcessGroup& pg) {
       std::vector<at::Tensor> gathered;
       for (int r = 0; r < size; ++r) gathered.push_back(at::full({n}, 7, dtype));
       pg.allgather(gathered, input(dtype, rank, n))->wait();
-      for (int r = 0; r < size; ++r) allgather.check(gathered[r], input(dtype, r, n), what("allgather"));
+      for (int r = 0; r < size; ++r)
+        allgather.check(gathered[r], input(dtype, r, n), what("allgather"));
       // Rank q's chunk r is input(q, n, salt r*n); rank r gets their sum.
       std::vector<at::Tensor> chunks;
       for (int r = 0; r < size; ++r) chunks.push_back(input(dtype, rank, n, r * n));
@@ -155,7 +156,8 @@ void timeout_case(Tap& tap) {
     pg->allreduce(t)->wait(std::chrono::seconds(30));
     tap.fail("allreduce completed without rank 1");
   } catch (const TimeoutError& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string what = e.what();
     tap.check(what.find("allreduce #0") != std::string::npos &&
                   what.find("rank 0 of 2 [mpi]") != std::string::npos &&

@@ -14,7 +14,8 @@ using Hooked = std::function<void(DistributedDataParallel&)>;
 torch::nn::Sequential mlp(std::vector<int64_t> widths, bool bias = true) {
   torch::nn::Sequential net;
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    net->push_back(torch::nn::Linear(torch::nn::LinearOptions(widths[i], widths[i + 1]).bias(bias)));
+    net->push_back(
+        torch::nn::Linear(torch::nn::LinearOptions(widths[i], widths[i + 1]).bias(bias)));
     if (i + 2 < widths.size()) net->push_back(torch::nn::Tanh());
   }
   return net;
@@ -78,24 +79,31 @@ void default_hooks(Tap& tap, const ProcessGroupPtr& pg) {
     return mlp({16, 32, 32, 4});
   };
   auto exact = gradients(pg, fresh(), {}, x);
-  auto with_allreduce = gradients(pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, allreduce_hook); }, x);
+  auto with_allreduce = gradients(
+      pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, allreduce_hook); }, x);
   tap.check(identical(with_allreduce, exact), "allreduce_hook gives the same gradients as no hook");
-  auto fp16 = gradients(pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, fp16_compress_hook); }, x);
-  auto bf16 = gradients(pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, bf16_compress_hook); }, x);
+  auto fp16 = gradients(
+      pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, fp16_compress_hook); }, x);
+  auto bf16 = gradients(
+      pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, bf16_compress_hook); }, x);
   tap.check(max_relative(fp16, exact) < 2e-3, "fp16_compress_hook within float16 precision",
             num(max_relative(fp16, exact)));
   tap.check(max_relative(bf16, exact) < 2e-2, "bf16_compress_hook within bfloat16 precision",
             num(max_relative(bf16, exact)));
-  auto fp16_wrapped = gradients(pg, fresh(), [&](auto& m) {
-    m->register_comm_hook(pg, fp16_compress_wrapper(allreduce_hook));
-  }, x);
-  auto bf16_wrapped = gradients(pg, fresh(), [&](auto& m) {
-    m->register_comm_hook(pg, bf16_compress_wrapper(allreduce_hook));
-  }, x);
-  tap.check(identical(fp16_wrapped, fp16), "fp16_compress_wrapper(allreduce_hook) == fp16_compress_hook");
-  tap.check(identical(bf16_wrapped, bf16), "bf16_compress_wrapper(allreduce_hook) == bf16_compress_hook");
-  auto noop = gradients(pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
-  auto local = gradients(pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
+  auto fp16_wrapped = gradients(
+      pg, fresh(),
+      [&](auto& m) { m->register_comm_hook(pg, fp16_compress_wrapper(allreduce_hook)); }, x);
+  auto bf16_wrapped = gradients(
+      pg, fresh(),
+      [&](auto& m) { m->register_comm_hook(pg, bf16_compress_wrapper(allreduce_hook)); }, x);
+  tap.check(identical(fp16_wrapped, fp16),
+            "fp16_compress_wrapper(allreduce_hook) == fp16_compress_hook");
+  tap.check(identical(bf16_wrapped, bf16),
+            "bf16_compress_wrapper(allreduce_hook) == bf16_compress_hook");
+  auto noop = gradients(
+      pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
+  auto local = gradients(
+      pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
   torch::manual_seed(1);
   auto alone = mlp({16, 32, 32, 4});
   alone->to(at::kDouble);
@@ -118,11 +126,13 @@ void registration_errors(Tap& tap, const ProcessGroupPtr& pg) {
   DistributedDataParallel model(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   model->register_comm_hook(pg, allreduce_hook);
   std::string e = error_of([&] { model->register_comm_hook(pg, allreduce_hook); });
-  tap.check(e.find("already registered") != std::string::npos, "a second registration is an error", e);
+  tap.check(e.find("already registered") != std::string::npos, "a second registration is an error",
+            e);
   DistributedDataParallel trained(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   trained->forward(torch::ones({2, 4})).sum().backward();
   e = error_of([&] { trained->register_comm_hook(pg, allreduce_hook); });
-  tap.check(e.find("training has started") != std::string::npos, "registering after training started is an error", e);
+  tap.check(e.find("training has started") != std::string::npos,
+            "registering after training started is an error", e);
   e = error_of([&] { PowerSGDState(pg, 1, 1); });
   tap.check(e.find("start_powerSGD_iter must be >= 2") != std::string::npos,
             "PowerSGDState: start_powerSGD_iter 1 with error feedback is rejected", e);
@@ -130,7 +140,8 @@ void registration_errors(Tap& tap, const ProcessGroupPtr& pg) {
   tap.check(e.find("matrix_approximation_rank must be >= 1") != std::string::npos,
             "PowerSGDState: rank 0 is rejected", e);
   e = error_of([&] { PowerSGDState(pg, 1, 1, 2, false, false); });
-  tap.check(e == "no error", "PowerSGDState: start 1 is fine without error feedback and warm start", e);
+  tap.check(e == "no error", "PowerSGDState: start 1 is fine without error feedback and warm start",
+            e);
 }
 
 void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
@@ -147,9 +158,12 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
   };
   auto exact = gradients(pg, fresh(), {}, x);
   std::shared_ptr<PowerSGDState> state;
-  auto compressed = gradients(pg, fresh(), [&](auto& m) {
-    state = m->register_comm_hook(PowerSGDState(pg, 1, 0, 2, false, false), powerSGD_hook);
-  }, x);
+  auto compressed = gradients(
+      pg, fresh(),
+      [&](auto& m) {
+        state = m->register_comm_hook(PowerSGDState(pg, 1, 0, 2, false, false), powerSGD_hook);
+      },
+      x);
   tap.check(max_relative(compressed, exact) < 1e-9,
             "powerSGD_hook, rank 1 on rank-1 gradients: the exact average",
             num(max_relative(compressed, exact)));
@@ -165,11 +179,15 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
   torch::manual_seed(21 + rank);
   auto x_small = torch::randn({5, 16});
   auto exact_small = gradients(pg, fresh_small(), {}, x_small);
-  auto batched = gradients(pg, fresh_small(), [&](auto& m) {
-    m->register_comm_hook(PowerSGDState(pg, 9, 0, 2, false, false), batched_powerSGD_hook);
-  }, x_small);
+  auto batched = gradients(
+      pg, fresh_small(),
+      [&](auto& m) {
+        m->register_comm_hook(PowerSGDState(pg, 9, 0, 2, false, false), batched_powerSGD_hook);
+      },
+      x_small);
   tap.check(max_relative(batched, exact_small) < 1e-9,
-            "batched_powerSGD_hook at full rank: the exact average", num(max_relative(batched, exact_small)));
+            "batched_powerSGD_hook at full rank: the exact average",
+            num(max_relative(batched, exact_small)));
 
   // min_compression_rate 2, rank 1: a 4 x 3 weight goes uncompressed
   // ((4 + 3) * 2 >= 12: exact), a 64 x 4 one compressed ((64 + 4) * 2 < 256).
@@ -183,9 +201,12 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
   torch::manual_seed(31 + rank);
   auto x3 = torch::randn({4, 3});
   auto exact_mixed = gradients(pg, fresh_mixed(), {}, x3, 1);
-  auto mixed = gradients(pg, fresh_mixed(), [&](auto& m) {
-    state = m->register_comm_hook(PowerSGDState(pg, 1, 0, 2, false, false), powerSGD_hook);
-  }, x3, 1);
+  auto mixed = gradients(
+      pg, fresh_mixed(),
+      [&](auto& m) {
+        state = m->register_comm_hook(PowerSGDState(pg, 1, 0, 2, false, false), powerSGD_hook);
+      },
+      x3, 1);
   auto stats = state->compression_stats();
   tap.check(stats.numel_before == 12 + 256 && stats.numel_after == 12 + 68,
             "min_compression_rate: only the 64 x 4 weight is compressed",
@@ -230,14 +251,17 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
       auto& q = state->q_memory().begin()->second;
       if (q_storage && q.data_ptr() != q_storage) warm_reused = false;
       q_storage = q.data_ptr();
-      tap.check(agree_across_ranks(pg, q), "step " + std::to_string(step) + ": every rank has the same Q");
+      tap.check(agree_across_ranks(pg, q),
+                "step " + std::to_string(step) + ": every rank has the same Q");
     }
   }
   tap.check(warm_reused, "warm start keeps reusing the same Q memory");
   tap.check(state->iter() == 8, "PowerSGDState counts iterations", std::to_string(state->iter()));
   // Mean over ranks of (truth - error) must equal the applied sum.
-  torch::Tensor flat_truth = torch::cat({truth[0].view(-1), truth[1].view(-1), truth[2].view(-1), truth[3].view(-1)});
-  torch::Tensor flat_applied = torch::cat({applied[0].view(-1), applied[1].view(-1), applied[2].view(-1), applied[3].view(-1)});
+  torch::Tensor flat_truth =
+      torch::cat({truth[0].view(-1), truth[1].view(-1), truth[2].view(-1), truth[3].view(-1)});
+  torch::Tensor flat_applied = torch::cat(
+      {applied[0].view(-1), applied[1].view(-1), applied[2].view(-1), applied[3].view(-1)});
   // The bucket holds parameters in reverse order; its error is laid out so.
   torch::Tensor error = state->error_memory().begin()->second;
   std::vector<torch::Tensor> error_parts;
@@ -254,7 +278,8 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
   residual /= pg->size();
   double diff = (residual - flat_applied).abs().max().item<double>() /
                 flat_applied.abs().max().item<double>();
-  tap.check(diff < 1e-9, "error feedback: applied updates + final error == true gradients", num(diff));
+  tap.check(diff < 1e-9, "error feedback: applied updates + final error == true gradients",
+            num(diff));
 }
 
 // Many buckets in flight, many iterations: chained collectives must come in
@@ -262,7 +287,10 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
 void many_buckets(Tap& tap, const ProcessGroupPtr& pg) {
   torch::manual_seed(1);
   auto net = mlp({64, 256, 256, 256, 256, 256, 256, 10});
-  DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.1).first_bucket_cap_mb(0.1));
+  DistributedDataParallel model(
+      net,
+      DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.1).first_bucket_cap_mb(
+          0.1));
   model->register_comm_hook(PowerSGDState(pg, 2, 2), powerSGD_hook);
   torch::optim::SGD opt(model->parameters(), 0.01);
   torch::manual_seed(5 + pg->rank());
@@ -315,13 +343,15 @@ void convergence(Tap& tap, const ProcessGroupPtr& pg) {
   std::vector<Case> cases = {
       {"fp16_compress_hook", [&](auto& m) { m->register_comm_hook(pg, fp16_compress_hook); }},
       {"bf16_compress_hook", [&](auto& m) { m->register_comm_hook(pg, bf16_compress_hook); }},
-      {"powerSGD rank 2", [&](auto& m) { m->register_comm_hook(PowerSGDState(pg, 2, 10), powerSGD_hook); }},
-      {"powerSGD rank 4", [&](auto& m) { m->register_comm_hook(PowerSGDState(pg, 4, 10), powerSGD_hook); }},
+      {"powerSGD rank 2",
+       [&](auto& m) { m->register_comm_hook(PowerSGDState(pg, 2, 10), powerSGD_hook); }},
+      {"powerSGD rank 4",
+       [&](auto& m) { m->register_comm_hook(PowerSGDState(pg, 4, 10), powerSGD_hook); }},
   };
   for (auto& c : cases) {
     double loss = train(c.name, c.hook);
-    tap.check(loss <= 1.05 * plain,
-              "convergence: " + c.name + " final loss " + num(loss) + " vs uncompressed " + num(plain));
+    tap.check(loss <= 1.05 * plain, "convergence: " + c.name + " final loss " + num(loss) +
+                                        " vs uncompressed " + num(plain));
   }
 }
 

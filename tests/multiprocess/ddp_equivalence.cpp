@@ -64,10 +64,11 @@ double relative_difference(const torch::Tensor& got, const torch::Tensor& want) 
 // x, rank, step, micro)` runs a forward on model or DDP module; `each_step`
 // may check more after each DDP step.
 template <typename Make, typename Forward>
-void run_case(Tap& tap, const ProcessGroupPtr& pg, const std::string& name, Make make,
-              Forward fwd, DistributedDataParallelOptions options, Variant v,
-              std::function<void(int step, DistributedDataParallel&)> each_step = {},
-              std::function<void(int step, decltype(make())&, decltype(make())&)> each_forward = {}) {
+void run_case(
+    Tap& tap, const ProcessGroupPtr& pg, const std::string& name, Make make, Forward fwd,
+    DistributedDataParallelOptions options, Variant v,
+    std::function<void(int step, DistributedDataParallel&)> each_step = {},
+    std::function<void(int step, decltype(make())&, decltype(make())&)> each_forward = {}) {
   const int rank = pg->rank(), n = pg->size();
   const double tol = v.dtype == at::kDouble ? 1e-10 : 1e-5;
   torch::manual_seed(1);
@@ -185,8 +186,8 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
                  auto buckets = model->reducer().bucket_indices();
                  std::vector<size_t> order;
                  for (auto& b : buckets) order.push_back(b[0]);
-                 const bool gradient_order = order.size() == 6 && order[0] >= 2 && order[0] <= 3 &&
-                                             order[5] >= 4;
+                 const bool gradient_order =
+                     order.size() == 6 && order[0] >= 2 && order[0] <= 3 && order[5] >= 4;
                  const bool initial = order == std::vector<size_t>{5, 4, 3, 2, 1, 0};
                  if (step == 0 ? !initial : !gradient_order) {
                    tap.fail("bucket order after step " + std::to_string(step) + " is not the " +
@@ -201,32 +202,34 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
       auto branchy = [] { return Branchy(); };
       // Branches differ by rank and by step; with 3 branches one or more is
       // unused by every rank in each step.
-      run_case(tap, pg, "find_unused_parameters, branches by rank and step", branchy,
-               [](auto& m, torch::Tensor x, int rank, int step, int) {
-                 return m->forward(x, static_cast<int64_t>((rank + step) % 3));
-               },
-               DistributedDataParallelOptions().find_unused_parameters(true), v);
+      run_case(
+          tap, pg, "find_unused_parameters, branches by rank and step", branchy,
+          [](auto& m, torch::Tensor x, int rank, int step, int) {
+            return m->forward(x, static_cast<int64_t>((rank + step) % 3));
+          },
+          DistributedDataParallelOptions().find_unused_parameters(true), v);
       // PyTorch #69031: a branch used only in the no_sync micro-batches must
       // still be reduced at the synchronizing one.
-      run_case(tap, pg, "no_sync + find_unused: parameters used only while accumulating",
-               branchy,
-               [](auto& m, torch::Tensor x, int, int, int micro) {
-                 return m->forward(x, static_cast<int64_t>(micro < 2 ? 0 : 1));
-               },
-               DistributedDataParallelOptions().find_unused_parameters(true),
-               Variant{dtype, optim, 3});
-      run_case(tap, pg, "static_graph, shared weight arriving twice (checkpointing)",
-               [] { return SharedCheckpointed(); }, plain_fwd,
-               DistributedDataParallelOptions().static_graph(true), v);
-      run_case(tap, pg, "BatchNorm: rank 0's statistics before every forward",
-               [] { return BnNet(); }, plain_fwd, DistributedDataParallelOptions(), v, {},
-               [&](int step, BnNet& ref, BnNet& local) {
-                 // Each reference forward started from rank 0's buffers.
-                 if (!torch::allclose(local->mean_at_entry, ref->mean_at_entry)) {
-                   tap.fail("BatchNorm step " + std::to_string(step) +
-                            ": forward did not start from rank 0's running mean");
-                 }
-               });
+      run_case(
+          tap, pg, "no_sync + find_unused: parameters used only while accumulating", branchy,
+          [](auto& m, torch::Tensor x, int, int, int micro) {
+            return m->forward(x, static_cast<int64_t>(micro < 2 ? 0 : 1));
+          },
+          DistributedDataParallelOptions().find_unused_parameters(true), Variant{dtype, optim, 3});
+      run_case(
+          tap, pg, "static_graph, shared weight arriving twice (checkpointing)",
+          [] { return SharedCheckpointed(); }, plain_fwd,
+          DistributedDataParallelOptions().static_graph(true), v);
+      run_case(
+          tap, pg, "BatchNorm: rank 0's statistics before every forward", [] { return BnNet(); },
+          plain_fwd, DistributedDataParallelOptions(), v, {},
+          [&](int step, BnNet& ref, BnNet& local) {
+            // Each reference forward started from rank 0's buffers.
+            if (!torch::allclose(local->mean_at_entry, ref->mean_at_entry)) {
+              tap.fail("BatchNorm step " + std::to_string(step) +
+                       ": forward did not start from rank 0's running mean");
+            }
+          });
     }
   }
 }

@@ -103,7 +103,8 @@ void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
   const int rank = pg->rank(), n = pg->size();
   auto options = DistributedDataParallelOptions().process_group(pg);
   if (n > 1) {
-    std::string e = error_of([&] { DistributedDataParallel m(ShuffledMlp(8, rank == 1 ? 17 : 16), options); });
+    std::string e =
+        error_of([&] { DistributedDataParallel m(ShuffledMlp(8, rank == 1 ? 17 : 16), options); });
     tap.check(has(e, "parameters #0 ('b.weight' here) differs across ranks") &&
                   has(e, "rank 0: Float [16, 16]") && has(e, "rank 1: Float [17, 17]"),
               "models of different shapes: error on every rank", e);
@@ -146,8 +147,9 @@ void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
     tap.check(has(e, "no parameter that requires grad"), "a module with no trainable parameter", e);
   }
   std::string e = error_of([&] {
-    DistributedDataParallel m(ShuffledMlp(), DistributedDataParallelOptions(options)
-                                                 .parameters_to_ignore({"nonexistent.weight"}));
+    DistributedDataParallel m(
+        ShuffledMlp(),
+        DistributedDataParallelOptions(options).parameters_to_ignore({"nonexistent.weight"}));
   });
   tap.check(has(e, "parameters_to_ignore names 'nonexistent.weight'"),
             "parameters_to_ignore with an unknown name", e);

@@ -15,9 +15,7 @@ struct ShuffledMlpImpl : torch::nn::Module {
     c = register_module("c", torch::nn::Linear(hidden, out));
     a = register_module("a", torch::nn::Linear(in, hidden));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return c(torch::tanh(b(torch::tanh(a(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return c(torch::tanh(b(torch::tanh(a(x))))); }
 };
 TORCH_MODULE(ShuffledMlp);
 

@@ -25,12 +25,14 @@ int main(int argc, char** argv) {
       continue;
     }
     int value = std::stoi(argv[i + 1]);
-    if (flag == "--victim") victim = value;
-    else if (flag == "--after") after = value;
-    else if (flag == "--timeout-s") timeout_s = value;
+    if (flag == "--victim")
+      victim = value;
+    else if (flag == "--after")
+      after = value;
+    else if (flag == "--timeout-s")
+      timeout_s = value;
   }
-  auto pg = ddp::init_process_group(
-      ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
+  auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
   const auto start = std::chrono::steady_clock::now();
   try {
     for (int i = 0; i < 1000; ++i) {
@@ -47,7 +49,8 @@ int main(int argc, char** argv) {
     }
   } catch (const ddp::CommunicationError& e) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::steady_clock::now() - start).count();
+                  std::chrono::steady_clock::now() - start)
+                  .count();
     std::cerr << "survivor rank " << pg->rank() << " failed after " << ms << " ms: " << e.what()
               << std::endl;
     // Rank 0 hosts the store through which the others learn the first

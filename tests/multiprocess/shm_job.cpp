@@ -40,7 +40,8 @@ void every_collective(ddp::ProcessGroup& pg) {
     w2->wait();
     w3->wait();
     check(torch::all(sum == n * (n + 1) / 2.0f).item<bool>(), "allreduce SUM", rank);
-    check(torch::allclose(avg, torch::full({elements}, n - 1.0, at::kDouble)), "allreduce AVG", rank);
+    check(torch::allclose(avg, torch::full({elements}, n - 1.0, at::kDouble)), "allreduce AVG",
+          rank);
     check(torch::all(half == static_cast<double>(n)).item<bool>(), "allreduce float16", rank);
 
     at::Tensor b = torch::full({elements}, rank, at::kLong);
@@ -69,9 +70,12 @@ int main(int argc, char** argv) {
   int victim = 1, timeout_s = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--fault") fault = value;
-    else if (flag == "--victim") victim = std::stoi(value);
-    else if (flag == "--timeout-s") timeout_s = std::stoi(value);
+    if (flag == "--fault")
+      fault = value;
+    else if (flag == "--victim")
+      victim = std::stoi(value);
+    else if (flag == "--timeout-s")
+      timeout_s = std::stoi(value);
   }
   int rank = -1;
   auto waiting_since = std::chrono::steady_clock::now();
@@ -97,9 +101,10 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const ddp::CommunicationError& e) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::steady_clock::now() - waiting_since).count();
-    std::cerr << "survivor rank " << rank << " failed after " << ms << " ms of waiting: " << e.what()
-              << std::endl;
+                  std::chrono::steady_clock::now() - waiting_since)
+                  .count();
+    std::cerr << "survivor rank " << rank << " failed after " << ms
+              << " ms of waiting: " << e.what() << std::endl;
     // Rank 0 hosts the store: stay a moment, so the others' rendezvous
     // store stays reachable while they report.
     std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -18,8 +18,8 @@ namespace {
 // Adam would turn that noise into steps of size lr.
 torch::nn::Sequential make_net() {
   torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 4, 3).bias(false)),
-                            torch::nn::BatchNorm2d(4),
-                            torch::nn::Tanh(), torch::nn::Flatten(), torch::nn::Linear(64, 3));
+                            torch::nn::BatchNorm2d(4), torch::nn::Tanh(), torch::nn::Flatten(),
+                            torch::nn::Linear(64, 3));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
   torch::NoGradGuard no_grad;
   for (auto& p : net->parameters()) p.copy_(at::randn(p.sizes(), gen) * 0.3);
@@ -55,8 +55,8 @@ int main() {
 
   auto net = make_net();
   ddp::convert_sync_batchnorm(net.ptr());
-  ddp::DistributedDataParallel model(net,
-                                     ddp::DistributedDataParallelOptions().broadcast_buffers(false));
+  ddp::DistributedDataParallel model(
+      net, ddp::DistributedDataParallelOptions().broadcast_buffers(false));
   ddp::ZeroRedundancyOptimizer opt(model->parameters(), torch::optim::AdamOptions(1e-2));
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
@@ -73,13 +73,17 @@ int main() {
   }
   const auto want_buffers = reference->named_buffers();
   for (const auto& item : net->named_buffers()) {
-    const double diff = (item.value().to(torch::kFloat64) -
-                         want_buffers[item.key()].to(torch::kFloat64)).abs().max().item<double>();
+    const double diff =
+        (item.value().to(torch::kFloat64) - want_buffers[item.key()].to(torch::kFloat64))
+            .abs()
+            .max()
+            .item<double>();
     tap.check(diff <= 1e-10, "buffer " + item.key() + " equals one process's",
               "differs by " + c10::str(diff));
   }
   model->eval();
-  auto local = model->forward(xs[0].narrow(0, begin, sizes[rank]));  // no collective: ranks may differ
+  auto local =
+      model->forward(xs[0].narrow(0, begin, sizes[rank]));  // no collective: ranks may differ
   tap.check(local.size(0) == sizes[rank], "evaluation without collectives");
   return tap.finish();
 }

@@ -19,7 +19,8 @@ class Tap {
     ok ? pass(what) : fail(what + (detail.empty() ? "" : ": " + detail));
   }
   int finish() const {
-    std::cout << (failures_ ? "FAILED: " + std::to_string(failures_) + " check(s)" : "all checks passed")
+    std::cout << (failures_ ? "FAILED: " + std::to_string(failures_) + " check(s)"
+                            : "all checks passed")
               << std::endl;
     return failures_ ? 1 : 0;
   }

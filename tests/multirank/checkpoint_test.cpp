@@ -100,8 +100,8 @@ class Checkpoint : public ::testing::Test {
         const std::string what = e.what();
         EXPECT_NE(what.find("rank " + std::to_string(rank)), std::string::npos) << what;
         for (const auto& part : parts) {
-          EXPECT_NE(what.find(part), std::string::npos) << "rank " << rank << ": '" << part
-                                                        << "' not in: " << what;
+          EXPECT_NE(what.find(part), std::string::npos)
+              << "rank " << rank << ": '" << part << "' not in: " << what;
         }
       }
     });
@@ -124,7 +124,7 @@ TEST_F(Checkpoint, ResumesModuleOptimizerStateAndEachRanksGenerator) {
     pg->barrier()->wait();
     at::Tensor drawn_after_save;
     if (rank == 0) drawn_after_save = torch::randn({8}, torch::kDouble);
-    pg->barrier()->wait();  // before the other ranks' Net() draws its initial values
+    pg->barrier()->wait();     // before the other ranks' Net() draws its initial values
     train_steps(net, opt, 2);  // the steps a resumed job must repeat exactly
     const auto uninterrupted = snapshot(net);
 
@@ -170,7 +170,8 @@ TEST_F(Checkpoint, ADifferentModelNamesTheFirstDifferenceAndIsLeftUntouched) {
                            "(and 1 more differences)"});
   expect_error_everywhere(try_load(2, "head"),
                           {"the model's parameter 'head.weight' (Double [2, 8]) is not in the "
-                           "checkpoint", "(and 3 more differences)"});
+                           "checkpoint",
+                           "(and 3 more differences)"});
 }
 
 TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
@@ -184,8 +185,8 @@ TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
       load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg));
       ADD_FAILURE() << "rank " << rank << ": no CheckpointError";
     } catch (const CheckpointError& e) {
-      const std::string expected = rank == 0 ? "loads here but not on rank(s) 1"
-                                             : "parameter 'fc2.weight' is Double [2, 8]";
+      const std::string expected =
+          rank == 0 ? "loads here but not on rank(s) 1" : "parameter 'fc2.weight' is Double [2, 8]";
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
     EXPECT_TRUE(bitwise_equal(snapshot(net), before)) << "rank " << rank << "'s model changed";
@@ -293,10 +294,11 @@ TEST_F(Checkpoint, RngStatesOfAnotherWorldSizeAreAnErrorUnlessLeftOut) {
       ADD_FAILURE() << "no error for RNG states of 2 ranks in a 1-rank job";
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find("RNG states of 2 ranks; this job has 1"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
-    EXPECT_TRUE(load_checkpoint(path_, net, opt,
-                                CheckpointOptions().process_group(pg).rng_state(false)));
+    EXPECT_TRUE(
+        load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg).rng_state(false)));
   });
 }
 

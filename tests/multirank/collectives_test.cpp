@@ -37,8 +37,7 @@ TEST_P(Sweep, AllreduceEveryDtypeOpAndCount) {
           if (op == ReduceOp::AVG && !at::isFloatingType(dtype)) continue;
           at::Tensor t = input(dtype, rank, n);
           pg->allreduce(t, op)->wait();
-          expect_close(t, expected(op, dtype, size, n),
-                       label(to_string(op), size, rank, dtype, n));
+          expect_close(t, expected(op, dtype, size, n), label(to_string(op), size, rank, dtype, n));
         }
       }
     }
@@ -54,8 +53,8 @@ TEST_P(Sweep, AvgOnIntegersIsRejected) {
       pg->allreduce(t, ReduceOp::AVG);
       FAIL() << "AVG on int32 was accepted";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("AVG is defined for floating dtypes"),
-                std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("AVG is defined for floating dtypes"), std::string::npos)
+          << e.what();
     }
   });
 }
@@ -84,14 +83,16 @@ TEST_P(Sweep, CoalescedBroadcastAllgatherReduceScatterBarrier) {
         std::vector<at::Tensor> gathered;
         for (int r = 0; r < size; ++r) gathered.push_back(at::full({n}, 7, dtype));
         pg->allgather(gathered, input(dtype, rank, n))->wait();
-        for (int r = 0; r < size; ++r) expect_close(gathered[r], input(dtype, r, n), what("allgather"));
+        for (int r = 0; r < size; ++r)
+          expect_close(gathered[r], input(dtype, r, n), what("allgather"));
         // Reduce-scatter: rank r gets the sum over ranks of their chunk r;
         // rank q's chunk r is input(q, n, salt r*n).
         std::vector<at::Tensor> chunks;
         for (int r = 0; r < size; ++r) chunks.push_back(input(dtype, rank, n, r * n));
         at::Tensor out = at::full({n}, 7, dtype);
         pg->reduce_scatter(out, chunks, ReduceOp::SUM)->wait();
-        expect_close(out, expected(ReduceOp::SUM, dtype, size, n, rank * n), what("reduce_scatter"));
+        expect_close(out, expected(ReduceOp::SUM, dtype, size, n, rank * n),
+                     what("reduce_scatter"));
       }
     }
     pg->barrier()->wait();
@@ -114,12 +115,11 @@ TEST_P(Sweep, ReduceScatterEveryOp) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Sweep,
-                         ::testing::Combine(::testing::Values("gloo", "shm"), ::testing::Range(1, 9)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_world" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, Sweep, ::testing::Combine(::testing::Values("gloo", "shm"), ::testing::Range(1, 9)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_world" + std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace ddp::testing

@@ -48,13 +48,14 @@ void many_in_flight(const ProcessGroupPtr& pg, int count) {
 }
 
 TEST(ProcessGroup, ManyInFlightCompleteInIssueOrder) {
-  spawn(3, [](int rank, StorePtr store) { many_in_flight(make_group("gloo", store, rank, 3), 64); });
+  spawn(3,
+        [](int rank, StorePtr store) { many_in_flight(make_group("gloo", store, rank, 3), 64); });
 }
 
 TEST(ProcessGroup, SeveralWorkerThreadsKeepIssueOrder) {
   spawn(4, [](int rank, StorePtr store) {
-    auto options = InitOptions().backend("gloo").backend_options(std::make_shared<GlooOptions>(
-        GlooOptions().threads(4)));
+    auto options = InitOptions().backend("gloo").backend_options(
+        std::make_shared<GlooOptions>(GlooOptions().threads(4)));
     many_in_flight(make_group(store, rank, 4, options), 64);
   });
 }
@@ -83,8 +84,8 @@ TEST(ProcessGroup, RoundRobinRejectsGroupsOfDifferentRanks) {
 TEST(ProcessGroup, BcubeAlgorithmGivesTheSameSums) {
   for (int size : {2, 4, 5}) {
     spawn(size, [size](int rank, StorePtr store) {
-      auto options = InitOptions().backend("gloo").backend_options(std::make_shared<GlooOptions>(
-          GlooOptions().algorithm(GlooOptions::Algorithm::BCUBE)));
+      auto options = InitOptions().backend("gloo").backend_options(
+          std::make_shared<GlooOptions>(GlooOptions().algorithm(GlooOptions::Algorithm::BCUBE)));
       auto pg = make_group(store, rank, size, options);
       at::Tensor t = at::arange(100000, at::kDouble) * (rank + 1);
       pg->allreduce(t)->wait();
@@ -105,8 +106,10 @@ TEST(ProcessGroup, DebugModeNamesWhatEachRankIssued) {
       FAIL() << "mismatch not detected on rank " << rank;
     } catch (const CollectiveMismatch& e) {
       std::string what = e.what();
-      EXPECT_NE(what.find("rank 0: allreduce(SUM, Float, 1000 elements)"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 1: allreduce(SUM, Float, 999 elements)"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0: allreduce(SUM, Float, 1000 elements)"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("rank 1: allreduce(SUM, Float, 999 elements)"), std::string::npos)
+          << what;
     }
     // Different kinds and dtypes are caught too.
     at::Tensor t = at::ones({4}, rank == 2 ? at::kDouble : at::kFloat);
@@ -169,7 +172,9 @@ TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
       return std::string("no error");
     };
     at::Tensor t = at::ones({4, 4});
-    EXPECT_NE(message([&] { pg->allreduce(t.t()); }).find("rank 0 of 1 [gloo]: allreduce: tensor must be contiguous"),
+    EXPECT_NE(message([&] {
+                pg->allreduce(t.t());
+              }).find("rank 0 of 1 [gloo]: allreduce: tensor must be contiguous"),
               std::string::npos);
     EXPECT_NE(message([&] { pg->allreduce(at::ones({2}, at::kBool)); }).find("dtype Bool"),
               std::string::npos);
@@ -177,10 +182,13 @@ TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
               std::string::npos);
     EXPECT_NE(message([&] { pg->allgather({}, t); }).find("outputs has 0 tensors"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->allgather({at::ones({3})}, t); }).find("outputs[0] has 3 elements but input has 16"),
+    EXPECT_NE(message([&] {
+                pg->allgather({at::ones({3})}, t);
+              }).find("outputs[0] has 3 elements but input has 16"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->allreduce_coalesced({t, at::ones({2}, at::kDouble)}); })
-                  .find("tensors[1] has dtype Double but tensors[0] has Float"),
+    EXPECT_NE(message([&] {
+                pg->allreduce_coalesced({t, at::ones({2}, at::kDouble)});
+              }).find("tensors[1] has dtype Double but tensors[0] has Float"),
               std::string::npos);
     EXPECT_NE(message([&] { pg->allreduce(at::Tensor()); }).find("undefined"), std::string::npos);
   });

@@ -20,8 +20,8 @@ ProcessGroupPtr hierarchical(StorePtr store, int rank, const std::vector<std::st
   setup.rank = rank;
   setup.world_size = static_cast<int>(hosts.size());
   setup.timeout = std::chrono::seconds(60);
-  return std::make_shared<HierarchicalProcessGroup>(
-      setup, hosts, HierarchicalOptions().local_backend(local));
+  return std::make_shared<HierarchicalProcessGroup>(setup, hosts,
+                                                    HierarchicalOptions().local_backend(local));
 }
 
 std::string local_backend() {

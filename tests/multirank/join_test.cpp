@@ -50,12 +50,12 @@ torch::Tensor loss_of(Net& net, const Sample& s) {
 }
 
 struct Case {
-  std::vector<int> batches;        // micro-batches per rank
+  std::vector<int> batches;  // micro-batches per rank
   bool divide_by_initial = true;
   bool find_unused = false;
-  int accumulate = 1;              // micro-batches per synchronized step (no_sync between)
+  int accumulate = 1;  // micro-batches per synchronized step (no_sync between)
   bool hook = false;
-  int epochs = 1;                  // a Join each; with an OptimizerJoinable from the second on
+  int epochs = 1;  // a Join each; with an OptimizerJoinable from the second on
 };
 
 // Which micro-batches each rank's synchronized steps cover: groups of
@@ -85,7 +85,8 @@ std::vector<torch::Tensor> reference(const Case& c, const std::vector<torch::Ten
     for (int s = 0;; ++s) {
       std::vector<int> contributing;
       for (int r = 0; r < world; ++r) {
-        if (static_cast<int>(steps_of(c.batches[r], c.accumulate).size()) > s) contributing.push_back(r);
+        if (static_cast<int>(steps_of(c.batches[r], c.accumulate).size()) > s)
+          contributing.push_back(r);
       }
       if (contributing.empty() || s > most) break;
       opt.zero_grad();
@@ -111,7 +112,8 @@ void run(const Case& c) {
   spawn(world, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, world);
     DistributedDataParallel model(
-        Net(), DistributedDataParallelOptions().process_group(pg).find_unused_parameters(c.find_unused));
+        Net(),
+        DistributedDataParallelOptions().process_group(pg).find_unused_parameters(c.find_unused));
     if (c.hook) model->register_comm_hook(pg, allreduce_hook);
     std::vector<torch::Tensor> initial;
     for (auto& p : model->parameters()) initial.push_back(p.detach().clone());
@@ -126,9 +128,7 @@ void run(const Case& c) {
         for (int k : step) {
           const bool last = k == step.back();
           Sample s = sample(rank, 100 * epoch + k, c.find_unused);
-          auto micro = [&] {
-            torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
-          };
+          auto micro = [&] { torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward(); };
           if (last) {
             micro();
           } else {
@@ -142,14 +142,14 @@ void run(const Case& c) {
     auto params = model->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       EXPECT_TRUE(torch::allclose(params[i], expected[i], 1e-12, 1e-12))
-          << "rank " << rank << " parameter " << i << ":\n" << params[i] << "\nexpected\n" << expected[i];
+          << "rank " << rank << " parameter " << i << ":\n"
+          << params[i] << "\nexpected\n"
+          << expected[i];
     }
   });
 }
 
-TEST(Join, UnevenInputsTrainLikeOneProcessDividedByTheInitialWorldSize) {
-  run({{3, 5, 7}});
-}
+TEST(Join, UnevenInputsTrainLikeOneProcessDividedByTheInitialWorldSize) { run({{3, 5, 7}}); }
 
 TEST(Join, UnevenInputsDividedByTheRanksThatContributed) {
   run({{3, 5, 7}, /*divide_by_initial=*/false});
@@ -173,9 +173,7 @@ TEST(Join, AnOptimizerJoinableKeepsMomentumInStepAcrossEpochs) {
   run(c);
 }
 
-TEST(Join, WithACommHook) {
-  run({{3, 5, 7}, true, false, 1, /*hook=*/true});
-}
+TEST(Join, WithACommHook) { run({{3, 5, 7}, true, false, 1, /*hook=*/true}); }
 
 // A rank with no batch at all shadows from the first iteration, through
 // the bucket rebuild after it.
@@ -211,7 +209,8 @@ TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
     auto pg = make_group(store, rank, 2);
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     model->register_comm_hook(pg, allreduce_hook);
-    std::string m = error_message([&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
+    std::string m = error_message(
+        [&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
     EXPECT_NE(m.find("with a communication hook"), std::string::npos) << m;
   });
 }

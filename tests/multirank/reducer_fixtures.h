@@ -86,9 +86,8 @@ struct Chain {
     }
     if (log) {
       for (size_t i = 0; i < params.size(); ++i) {
-        params[i].register_hook([log, name = names[i]](const at::Tensor&) {
-          log->add("grad " + name);
-        });
+        params[i].register_hook(
+            [log, name = names[i]](const at::Tensor&) { log->add("grad " + name); });
       }
     }
   }
@@ -108,7 +107,7 @@ struct Chain {
 // Each rank's local gradients for `steps` (accumulated), averaged over ranks:
 // what a synchronized backward must leave in every rank's .grad.
 inline std::vector<at::Tensor> expected_average(int size, const std::vector<int>& steps,
-                                         int skip_on_rank1 = -1) {
+                                                int skip_on_rank1 = -1) {
   std::vector<at::Tensor> sum;
   for (int r = 0; r < size; ++r) {
     Chain local;
@@ -118,7 +117,10 @@ inline std::vector<at::Tensor> expected_average(int size, const std::vector<int>
     for (size_t i = 0; i < local.params.size(); ++i) {
       at::Tensor g = local.params[i].grad().defined() ? local.params[i].grad()
                                                       : at::zeros_like(local.params[i]);
-      if (sum.size() <= i) sum.push_back(g.clone()); else sum[i] += g;
+      if (sum.size() <= i)
+        sum.push_back(g.clone());
+      else
+        sum[i] += g;
     }
   }
   for (auto& s : sum) s /= size;

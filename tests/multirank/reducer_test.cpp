@@ -101,11 +101,11 @@ TEST(Reducer, RebuildsBucketsInRank0sGradientOrderAfterTheFirstIteration) {
         }
         if (step == 0 || find_unused) {
           EXPECT_FALSE(reducer.stats().buckets_rebuilt);
-          EXPECT_EQ(events, (Events{"grad w2", "grad w1", "allreduce 5", "grad w0",
-                                    "allreduce 3", "allreduce 7"}));
+          EXPECT_EQ(events, (Events{"grad w2", "grad w1", "allreduce 5", "grad w0", "allreduce 3",
+                                    "allreduce 7"}));
         } else {
-          EXPECT_EQ(events, (Events{"grad w2", "allreduce 7", "grad w1", "allreduce 5",
-                                    "grad w0", "allreduce 3"}));
+          EXPECT_EQ(events, (Events{"grad w2", "allreduce 7", "grad w1", "allreduce 5", "grad w0",
+                                    "allreduce 3"}));
         }
         expect_grads(chain, expected_average(2, {step}), rank);
       }
@@ -166,8 +166,7 @@ TEST(Reducer, StaticGraphLearnsInTheFirstIterationAndOverlapsAfter) {
     at::Tensor spare = at::ones({2}, at::kDouble).requires_grad_();
     std::vector<at::Tensor> params = chain.params;
     params.push_back(spare);
-    Reducer reducer(params, {"w0", "w1", "w2", "spare"}, pg,
-                    one_per_bucket().static_graph(true));
+    Reducer reducer(params, {"w0", "w1", "w2", "spare"}, pg, one_per_bucket().static_graph(true));
     for (int step = 0; step < 3; ++step) {
       for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
       at::Tensor out = chain.forward(Chain::input(rank, step));

@@ -91,9 +91,11 @@ TEST(Registry, AutoTakesTheOptionsOfThePartItPicks) {
   StorePtr store = c10::make_intrusive<c10d::HashStore>();
   // One host: auto picks shm, and Gloo's options (for the cross-host part)
   // are no error.
-  auto pg = make_group(store, 0, 1,
-                       InitOptions().timeout(std::chrono::seconds(60))
-                           .backend_options(std::make_shared<GlooOptions>(GlooOptions().threads(2))));
+  auto pg =
+      make_group(store, 0, 1,
+                 InitOptions()
+                     .timeout(std::chrono::seconds(60))
+                     .backend_options(std::make_shared<GlooOptions>(GlooOptions().threads(2))));
   EXPECT_EQ(pg->backend_name(), "shm");
 }
 
@@ -135,8 +137,11 @@ TEST(Registry, AnOutsideBackendWorksWithRoundRobinAndTheDebugWrapper) {
   });
   ScopedEnv debug("DDP_DEBUG", "detail");
   spawn(3, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 3, InitOptions().backend("no-float32").round_robin_groups(2)
-                                             .timeout(std::chrono::seconds(60)));
+    auto pg = make_group(store, rank, 3,
+                         InitOptions()
+                             .backend("no-float32")
+                             .round_robin_groups(2)
+                             .timeout(std::chrono::seconds(60)));
     EXPECT_EQ(pg->backend_name(), "round_robin(2xno-float32)+checked");
     at::Tensor t = at::full({10}, rank + 1.0, at::kDouble);
     pg->allreduce(t)->wait();

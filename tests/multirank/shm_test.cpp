@@ -47,7 +47,8 @@ int own_segments() {
 }
 
 TEST(Shm, EveryBoundaryOfChunksSlicesAndSlots) {
-  const std::vector<int64_t> counts = {1, 15, 16, 17, 255, 256, 257, 1023, 1024, 1025, 5000, 100003};
+  const std::vector<int64_t> counts = {1,   15,   16,   17,   255,  256,
+                                       257, 1023, 1024, 1025, 5000, 100003};
   for (int size : {2, 3, 5}) {
     spawn(size, [&](int rank, StorePtr store) {
       auto pg = shm_group(store, rank, size);
@@ -92,7 +93,8 @@ TEST(Shm, ManyOperationsInFlightThroughASmallRing) {
     std::vector<at::Tensor> tensors;
     std::vector<WorkPtr> works;
     for (int i = 0; i < 200; ++i) {
-      tensors.push_back(at::full({1 + (i * 997) % 5000}, static_cast<double>(rank + i), at::kDouble));
+      tensors.push_back(
+          at::full({1 + (i * 997) % 5000}, static_cast<double>(rank + i), at::kDouble));
       works.push_back(pg->allreduce(tensors.back()));
       if (i % 50 == 0) works.push_back(pg->barrier());
     }
@@ -204,7 +206,8 @@ TEST(Shm, RanksWithDifferentOptionsFailAtOnceOnEveryRank) {
     } catch (const Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(rank == 2 ? "give every rank the same" : "failed on rank 2"),
-                std::string::npos) << what;
+                std::string::npos)
+          << what;
     }
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));

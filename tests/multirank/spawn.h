@@ -38,9 +38,9 @@ inline void spawn(int size, const std::function<void(int rank, StorePtr store)>&
 
 // A group of the default backend per rank on the shared store, with a
 // test-friendly timeout.
-inline ProcessGroupPtr make_group(StorePtr store, int rank, int size,
-                                  InitOptions options = InitOptions().timeout(
-                                      std::chrono::seconds(60))) {
+inline ProcessGroupPtr make_group(
+    StorePtr store, int rank, int size,
+    InitOptions options = InitOptions().timeout(std::chrono::seconds(60))) {
   return new_process_group(std::move(store), rank, size, options);
 }
 

@@ -24,7 +24,8 @@ TEST(ConvertSyncBatchNorm, SwapsEveryContainerKeepingNamesTensorsAndMode) {
   nn::ModuleDict dict(std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>>{
       {"norm", nn::BatchNorm3d(2).ptr()}, {"lin", nn::Linear(2, 2).ptr()}});
   nn::ModuleList list(nn::BatchNorm1d(4), nn::Linear(4, 4));
-  nn::Sequential inner(nn::Conv2d(1, 3, 1), nn::BatchNorm2d(nn::BatchNormOptions(3).momentum(c10::nullopt)));
+  nn::Sequential inner(nn::Conv2d(1, 3, 1),
+                       nn::BatchNorm2d(nn::BatchNormOptions(3).momentum(c10::nullopt)));
   // Plain modules reaching their children by name only.
   struct Holder : nn::Module {
     Holder() { register_module("bn", nn::BatchNorm1d(5)); }

@@ -35,9 +35,12 @@ std::vector<torch::Tensor> defined(const std::vector<torch::Tensor>& ts) {
 // Input shape for `n` samples of a BatchNorm of `dims` (1 with a length).
 std::vector<int64_t> shape(int dims, int64_t n, int64_t c) {
   switch (dims) {
-    case 1: return {n, c, 3};
-    case 2: return {n, c, 3, 2};
-    default: return {n, c, 2, 2, 2};
+    case 1:
+      return {n, c, 3};
+    case 2:
+      return {n, c, 3, 2};
+    default:
+      return {n, c, 2, 2, 2};
   }
 }
 
@@ -56,8 +59,8 @@ struct Case {
 };
 
 std::string name_of(const Case& c) {
-  std::string s = std::to_string(c.dims) + "d " + (c.dtype == torch::kFloat64 ? "f64" : "f32") +
-                  " split";
+  std::string s =
+      std::to_string(c.dims) + "d " + (c.dtype == torch::kFloat64 ? "f64" : "f32") + " split";
   for (auto n : c.split) s += " " + std::to_string(n);
   return s + (c.momentum ? "" : " cumulative") + (c.affine ? "" : " no-affine");
 }
@@ -85,9 +88,12 @@ void run_case(const Case& c) {
     auto x = (torch::randn(shape(c.dims, total, channels), topt) * 2 + 3).requires_grad_();
     auto g = torch::randn(shape(c.dims, total, channels), topt);
     torch::Tensor y;
-    if (c.dims == 1) y = std::dynamic_pointer_cast<torch::nn::BatchNorm1dImpl>(reference)->forward(x);
-    if (c.dims == 2) y = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(reference)->forward(x);
-    if (c.dims == 3) y = std::dynamic_pointer_cast<torch::nn::BatchNorm3dImpl>(reference)->forward(x);
+    if (c.dims == 1)
+      y = std::dynamic_pointer_cast<torch::nn::BatchNorm1dImpl>(reference)->forward(x);
+    if (c.dims == 2)
+      y = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(reference)->forward(x);
+    if (c.dims == 3)
+      y = std::dynamic_pointer_cast<torch::nn::BatchNorm3dImpl>(reference)->forward(x);
     for (auto& p : defined(reference->parameters())) p.mutable_grad() = torch::Tensor();
     (y * g).sum().backward();
     xs.push_back(x.detach());
@@ -112,8 +118,7 @@ void run_case(const Case& c) {
         if (item.value().defined()) bn->named_parameters()[item.key()].copy_(item.value());
       }
     }
-    const int64_t begin =
-        std::accumulate(c.split.begin(), c.split.begin() + rank, int64_t{0});
+    const int64_t begin = std::accumulate(c.split.begin(), c.split.begin() + rank, int64_t{0});
     const int64_t n = c.split[rank];
     const auto where = name_of(c) + ", rank " + std::to_string(rank);
     for (int64_t s = 0; s < steps; ++s) {
@@ -131,7 +136,8 @@ void run_case(const Case& c) {
         auto sum = params[i].grad().clone();
         pg->allreduce(sum)->wait();
         // Summed over up to 4 ranks: the float32 sums' rounding grows with them.
-        expect_close(sum, param_grads[s][i], tol * 4, at + ": parameter gradient " + std::to_string(i));
+        expect_close(sum, param_grads[s][i], tol * 4,
+                     at + ": parameter gradient " + std::to_string(i));
       }
       const auto bufs = bn->buffers();
       ASSERT_EQ(bufs.size(), buffers[s].size());

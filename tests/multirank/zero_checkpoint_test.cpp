@@ -115,39 +115,51 @@ void expect_error_everywhere(int world, const std::function<void(int, ProcessGro
 }
 
 TEST(ZeroErrors, DifferentOptimizersAcrossRanks) {
-  expect_error_everywhere(3, [](int rank, ProcessGroupPtr pg) {
-    auto params = make_params();
-    const ZeroOptions o = ZeroOptions().process_group(pg);
-    if (rank == 2) {
-      ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), o);
-    } else {
-      ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), o);
-    }
-  }, {"on rank {rank} of 3", "rank 2 wraps SGD but rank 0 wraps Adam"});
+  expect_error_everywhere(3,
+                          [](int rank, ProcessGroupPtr pg) {
+                            auto params = make_params();
+                            const ZeroOptions o = ZeroOptions().process_group(pg);
+                            if (rank == 2) {
+                              ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), o);
+                            } else {
+                              ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), o);
+                            }
+                          },
+                          {"on rank {rank} of 3", "rank 2 wraps SGD but rank 0 wraps Adam"});
 }
 
 TEST(ZeroErrors, DifferentParametersAcrossRanks) {
-  expect_error_everywhere(2, [](int rank, ProcessGroupPtr pg) {
-    auto params = make_params();
-    if (rank == 1) params[3] = torch::zeros({4}, torch::kFloat64).requires_grad_();
-    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
-  }, {"parameter #3 differs: rank 1 has shape [4], Double, param group 0, rank 0 has shape [3]"});
-  expect_error_everywhere(2, [](int rank, ProcessGroupPtr pg) {
-    auto params = make_params();
-    if (rank == 0) params.pop_back();
-    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
-  }, {"rank 1 has 5 parameters in 1 groups but rank 0 has 4 in 1"});
+  expect_error_everywhere(
+      2,
+      [](int rank, ProcessGroupPtr pg) {
+        auto params = make_params();
+        if (rank == 1) params[3] = torch::zeros({4}, torch::kFloat64).requires_grad_();
+        ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
+                                    ZeroOptions().process_group(pg));
+      },
+      {"parameter #3 differs: rank 1 has shape [4], Double, param group 0, rank 0 has shape [3]"});
+  expect_error_everywhere(2,
+                          [](int rank, ProcessGroupPtr pg) {
+                            auto params = make_params();
+                            if (rank == 0) params.pop_back();
+                            ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
+                                                        ZeroOptions().process_group(pg));
+                          },
+                          {"rank 1 has 5 parameters in 1 groups but rank 0 has 4 in 1"});
 }
 
 TEST(ZeroErrors, ParameterTwiceOrNotALeafIsRefusedOnEveryRank) {
-  expect_error_everywhere(3, [](int rank, ProcessGroupPtr pg) {
-    auto params = make_params();
-    std::vector<optim::OptimizerParamGroup> groups;
-    groups.emplace_back(params);
-    groups.emplace_back(std::vector<torch::Tensor>{params[1]});
-    if (rank != 1) groups.pop_back();
-    ZeroRedundancyOptimizer opt(groups, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
-  }, {"rank 1"});
+  expect_error_everywhere(3,
+                          [](int rank, ProcessGroupPtr pg) {
+                            auto params = make_params();
+                            std::vector<optim::OptimizerParamGroup> groups;
+                            groups.emplace_back(params);
+                            groups.emplace_back(std::vector<torch::Tensor>{params[1]});
+                            if (rank != 1) groups.pop_back();
+                            ZeroRedundancyOptimizer opt(groups, optim::SGDOptions(0.1),
+                                                        ZeroOptions().process_group(pg));
+                          },
+                          {"rank 1"});
 }
 
 TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
@@ -173,19 +185,25 @@ TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
     torch::save(opt, out);
     checkpoint = out.str();
   });
-  expect_error_everywhere(2, [&](int, ProcessGroupPtr pg) {
-    auto params = make_params();
-    ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), ZeroOptions().process_group(pg));
-    std::istringstream in(checkpoint);
-    torch::load(opt, in);
-  }, {"holds SGD state but this optimizer wraps Adam"});
-  expect_error_everywhere(2, [&](int, ProcessGroupPtr pg) {
-    auto params = make_params();
-    params.pop_back();
-    ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().process_group(pg));
-    std::istringstream in(checkpoint);
-    torch::load(opt, in);
-  }, {"param groups hold [5] parameters but this optimizer's hold [4]"});
+  expect_error_everywhere(2,
+                          [&](int, ProcessGroupPtr pg) {
+                            auto params = make_params();
+                            ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1),
+                                                        ZeroOptions().process_group(pg));
+                            std::istringstream in(checkpoint);
+                            torch::load(opt, in);
+                          },
+                          {"holds SGD state but this optimizer wraps Adam"});
+  expect_error_everywhere(2,
+                          [&](int, ProcessGroupPtr pg) {
+                            auto params = make_params();
+                            params.pop_back();
+                            ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
+                                                        ZeroOptions().process_group(pg));
+                            std::istringstream in(checkpoint);
+                            torch::load(opt, in);
+                          },
+                          {"param groups hold [5] parameters but this optimizer's hold [4]"});
 }
 
 }  // namespace

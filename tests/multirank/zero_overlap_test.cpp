@@ -58,17 +58,18 @@ void check(const Options& defaults, const std::string& name) {
       }
       for (bool overlap : {false, true}) {
         const std::string what = name + (overlap ? " overlapped" : "") + " world " +
-                                 std::to_string(world) + (dtype == torch::kFloat64 ? " f64" : " f32");
+                                 std::to_string(world) +
+                                 (dtype == torch::kFloat64 ? " f64" : " f32");
         spawn(world, [&](int rank, StorePtr store) {
           auto pg = make_group(store, rank, world);
           auto net = make_net(dtype);
           // Tiny buckets: several per iteration, each its own hook call.
-          DistributedDataParallel model(
-              net, DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.001)
-                       .first_bucket_cap_mb(0.001));
-          ZeroRedundancyOptimizer opt(
-              model->parameters(), defaults,
-              ZeroOptions().process_group(pg).overlap_with_ddp(overlap));
+          DistributedDataParallel model(net, DistributedDataParallelOptions()
+                                                 .process_group(pg)
+                                                 .bucket_cap_mb(0.001)
+                                                 .first_bucket_cap_mb(0.001));
+          ZeroRedundancyOptimizer opt(model->parameters(), defaults,
+                                      ZeroOptions().process_group(pg).overlap_with_ddp(overlap));
           if (overlap) model->register_comm_hook(&opt, zero_hook);
           for (int s = 0; s < steps; ++s) {
             opt.zero_grad();
@@ -115,7 +116,9 @@ TEST(ZeroWithDdp, OverlapOverASubsetOfTheParametersIsAnErrorOnEveryRank) {
     } catch (const std::exception& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("shape [3], Double) that is in none of the ZeroRedundancyOptimizer's "
-                          "param groups"), std::string::npos) << what;
+                          "param groups"),
+                std::string::npos)
+          << what;
       ++errors;
     }
   });
@@ -135,7 +138,8 @@ TEST(ZeroWithDdp, OverlapStepWithoutTheHookIsAnError) {
       ADD_FAILURE() << "step() without the hook passed";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("0 parameter updates since the last step(), expected 6"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   });
 }
@@ -174,8 +178,9 @@ TEST(ZeroWithDdp, OverlapUnderJoinEqualsUnsharded) {
     auto pg = make_group(store, rank, world);
     auto net = make_net(torch::kFloat64);
     DistributedDataParallel model(
-        net, DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.001)
-                 .first_bucket_cap_mb(0.001));
+        net,
+        DistributedDataParallelOptions().process_group(pg).bucket_cap_mb(0.001).first_bucket_cap_mb(
+            0.001));
     ZeroRedundancyOptimizer opt(model->parameters(), defaults,
                                 ZeroOptions().process_group(pg).overlap_with_ddp(true));
     model->register_comm_hook(&opt, zero_hook);

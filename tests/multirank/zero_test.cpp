@@ -95,8 +95,8 @@ void check_equivalence(const Options& defaults, const std::string& name) {
           m.backward(s);
           opt.step();
         }
-        expect_params(m.params, want, tol, name + " world " + std::to_string(world) + " rank " +
-                                               std::to_string(rank));
+        expect_params(m.params, want, tol,
+                      name + " world " + std::to_string(world) + " rank " + std::to_string(rank));
         state_total += opt.state_bytes();
       });
       // Each parameter's state lives on exactly one rank.

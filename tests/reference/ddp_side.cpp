@@ -83,9 +83,12 @@ Case read_case(const std::string& dir) {
     }
   }
   const auto& dtype = c.get("dtype");
-  if (dtype == "float64") c.dtype = at::kDouble;
-  else if (dtype == "float32") c.dtype = at::kFloat;
-  else throw std::runtime_error("manifest.txt: unknown dtype " + dtype);
+  if (dtype == "float64")
+    c.dtype = at::kDouble;
+  else if (dtype == "float32")
+    c.dtype = at::kFloat;
+  else
+    throw std::runtime_error("manifest.txt: unknown dtype " + dtype);
   c.world = std::stoll(c.get("world"));
   c.steps = std::stoll(c.get("steps"));
   c.micro = std::stoll(c.get("micro"));
@@ -93,8 +96,7 @@ Case read_case(const std::string& dir) {
   return c;
 }
 
-torch::Tensor read_raw(const std::string& path, at::ScalarType dtype,
-                       std::vector<int64_t> shape) {
+torch::Tensor read_raw(const std::string& path, at::ScalarType dtype, std::vector<int64_t> shape) {
   auto t = torch::empty(shape, dtype);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw std::runtime_error("cannot read " + path);
@@ -167,11 +169,11 @@ void register_hook(ddp::DistributedDataParallel& model, const Case& c,
                            /*warm_start=*/true, /*orthogonalization_epsilon=*/0,
                            /*random_seed=*/0);
   const bool batched = hook == "batched_powersgd";
-  model->register_comm_hook(std::move(state), [log, batched](ddp::PowerSGDState& s,
-                                                             ddp::GradBucket& b) {
-    log->note(b);
-    return batched ? ddp::batched_powerSGD_hook(s, b) : ddp::powerSGD_hook(s, b);
-  });
+  model->register_comm_hook(
+      std::move(state), [log, batched](ddp::PowerSGDState& s, ddp::GradBucket& b) {
+        log->note(b);
+        return batched ? ddp::batched_powerSGD_hook(s, b) : ddp::powerSGD_hook(s, b);
+      });
 }
 
 }  // namespace
@@ -211,11 +213,11 @@ int main(int argc, char** argv) {
       }
     }
     const double cap = std::stod(c.get("bucket_cap_mb"));
-    ddp::DistributedDataParallel model(
-        net, ddp::DistributedDataParallelOptions()
-                 .bucket_cap_mb(cap)
-                 .first_bucket_cap_mb(cap)
-                 .find_unused_parameters(c.get("find_unused") == "1"));
+    ddp::DistributedDataParallel model(net,
+                                       ddp::DistributedDataParallelOptions()
+                                           .bucket_cap_mb(cap)
+                                           .first_bucket_cap_mb(cap)
+                                           .find_unused_parameters(c.get("find_unused") == "1"));
     const bool hooked = c.get_or("hook", "none") != "none";
     auto bucket_log = std::make_shared<BucketLog>();
     if (hooked) {
@@ -224,9 +226,9 @@ int main(int argc, char** argv) {
       }
       register_hook(model, c, pg, bucket_log);
     }
-    torch::optim::SGD opt(model->parameters(),
-                          torch::optim::SGDOptions(std::stod(c.get("lr")))
-                              .momentum(std::stod(c.get("momentum"))));
+    torch::optim::SGD opt(
+        model->parameters(),
+        torch::optim::SGDOptions(std::stod(c.get("lr"))).momentum(std::stod(c.get("momentum"))));
 
     const auto x = read_raw(dir + "/x.bin", c.dtype, {c.steps, c.micro, c.world * c.batch, 16});
     const auto y = read_raw(dir + "/y.bin", c.dtype, {c.steps, c.micro, c.world * c.batch, 4});
@@ -267,9 +269,9 @@ int main(int argc, char** argv) {
       }
     }
     if (rank == 0) {
-      std::cout << "ddp: " << c.world << " ranks, mode " << c.get("mode") << ", "
-                << c.get("dtype") << ", " << c.steps << " steps: done; last iteration "
-                << model->stats().summary() << "\n";
+      std::cout << "ddp: " << c.world << " ranks, mode " << c.get("mode") << ", " << c.get("dtype")
+                << ", " << c.steps << " steps: done; last iteration " << model->stats().summary()
+                << "\n";
     }
     ddp::destroy_process_group();
     return 0;

@@ -23,10 +23,19 @@ class Env {
   }
 
  private:
-  static constexpr const char* kAll[] = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-      "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+  static constexpr const char* kAll[] = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID"};
 };
 
 std::string error_of(const std::map<std::string, std::string>& vars) {
@@ -40,8 +49,12 @@ std::string error_of(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(LaunchInfo, TorchrunVariables) {
-  Env env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-           {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  Env env({{"RANK", "3"},
+           {"WORLD_SIZE", "4"},
+           {"LOCAL_RANK", "1"},
+           {"LOCAL_WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "10.0.0.1"},
+           {"MASTER_PORT", "29500"}});
   LaunchInfo info = launch_info_from_env();
   EXPECT_EQ(info.source, "torchrun");
   EXPECT_EQ(info.rank, 3);
@@ -53,8 +66,10 @@ TEST(LaunchInfo, TorchrunVariables) {
 }
 
 TEST(LaunchInfo, OpenMpiVariables) {
-  Env env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  Env env({{"OMPI_COMM_WORLD_RANK", "5"},
+           {"OMPI_COMM_WORLD_SIZE", "8"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
   LaunchInfo info = launch_info_from_env();
   EXPECT_EQ(info.source, "openmpi");
   EXPECT_EQ(info.rank, 5);
@@ -87,15 +102,18 @@ TEST(LaunchInfo, NothingSetLeavesRankUnknown) {
 TEST(LaunchInfo, ErrorsNameTheVariableAndTheForm) {
   EXPECT_NE(error_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK='x' is not an integer"),
             std::string::npos);
-  EXPECT_NE(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("RANK=2 is outside [0, WORLD_SIZE=2)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("RANK=2 is outside [0, WORLD_SIZE=2)"),
+      std::string::npos);
   EXPECT_NE(error_of({{"RANK", "0"}}).find("RANK is set but WORLD_SIZE is not"), std::string::npos);
-  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE='0' is not an integer in [1,"),
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}})
+                .find("WORLD_SIZE='0' is not an integer in [1,"),
             std::string::npos);
   EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
                 .find("OMPI_COMM_WORLD_RANK=4 is outside [0, OMPI_COMM_WORLD_SIZE=4)"),
             std::string::npos);
-  EXPECT_NE(error_of({{"MASTER_PORT", "70000"}}).find("MASTER_PORT='70000' is not an integer in [1, 65535]"),
+  EXPECT_NE(error_of({{"MASTER_PORT", "70000"}})
+                .find("MASTER_PORT='70000' is not an integer in [1, 65535]"),
             std::string::npos);
 }
 
@@ -106,7 +124,8 @@ TEST(InitProcessGroup, UnknownRankSaysHowToLaunch) {
     FAIL() << "init_process_group without a rank succeeded";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("launch with ddprun, torchrun, mpirun or srun"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -116,14 +135,16 @@ TEST(InitProcessGroup, MalformedInitMethod) {
     init_process_group(InitOptions().init_method("tcp://nohostport").rank(0).world_size(1));
     FAIL() << "accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("is not of the form host:port"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not of the form host:port"), std::string::npos)
+        << e.what();
   }
   try {
     init_process_group(InitOptions().init_method("redis://x").rank(0).world_size(1));
     FAIL() << "accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("is not one of env://, tcp://host:port, file:///path"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -86,10 +86,13 @@ TEST(TaskQueue, WorkersBlockSigpipeAndTheCallerKeepsItsMask) {
   detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
   EXPECT_FALSE(sigpipe_blocked());
   std::atomic<bool> blocked{false};
-  queue.enqueue("op", "", {}, [&](uint32_t, const Work&) {
-    blocked = sigpipe_blocked();
-    return nullptr;
-  })->wait();
+  queue
+      .enqueue("op", "", {},
+               [&](uint32_t, const Work&) {
+                 blocked = sigpipe_blocked();
+                 return nullptr;
+               })
+      ->wait();
   EXPECT_TRUE(blocked);
 }
 

@@ -99,14 +99,13 @@ SpawnedChild spawn_child(const ChildSpec& spec) {
   int report[2] = {-1, -1};
   int dev_null = -1;
   auto close_all = [&] {
-    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1], &report[0],
-                    &report[1], &dev_null}) {
+    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1], &report[0], &report[1],
+                    &dev_null}) {
       close_fd(*fd);
     }
   };
-  if (pipe2(report, O_CLOEXEC) != 0 ||
-      (spec.capture_output &&
-       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))) {
+  if (pipe2(report, O_CLOEXEC) != 0 || (spec.capture_output && (pipe2(out_pipe, O_CLOEXEC) != 0 ||
+                                                                pipe2(err_pipe, O_CLOEXEC) != 0))) {
     result.error = std::string("pipe2: ") + std::strerror(errno);
     close_all();
     return result;
@@ -125,8 +124,8 @@ SpawnedChild spawn_child(const ChildSpec& spec) {
   block_handled_signals(old_mask);
   const pid_t pid = fork();
   if (pid == 0) {
-    run_child(spec, parent, old_mask, argv.data(), envp.data(), out_pipe[1], err_pipe[1],
-              dev_null, report[1]);
+    run_child(spec, parent, old_mask, argv.data(), envp.data(), out_pipe[1], err_pipe[1], dev_null,
+              report[1]);
   }
   const int fork_errno = errno;
   restore_signal_mask(old_mask);

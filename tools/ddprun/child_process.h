@@ -15,11 +15,11 @@ struct ChildSpec {
 };
 
 struct SpawnedChild {
-  pid_t pid = -1;       // -1: nothing was started, see `error`
-  int stdout_fd = -1;   // read ends (non-blocking, close-on-exec) when captured
+  pid_t pid = -1;      // -1: nothing was started, see `error`
+  int stdout_fd = -1;  // read ends (non-blocking, close-on-exec) when captured
   int stderr_fd = -1;
-  int exec_errno = 0;   // != 0: exec failed; the child exits with exec_failure_status
-  std::string error;    // why fork/pipe failed
+  int exec_errno = 0;  // != 0: exec failed; the child exits with exec_failure_status
+  std::string error;   // why fork/pipe failed
 };
 
 // Starts one rank: fork, own process group, SIGKILL when ddprun dies

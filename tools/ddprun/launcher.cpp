@@ -225,9 +225,8 @@ class Supervisor {
     killed_ = true;
     for (const RankProcess& r : ranks_) {
       if (!r.running) continue;
-      say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
-          ") still running " + format_seconds(opts_.grace_period_s) +
-          " s after being told to stop; sending SIGKILL");
+      say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") still running " +
+          format_seconds(opts_.grace_period_s) + " s after being told to stop; sending SIGKILL");
       signal_rank(r, SIGKILL);
     }
   }
@@ -284,8 +283,7 @@ class Supervisor {
 
   // Reads what is in the pipe right now (bounded), without waiting.
   void drain(OutputStream& s) {
-    for (int i = 0; i < 64 && read_once(s); ++i) {
-    }
+    for (int i = 0; i < 64 && read_once(s); ++i) {}
   }
 
   static void close_stream(OutputStream& s) {

@@ -6,10 +6,10 @@ namespace ddprun {
 
 // How one start of the job ended.
 struct LaunchResult {
-  int status = 0;        // ddprun's exit status for it (see `ddprun --help`)
+  int status = 0;            // ddprun's exit status for it (see `ddprun --help`)
   bool interrupted = false;  // ddprun got SIGINT/SIGTERM: never restarted
   bool exec_failed = false;  // the program could not be started: never restarted
-  std::string failure;   // the first failure, as ddprun reported it ("" if none)
+  std::string failure;       // the first failure, as ddprun reported it ("" if none)
 };
 
 // Routes ddprun's signals (signal_pipe.h); once, before the first launch.

@@ -43,8 +43,10 @@ int main(int argc, char** argv) {
     } else {
       const auto port = ddprun::find_free_port(opts.master_addr, error);
       if (!port) {
-        std::fprintf(stderr, "ddprun: cannot pick a free port on --master-addr %s (%s); pass "
-                     "--master-port P\n", opts.master_addr.c_str(), error.c_str());
+        std::fprintf(stderr,
+                     "ddprun: cannot pick a free port on --master-addr %s (%s); pass "
+                     "--master-port P\n",
+                     opts.master_addr.c_str(), error.c_str());
         return 1;
       }
       master_port = *port;

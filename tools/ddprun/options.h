@@ -15,7 +15,7 @@ struct Options {
   std::optional<int> master_port;  // unset: pick a free port (nnodes == 1 only)
   bool prefix_output = true;
   double grace_period_s = 5.0;
-  int max_restarts = 0;  // restarts of the whole job after a rank fails
+  int max_restarts = 0;              // restarts of the whole job after a rank fails
   std::vector<std::string> command;  // the program, then its arguments
 };
 

@@ -15,9 +15,17 @@ namespace ddprun {
 namespace {
 
 constexpr const char* kNames[] = {
-    "MASTER_ADDR", "MASTER_PORT", "RANK",      "WORLD_SIZE",       "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE",
-    "DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "GROUP_WORLD_SIZE",
+    "DDP_RESTART_COUNT",
+    "TORCHELASTIC_RESTART_COUNT",
 };
 
 bool is_set_by_ddprun(const char* entry) {

@@ -83,9 +83,7 @@ void block_handled_signals(sigset_t& old_mask) {
   sigprocmask(SIG_BLOCK, &block, &old_mask);
 }
 
-void restore_signal_mask(const sigset_t& old_mask) {
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-}
+void restore_signal_mask(const sigset_t& old_mask) { sigprocmask(SIG_SETMASK, &old_mask, nullptr); }
 
 void reset_signals_in_child(const sigset_t& old_mask) {
   struct sigaction action {};

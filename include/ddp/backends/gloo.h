@@ -74,8 +74,7 @@ class GlooProcessGroup : public ProcessGroup {
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
-  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors,
-                                 ReduceOp op) override;
+  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override;
   WorkPtr do_broadcast(at::Tensor tensor, int root) override;
   WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) override;
   WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,

@@ -28,8 +28,7 @@ class RoundRobinProcessGroup : public ProcessGroup {
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
-  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors,
-                                 ReduceOp op) override;
+  WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override;
   WorkPtr do_broadcast(at::Tensor tensor, int root) override;
   WorkPtr do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) override;
   WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
@@ -43,8 +42,8 @@ class RoundRobinProcessGroup : public ProcessGroup {
 
   const std::vector<ProcessGroupPtr> groups_;
   std::mutex mutex_;
-  size_t next_ = 0;     // guarded by mutex_: index of the next member
-  WorkPtr last_;        // guarded by mutex_: the last Work returned
+  size_t next_ = 0;  // guarded by mutex_: index of the next member
+  WorkPtr last_;     // guarded by mutex_: the last Work returned
 };
 
 }  // namespace ddp

@@ -1,6 +1,6 @@
 // The default communication hooks (PyTorch's documentation, "DDP
-// Communication Hooks": "Default Communication Hooks"). Their state is the process group to reduce over; a
-// null group means ddp::default_process_group().
+// Communication Hooks": "Default Communication Hooks"). Their state is the process group to reduce
+// over; a null group means ddp::default_process_group().
 #pragma once
 
 #include <ddp/comm_hook.h>

@@ -28,11 +28,20 @@ constexpr uint8_t kReduceScatterSlotPrefix = 0x7e;  // unused by Gloo itself
 template <typename F>
 void with_element_type(size_t element_size, F&& f) {
   switch (element_size) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: throw std::logic_error("ddp: unsupported element size");
+    case 1:
+      f(uint8_t{});
+      break;
+    case 2:
+      f(uint16_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    case 8:
+      f(uint64_t{});
+      break;
+    default:
+      throw std::logic_error("ddp: unsupported element size");
   }
 }
 
@@ -72,8 +81,7 @@ void allreduce(const Call& call, const at::Tensor& tensor, ReduceOp op) {
   finish_average(call, tensor, op);
 }
 
-void allreduce_coalesced(const Call& call, const std::vector<at::Tensor>& tensors,
-                         ReduceOp op) {
+void allreduce_coalesced(const Call& call, const std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.size() == 1) return allreduce(call, tensors[0], op);
   at::Tensor flat = flatten(tensors);
   allreduce(call, flat, op);
@@ -98,8 +106,7 @@ void broadcast(const Call& call, const at::Tensor& tensor, int root) {
   gloo::broadcast(opts);
 }
 
-void allgather(const Call& call, const std::vector<at::Tensor>& outputs,
-               const at::Tensor& input) {
+void allgather(const Call& call, const std::vector<at::Tensor>& outputs, const at::Tensor& input) {
   const int64_t n = input.numel();
   if (n == 0) return;
   const int size = call.context->size;

@@ -18,7 +18,8 @@ std::string check(const char* function, void* resolved, void* want) {
   Dl_info in{};
   const std::string file = dladdr(resolved, &in) && in.dli_fname ? in.dli_fname : "an unknown file";
   return std::string("its calls into Gloo (") + function + ") resolve into " + file +
-         ", not into " DDP_GLOO_SONAME ": another Gloo is loaded in this process (a libtorch "
+         ", not into " DDP_GLOO_SONAME
+         ": another Gloo is loaded in this process (a libtorch "
          "with its own Gloo?) and ddp's Gloo module could not be isolated from it";
 }
 
@@ -27,10 +28,9 @@ std::string binding_error() {
   if (!gloo) return std::string("cannot find the loaded " DDP_GLOO_SONAME ": ") + dlerror();
   // Taking a function's address in position-independent code reads the
   // same GOT entry the calls use: this is where the calls go.
-  std::string error =
-      check("gloo::transport::tcp::CreateDevice",
-            reinterpret_cast<void*>(&gloo::transport::tcp::CreateDevice),
-            dlsym(gloo, "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE"));
+  std::string error = check("gloo::transport::tcp::CreateDevice",
+                            reinterpret_cast<void*>(&gloo::transport::tcp::CreateDevice),
+                            dlsym(gloo, "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE"));
   if (error.empty()) {
     void (*allreduce)(const gloo::AllreduceOptions&) = &gloo::allreduce;
     error = check("gloo::allreduce", reinterpret_cast<void*>(allreduce),

@@ -22,8 +22,12 @@ constexpr char kFirst[] = "ddp/gloo/first_failure";
 std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 std::string closed_key(int rank) { return "ddp/gloo/closed/" + std::to_string(rank); }
 
-std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+std::vector<uint8_t> bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
 
 struct Unanswered {};
 
@@ -93,11 +97,12 @@ std::optional<std::string> FailureReports::about(int peer, std::chrono::millisec
         const auto deadline = std::chrono::steady_clock::now() + patience;
         for (;;) {
           if (store->check({failed_key(peer)})) {
-            return "rank " + std::to_string(peer) + " had failed: " +
-                   text(store->get(failed_key(peer)));
+            return "rank " + std::to_string(peer) +
+                   " had failed: " + text(store->get(failed_key(peer)));
           }
           if (store->check({closed_key(peer)})) {
-            return "rank " + std::to_string(peer) + " had closed its process group without a "
+            return "rank " + std::to_string(peer) +
+                   " had closed its process group without a "
                    "failure (its program finished, or left training, before this collective)";
           }
           if (std::chrono::steady_clock::now() >= deadline) return "";
@@ -109,10 +114,12 @@ std::optional<std::string> FailureReports::about(int peer, std::chrono::millisec
 
 void FailureReports::closed_cleanly() {
   const int rank = rank_;
-  bounded<bool>([rank](const StorePtr& store) {
-    store->set(closed_key(rank), bytes("1"));
-    return true;
-  }, std::chrono::milliseconds(0));
+  bounded<bool>(
+      [rank](const StorePtr& store) {
+        store->set(closed_key(rank), bytes("1"));
+        return true;
+      },
+      std::chrono::milliseconds(0));
 }
 
 }  // namespace ddp::detail

@@ -55,7 +55,10 @@ constexpr std::chrono::seconds kFailureHandlingGrace(10);
 uint32_t shape_bits(const char* kind, const at::Tensor& t, int64_t bytes = -1) {
   if (bytes < 0) bytes = t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
   uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; h ^= h >> 29; };
+  auto mix = [&h](uint64_t v) {
+    h = (h ^ v) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  };
   for (const char* c = kind; *c; ++c) mix(static_cast<unsigned char>(*c));
   mix(static_cast<uint64_t>(bytes));
   return static_cast<uint32_t>((h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) & 0xffff);
@@ -96,8 +99,9 @@ class Engine final : public detail::GlooEngine {
       try {
         context->connectFullMesh(gloo_store, device);
       } catch (const std::exception& e) {
-        throw CommunicationError("ddp: " + where + ": connecting to the other ranks failed: " +
-                                 e.what() + ". Check that every rank can reach the others' "
+        throw CommunicationError("ddp: " + where +
+                                 ": connecting to the other ranks failed: " + e.what() +
+                                 ". Check that every rank can reach the others' "
                                  "addresses (DDP_SOCKET_IFNAME picks the interface).");
       }
       return Connected{context, learn_peer_addresses(*context, store, rank, size)};
@@ -105,7 +109,8 @@ class Engine final : public detail::GlooEngine {
     const auto limit = timeout + std::max(std::chrono::milliseconds(2000), timeout / 10);
     auto connected = detail::run_bounded<Connected>(connect, limit, [&] {
       throw TimeoutError("ddp: " + where + ": connecting the Gloo group did not finish within " +
-                         std::to_string(limit.count()) + " ms: the store hosted by rank 0 does "
+                         std::to_string(limit.count()) +
+                         " ms: the store hosted by rank 0 does "
                          "not answer (rank 0 stopped, frozen or cut off?)");
     });
     context_ = connected.context;
@@ -124,11 +129,10 @@ class Engine final : public detail::GlooEngine {
   }
 
   WorkPtr allreduce(at::Tensor tensor, ReduceOp op) override {
-    return enqueue("allreduce", shape_bits("allreduce", tensor),
-                   detail::tensor_detail(tensor, to_string(op)), {tensor},
-                   [tensor, op](const gloo_ops::Call& call) {
-                     gloo_ops::allreduce(call, tensor, op);
-                   });
+    return enqueue(
+        "allreduce", shape_bits("allreduce", tensor), detail::tensor_detail(tensor, to_string(op)),
+        {tensor},
+        [tensor, op](const gloo_ops::Call& call) { gloo_ops::allreduce(call, tensor, op); });
   }
 
   WorkPtr allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override {
@@ -136,30 +140,26 @@ class Engine final : public detail::GlooEngine {
     int64_t bytes = 0;
     for (const auto& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
     return enqueue("allreduce_coalesced", shape_bits("allreduce_coalesced", tensors[0], bytes),
-                   what, tensors,
-                   [tensors, op](const gloo_ops::Call& call) {
+                   what, tensors, [tensors, op](const gloo_ops::Call& call) {
                      gloo_ops::allreduce_coalesced(call, tensors, op);
                    });
   }
 
   WorkPtr broadcast(at::Tensor tensor, int root) override {
-    return enqueue("broadcast", shape_bits("broadcast", tensor),
-                   detail::tensor_detail(tensor) + ", root " + std::to_string(root),
-                   {tensor}, [tensor, root](const gloo_ops::Call& call) {
-                     gloo_ops::broadcast(call, tensor, root);
-                   });
+    return enqueue(
+        "broadcast", shape_bits("broadcast", tensor),
+        detail::tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
+        [tensor, root](const gloo_ops::Call& call) { gloo_ops::broadcast(call, tensor, root); });
   }
 
   WorkPtr allgather(std::vector<at::Tensor> outputs, at::Tensor input) override {
     return enqueue("allgather", shape_bits("allgather", input), detail::tensor_detail(input),
-                   outputs,
-                   [outputs, input](const gloo_ops::Call& call) {
+                   outputs, [outputs, input](const gloo_ops::Call& call) {
                      gloo_ops::allgather(call, outputs, input);
                    });
   }
 
-  WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
-                         ReduceOp op) override {
+  WorkPtr reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs, ReduceOp op) override {
     return enqueue("reduce_scatter", shape_bits("reduce_scatter", output),
                    detail::tensor_detail(output, to_string(op)), {output},
                    [output, inputs, op](const gloo_ops::Call& call) {
@@ -185,23 +185,22 @@ class Engine final : public detail::GlooEngine {
 
   std::shared_ptr<gloo::transport::Device> make_device() {
     gloo::transport::tcp::attr attr;
-    std::string iface = options_.interface().empty() ? detail::socket_interface_from_env()
-                                                     : options_.interface();
+    std::string iface =
+        options_.interface().empty() ? detail::socket_interface_from_env() : options_.interface();
     if (!iface.empty()) {
       attr.iface = iface;
     } else {
-      attr.hostname = options_.hostname().empty() ? detail::bindable_hostname()
-                                                  : options_.hostname();
+      attr.hostname =
+          options_.hostname().empty() ? detail::bindable_hostname() : options_.hostname();
     }
     try {
       detail::SigpipeBlockedForNewThreads loop_thread_writes_to_sockets;
       return gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      throw InvalidArgument("ddp: " + owner_.where + ": cannot use " +
-                            (iface.empty() ? "host '" + attr.hostname + "'"
-                                           : "network interface '" + iface + "'") +
-                            " for Gloo: " + e.what() +
-                            ". Set DDP_SOCKET_IFNAME to an interface that exists here.");
+      throw InvalidArgument(
+          "ddp: " + owner_.where + ": cannot use " +
+          (iface.empty() ? "host '" + attr.hostname + "'" : "network interface '" + iface + "'") +
+          " for Gloo: " + e.what() + ". Set DDP_SOCKET_IFNAME to an interface that exists here.");
     }
   }
 
@@ -214,8 +213,8 @@ class Engine final : public detail::GlooEngine {
   // others', so that an error mentioning an address can name the rank.
   // Gloo's errors cite either end of the connection: map both.
   static std::map<std::string, int> learn_peer_addresses(gloo::Context& context,
-                                                          const StorePtr& store, int rank,
-                                                          int size) {
+                                                         const StorePtr& store, int rank,
+                                                         int size) {
     std::map<std::string, int> peer_by_address;
     std::string mine;
     const auto connections = detail::established_tcp_connections();
@@ -256,8 +255,7 @@ class Engine final : public detail::GlooEngine {
     } catch (const CommunicationError&) {
       return std::current_exception();
     } catch (const std::exception& e) {
-      return std::make_exception_ptr(
-          Error("ddp: " + work.description() + " failed: " + e.what()));
+      return std::make_exception_ptr(Error("ddp: " + work.description() + " failed: " + e.what()));
     }
   }
 
@@ -270,8 +268,8 @@ class Engine final : public detail::GlooEngine {
     const auto [peer, address] = cited_peer(gloo_error);
     std::string cause = gloo_error;
     if (peer >= 0) {
-      cause = "lost the connection to rank " + std::to_string(peer) + " (" + address + "): " +
-              gloo_error;
+      cause = "lost the connection to rank " + std::to_string(peer) + " (" + address +
+              "): " + gloo_error;
     }
     const std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
     auto first = reports_->report(report);
@@ -283,33 +281,38 @@ class Engine final : public detail::GlooEngine {
       peer_closed = known && known->find("had closed") != std::string::npos;
       if (known && !known->empty()) message += ". Before that, " + *known;
       if (peer_silent) {
-        message += ". Rank " + std::to_string(peer) + " reported nothing: it may have crashed, "
+        message += ". Rank " + std::to_string(peer) +
+                   " reported nothing: it may have crashed, "
                    "been killed or lost its network; see its output";
       }
     }
     // Whoever has not reported a failure is not responding (a timeout), or
     // is the one that failed without a word.
-    auto silent = peer_silent || peer_closed ? std::nullopt
-                                             : reports_->silent(std::chrono::seconds(2));
+    auto silent =
+        peer_silent || peer_closed ? std::nullopt : reports_->silent(std::chrono::seconds(2));
     if (silent && !silent->empty()) {
       std::string ranks;
       for (int r : *silent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      message += timed_out ? ". Rank(s) " + ranks + " did not report this failure: they are the "
-                             "ones not responding (stopped, stuck, or issuing another collective)"
-                           : ". Rank(s) " + ranks + " have not reported a failure; see their output";
+      message += timed_out
+                     ? ". Rank(s) " + ranks +
+                           " did not report this failure: they are the "
+                           "ones not responding (stopped, stuck, or issuing another collective)"
+                     : ". Rank(s) " + ranks + " have not reported a failure; see their output";
     }
     if (first && !first->empty() && *first != report) {
       message += " (first failure reported: " + *first + ")";
     }
     if (!reports_->store_answers()) {
-      message += ". The store hosted by rank 0 does not answer either: rank 0 is stopped, "
-                 "frozen or cut off from this rank, or has exited";
+      message +=
+          ". The store hosted by rank 0 does not answer either: rank 0 is stopped, "
+          "frozen or cut off from this rank, or has exited";
     }
     context_->closeConnections();
     if (timed_out) {
-      return std::make_exception_ptr(TimeoutError(
-          message + ". DDP_DEBUG=detail compares collectives across ranks; DDP_TIMEOUT "
-                    "(seconds) sets how long a collective waits."));
+      return std::make_exception_ptr(
+          TimeoutError(message +
+                       ". DDP_DEBUG=detail compares collectives across ranks; DDP_TIMEOUT "
+                       "(seconds) sets how long a collective waits."));
     }
     return std::make_exception_ptr(CommunicationError(message));
   }
@@ -329,7 +332,7 @@ class Engine final : public detail::GlooEngine {
   std::shared_ptr<gloo::Context> context_;
   std::map<std::string, int> peer_by_address_;  // written before the queue starts
   std::unique_ptr<detail::FailureReports> reports_;
-  std::unique_ptr<detail::TaskQueue> queue_;     // last: stopped first
+  std::unique_ptr<detail::TaskQueue> queue_;  // last: stopped first
 };
 
 }  // namespace

@@ -89,8 +89,8 @@ std::string proc_address(const std::string& hex) {
   uint32_t ip = static_cast<uint32_t>(std::stoul(hex.substr(colon - 8, 8), nullptr, 16));
   unsigned port = static_cast<unsigned>(std::stoul(hex.substr(colon + 1), nullptr, 16));
   return "[" + std::to_string(ip & 0xff) + "." + std::to_string((ip >> 8) & 0xff) + "." +
-         std::to_string((ip >> 16) & 0xff) + "." + std::to_string(ip >> 24) + "]:" +
-         std::to_string(port);
+         std::to_string((ip >> 16) & 0xff) + "." + std::to_string(ip >> 24) +
+         "]:" + std::to_string(port);
 }
 
 }  // namespace

@@ -16,9 +16,7 @@ std::vector<char> GlooStore::get(const std::string& key) {
   return std::vector<char>(value.begin(), value.end());
 }
 
-void GlooStore::wait(const std::vector<std::string>& keys) {
-  store_->wait(keys);
-}
+void GlooStore::wait(const std::vector<std::string>& keys) { store_->wait(keys); }
 
 void GlooStore::wait(const std::vector<std::string>& keys,
                      const std::chrono::milliseconds& timeout) {

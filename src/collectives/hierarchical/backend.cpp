@@ -50,8 +50,9 @@ Backend hierarchical_backend() {
   b.name = "hierarchical";
   b.summary = "shared memory within each host, an inter-host backend across (always)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    return std::make_shared<HierarchicalProcessGroup>(setup, hosts(setup),
-                                                      options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions"));
+    return std::make_shared<HierarchicalProcessGroup>(
+        setup, hosts(setup),
+        options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions"));
   };
   return b;
 }

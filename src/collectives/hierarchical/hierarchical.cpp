@@ -32,7 +32,8 @@ class HierarchicalProcessGroup::Impl {
     if (!local.needs_store || !cross.needs_store) {
       throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
                             ": the hierarchical group builds its sub-groups on the store; "
-                            "backend '" + (local.needs_store ? cross.name : local.name) +
+                            "backend '" +
+                            (local.needs_store ? cross.name : local.name) +
                             "' needs none and cannot be a part of it");
     }
     const auto& t = topology_;
@@ -47,8 +48,7 @@ class HierarchicalProcessGroup::Impl {
       cross_ = build(cross, setup, options_.cross_options(),
                      "cross/" + std::to_string(t.local_rank), t.host_index, t.host_count);
     } else if (t.local_rank == 0) {
-      cross_ = build(cross, setup, options_.cross_options(), "leaders", t.host_index,
-                     t.host_count);
+      cross_ = build(cross, setup, options_.cross_options(), "leaders", t.host_index, t.host_count);
     }
     flat_ = build(cross, setup, options_.cross_options(), "flat", setup.rank, setup.world_size);
   }
@@ -129,9 +129,9 @@ class HierarchicalProcessGroup::Impl {
  private:
   struct Reduction {
     WorkPtr outer, previous;
-    at::Tensor flat;     // the caller's elements
-    at::Tensor padded;   // flat, padded to a multiple of local_size (may alias flat)
-    at::Tensor slice;    // this rank's slice (stages 1-3 of the sliced path)
+    at::Tensor flat;    // the caller's elements
+    at::Tensor padded;  // flat, padded to a multiple of local_size (may alias flat)
+    at::Tensor slice;   // this rank's slice (stages 1-3 of the sliced path)
     ReduceOp op;
     std::function<void()> epilogue;
   };
@@ -186,8 +186,7 @@ class HierarchicalProcessGroup::Impl {
   }
 
   // Runs `next` once `stage` completed, or finishes `r` with its error.
-  void then(const std::shared_ptr<Reduction>& r, const WorkPtr& stage,
-            std::function<void()> next) {
+  void then(const std::shared_ptr<Reduction>& r, const WorkPtr& stage, std::function<void()> next) {
     stage->on_complete([this, r, stage, next = std::move(next)] {
       if (auto error = stage->exception()) return finish(r, error);
       // Held while the next stage is issued (re-entered when that stage
@@ -259,12 +258,12 @@ class HierarchicalProcessGroup::Impl {
   ProcessGroupPtr flat_;          // every rank: the other collectives
 
   std::recursive_mutex stage_mutex_;
-  bool closing_ = false;          // guarded by stage_mutex_: the destructor has begun
+  bool closing_ = false;  // guarded by stage_mutex_: the destructor has begun
 
   std::mutex mutex_;
-  uint64_t next_ = 0;             // guarded by mutex_: the next operation's number
-  WorkPtr last_;                  // guarded by mutex_: the last outer Work issued
-  std::exception_ptr broken_;     // guarded by mutex_: the first stage failure
+  uint64_t next_ = 0;          // guarded by mutex_: the next operation's number
+  WorkPtr last_;               // guarded by mutex_: the last outer Work issued
+  std::exception_ptr broken_;  // guarded by mutex_: the first stage failure
 };
 
 HierarchicalProcessGroup::HierarchicalProcessGroup(const BackendSetup& setup,
@@ -316,8 +315,7 @@ WorkPtr HierarchicalProcessGroup::do_broadcast(at::Tensor tensor, int root) {
   return impl_->on_flat("broadcast", [&](ProcessGroup& g) { return g.broadcast(tensor, root); });
 }
 
-WorkPtr HierarchicalProcessGroup::do_allgather(std::vector<at::Tensor> outputs,
-                                               at::Tensor input) {
+WorkPtr HierarchicalProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
   return impl_->on_flat("allgather", [&](ProcessGroup& g) { return g.allgather(outputs, input); });
 }
 

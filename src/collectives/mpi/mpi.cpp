@@ -59,7 +59,8 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
 class MpiProcessGroup::Impl {
  public:
   Impl(MpiProcessGroup& owner, MpiOptions options, int index)
-      : owner_(owner), options_(std::move(options)),
+      : owner_(owner),
+        options_(std::move(options)),
         queue_(owner.where(), owner.timeout(), /*threads=*/1) {
     // Collective over MPI_COMM_WORLD: every rank creates its groups in order.
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
@@ -83,9 +84,9 @@ class MpiProcessGroup::Impl {
   // Checks MPI's `int` counts before anything is queued.
   void check_count(const char* kind, int64_t count) const {
     if (count > INT_MAX) {
-      throw InvalidArgument("ddp: " + owner_.where() + ": " + kind + ": " +
-                            std::to_string(count) + " elements exceed MPI's limit of " +
-                            std::to_string(INT_MAX) + " per call; split the tensor");
+      throw InvalidArgument("ddp: " + owner_.where() + ": " + kind + ": " + std::to_string(count) +
+                            " elements exceed MPI's limit of " + std::to_string(INT_MAX) +
+                            " per call; split the tensor");
     }
   }
 
@@ -103,8 +104,7 @@ class MpiProcessGroup::Impl {
     try {
       error = issue_and_wait(op, work);
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(
-          Error("ddp: " + work.description() + " failed: " + e.what()));
+      error = std::make_exception_ptr(Error("ddp: " + work.description() + " failed: " + e.what()));
     }
     mpi::collective_ended();
     return error;
@@ -134,8 +134,7 @@ class MpiProcessGroup::Impl {
   }
 
   // MPI cannot cancel a collective: keep its request and buffers for good.
-  std::exception_ptr abandon(const std::shared_ptr<Op>& op, MPI_Request request,
-                             const Work& work) {
+  std::exception_ptr abandon(const std::shared_ptr<Op>& op, MPI_Request request, const Work& work) {
     mpi::collective_abandoned();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -169,8 +168,7 @@ int world_size() { return mpi::world().world_size; }
 
 }  // namespace
 
-MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions options,
-                                 int index)
+MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions options, int index)
     : ProcessGroup(world_rank(), world_size(), timeout) {
   if (options.poll_interval().count() < 0) {
     throw InvalidArgument("ddp: MpiOptions::poll_interval must be >= 0, got " +
@@ -193,7 +191,8 @@ WorkPtr MpiProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   const int n = static_cast<int>(tensor.numel()), ranks = size();
   Op call{"MPI_Iallreduce",
           [=](MPI_Request* r) {
-            return MPI_Iallreduce(MPI_IN_PLACE, data(tensor), n, mpi::datatype(tensor.scalar_type()),
+            return MPI_Iallreduce(MPI_IN_PLACE, data(tensor), n,
+                                  mpi::datatype(tensor.scalar_type()),
                                   mpi::reduce_op(tensor.scalar_type(), op), comm, r);
           },
           [=] {
@@ -235,8 +234,8 @@ WorkPtr MpiProcessGroup::do_broadcast(at::Tensor tensor, int root) {
           },
           [] {}};
   return impl_->enqueue("broadcast",
-                        detail::tensor_detail(tensor) + ", root " + std::to_string(root),
-                        {tensor}, std::move(call));
+                        detail::tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
+                        std::move(call));
 }
 
 WorkPtr MpiProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
@@ -266,9 +265,8 @@ WorkPtr MpiProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Te
             *flat = flatten(inputs);
             const at::ScalarType dtype = output.scalar_type();
             return MPI_Ireduce_scatter_block(data(*flat), data(output),
-                                             static_cast<int>(output.numel()),
-                                             mpi::datatype(dtype), mpi::reduce_op(dtype, op),
-                                             comm, r);
+                                             static_cast<int>(output.numel()), mpi::datatype(dtype),
+                                             mpi::reduce_op(dtype, op), comm, r);
           },
           [=] {
             if (op == ReduceOp::AVG) output.div_(ranks);

@@ -20,10 +20,14 @@ std::atomic<bool> abandoned{false};
 
 const char* thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown thread level";
 }
@@ -38,8 +42,9 @@ void finalize_at_exit() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (abandoned.load() || running.load() > 0) {
-    std::fprintf(stderr, "ddp: not finalizing MPI at exit: a collective is still running "
-                         "(timed out or not waited for)\n");
+    std::fprintf(stderr,
+                 "ddp: not finalizing MPI at exit: a collective is still running "
+                 "(timed out or not waited for)\n");
     return;
   }
   MPI_Finalize();
@@ -50,12 +55,13 @@ void finalize_at_exit() {
 void check_not_singleton(int mpi_size) {
   LaunchInfo info = launch_info_from_env();
   if (info.source != "torchrun" || info.world_size <= 1 || mpi_size == info.world_size) return;
-  throw InvalidArgument(
-      "ddp: rank " + std::to_string(info.rank) + ": the mpi backend found WORLD_SIZE=" +
-      std::to_string(info.world_size) + " (ddprun/torchrun) but MPI sees " +
-      std::to_string(mpi_size) + " rank(s): MPI processes must be started by an MPI launcher. "
-      "Launch with `mpirun -np " + std::to_string(info.world_size) +
-      " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo.");
+  throw InvalidArgument("ddp: rank " + std::to_string(info.rank) +
+                        ": the mpi backend found WORLD_SIZE=" + std::to_string(info.world_size) +
+                        " (ddprun/torchrun) but MPI sees " + std::to_string(mpi_size) +
+                        " rank(s): MPI processes must be started by an MPI launcher. "
+                        "Launch with `mpirun -np " +
+                        std::to_string(info.world_size) +
+                        " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo.");
 }
 
 // Open MPI's nonblocking allreduce picks a binomial tree for fewer than 4
@@ -101,10 +107,15 @@ MPI_Op half_op(ReduceOp op) {
   static const MPI_Op max = make(&user_op<D, ReduceOp::MAX>);
   static const MPI_Op product = make(&user_op<D, ReduceOp::PRODUCT>);
   switch (op) {
-    case ReduceOp::SUM: case ReduceOp::AVG: return sum;
-    case ReduceOp::MIN: return min;
-    case ReduceOp::MAX: return max;
-    case ReduceOp::PRODUCT: return product;
+    case ReduceOp::SUM:
+    case ReduceOp::AVG:
+      return sum;
+    case ReduceOp::MIN:
+      return min;
+    case ReduceOp::MAX:
+      return max;
+    case ReduceOp::PRODUCT:
+      return product;
   }
   throw std::logic_error("ddp: unknown ReduceOp");
 }
@@ -171,13 +182,21 @@ std::string error_string(int code) {
 
 MPI_Datatype datatype(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kHalf: case at::kBFloat16: return MPI_UINT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kByte: return MPI_UINT8_T;
-    default: break;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kHalf:
+    case at::kBFloat16:
+      return MPI_UINT16_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    default:
+      break;
   }
   throw InvalidArgument(std::string("ddp: the mpi backend has no datatype for ") +
                         c10::toString(dtype));
@@ -187,10 +206,15 @@ MPI_Op reduce_op(at::ScalarType dtype, ReduceOp op) {
   if (dtype == at::kHalf) return half_op<at::kHalf>(op);
   if (dtype == at::kBFloat16) return half_op<at::kBFloat16>(op);
   switch (op) {
-    case ReduceOp::SUM: case ReduceOp::AVG: return MPI_SUM;
-    case ReduceOp::MIN: return MPI_MIN;
-    case ReduceOp::MAX: return MPI_MAX;
-    case ReduceOp::PRODUCT: return MPI_PROD;
+    case ReduceOp::SUM:
+    case ReduceOp::AVG:
+      return MPI_SUM;
+    case ReduceOp::MIN:
+      return MPI_MIN;
+    case ReduceOp::MAX:
+      return MPI_MAX;
+    case ReduceOp::PRODUCT:
+      return MPI_PROD;
   }
   throw std::logic_error("ddp: unknown ReduceOp");
 }

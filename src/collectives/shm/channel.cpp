@@ -17,9 +17,12 @@ namespace {
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case COPIED: return "copy its data in";
-    case REDUCED: return "reduce its slice";
-    case CONSUMED: return "read the results";
+    case COPIED:
+      return "copy its data in";
+    case REDUCED:
+      return "reduce its slice";
+    case CONSUMED:
+      return "read the results";
   }
   return "?";
 }
@@ -36,7 +39,9 @@ void futex_wait(Counter& c, uint32_t expected, std::chrono::milliseconds timeout
   syscall(SYS_futex, futex_word(c), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-void futex_wake(Counter& c) { syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+void futex_wake(Counter& c) {
+  syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 }  // namespace
 
@@ -101,7 +106,9 @@ void Channel::wait_all(Phase phase, uint64_t step) {
   }
 }
 
-bool Channel::all_reached(Phase phase, uint64_t step) const { return first_behind(phase, step) < 0; }
+bool Channel::all_reached(Phase phase, uint64_t step) const {
+  return first_behind(phase, step) < 0;
+}
 
 int Channel::first_behind(Phase phase, uint64_t step) const {
   for (int q = 0; q < world_; ++q) {
@@ -165,21 +172,24 @@ void Channel::fail_waiting(int peer, Phase phase, uint64_t step, bool timed_out)
   std::string what = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) + ")";
   std::string why;
   if (state == ProcessState::DEAD) {
-    why = what + " died (killed or crashed) while this rank waited for it to " +
-          phase_name(phase) + "; see its output";
+    why = what + " died (killed or crashed) while this rank waited for it to " + phase_name(phase) +
+          "; see its output";
   } else if (left) {
-    why = what + " closed its group (exited or destroyed it) before it issued this "
+    why = what +
+          " closed its group (exited or destroyed it) before it issued this "
           "collective; see its output";
   } else {
     why = what + " did not " + phase_name(phase) + " within the timeout: its process is " +
-          to_string(state) + ", it has begun " + std::to_string(their_ops) + " collective(s) (this is #" +
-          std::to_string(op_number_) + "), its last step was " + std::to_string(quiet_ms) + " ms ago";
+          to_string(state) + ", it has begun " + std::to_string(their_ops) +
+          " collective(s) (this is #" + std::to_string(op_number_) + "), its last step was " +
+          std::to_string(quiet_ms) + " ms ago";
   }
   std::string message = "ddp: " + op_ + " failed at step " + std::to_string(step) + ": " + why;
   mark_broken("rank " + std::to_string(config_.rank) + ": " + why);
   if (timed_out) {
-    throw TimeoutError(message + ". A rank may be stuck, stopped, or issuing a different "
-                                 "collective; DDP_DEBUG=detail compares collectives across ranks.");
+    throw TimeoutError(message +
+                       ". A rank may be stuck, stopped, or issuing a different "
+                       "collective; DDP_DEBUG=detail compares collectives across ranks.");
   }
   throw CommunicationError(message);
 }

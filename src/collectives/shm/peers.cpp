@@ -26,18 +26,28 @@ ProcessState process_state(int32_t pid) {
   auto close = line.rfind(')');
   if (close == std::string::npos || close + 2 >= line.size()) return ProcessState::UNKNOWN;
   switch (line[close + 2]) {
-    case 'Z': case 'X': case 'x': return ProcessState::DEAD;
-    case 'T': case 't': return ProcessState::STOPPED;
-    default: return ProcessState::RUNNING;
+    case 'Z':
+    case 'X':
+    case 'x':
+      return ProcessState::DEAD;
+    case 'T':
+    case 't':
+      return ProcessState::STOPPED;
+    default:
+      return ProcessState::RUNNING;
   }
 }
 
 const char* to_string(ProcessState state) {
   switch (state) {
-    case ProcessState::RUNNING: return "running";
-    case ProcessState::STOPPED: return "stopped (SIGSTOP or a debugger)";
-    case ProcessState::DEAD: return "dead";
-    case ProcessState::UNKNOWN: return "unknown";
+    case ProcessState::RUNNING:
+      return "running";
+    case ProcessState::STOPPED:
+      return "stopped (SIGSTOP or a debugger)";
+    case ProcessState::DEAD:
+      return "dead";
+    case ProcessState::UNKNOWN:
+      return "unknown";
   }
   return "?";
 }

@@ -47,7 +47,11 @@ struct Slices {
 class Pipeline {
  public:
   Pipeline(Channel& ch, char* data, int64_t n, size_t es, ReduceKernel kernel)
-      : ch_(ch), data_(data), n_(n), es_(es), kernel_(kernel),
+      : ch_(ch),
+        data_(data),
+        n_(n),
+        es_(es),
+        kernel_(kernel),
         per_step_(ch.chunk_bytes() / static_cast<int64_t>(es)),
         steps_(static_cast<uint64_t>((n + per_step_ - 1) / per_step_)),
         base_(ch.take_steps(steps_)),
@@ -68,7 +72,9 @@ class Pipeline {
 
  private:
   bool can_out() const { return out_ < reduced_ && ch_.all_reached(REDUCED, base_ + out_); }
-  bool can_reduce() const { return reduced_ < copied_ && ch_.all_reached(COPIED, base_ + reduced_); }
+  bool can_reduce() const {
+    return reduced_ < copied_ && ch_.all_reached(COPIED, base_ + reduced_);
+  }
   bool can_copy() const {
     if (copied_ >= steps_ || copied_ >= out_ + slots_) return false;
     const uint64_t s = base_ + copied_;
@@ -78,9 +84,10 @@ class Pipeline {
   // Does the oldest ready action; false if none is ready.
   bool step_once() {
     if (can_out()) {
-      for_each_peer_slice(out_, [&](char* tensor, const char* slot, size_t bytes) {
-        std::memcpy(tensor, slot, bytes);
-      }, /*from_peers=*/true);
+      for_each_peer_slice(
+          out_,
+          [&](char* tensor, const char* slot, size_t bytes) { std::memcpy(tensor, slot, bytes); },
+          /*from_peers=*/true);
       ch_.publish(CONSUMED, base_ + out_);
       ch_.finish_step(base_ + out_);
       ++out_;
@@ -89,9 +96,10 @@ class Pipeline {
       ch_.publish(REDUCED, base_ + reduced_);
       ++reduced_;
     } else if (can_copy()) {
-      for_each_peer_slice(copied_, [&](char* tensor, char* slot, size_t bytes) {
-        std::memcpy(slot, tensor, bytes);
-      }, /*from_peers=*/false);
+      for_each_peer_slice(
+          copied_,
+          [&](char* tensor, char* slot, size_t bytes) { std::memcpy(slot, tensor, bytes); },
+          /*from_peers=*/false);
       ch_.publish(COPIED, base_ + copied_);
       ++copied_;
     } else {

@@ -96,11 +96,10 @@ Segment Segment::open(const std::string& name, int world, int slots, int64_t chu
       h.slots != static_cast<uint32_t>(slots) ||
       h.chunk_bytes != static_cast<uint64_t>(chunk_bytes)) {
     throw InvalidArgument("ddp: shm: segment " + name + " was made for world " +
-                          std::to_string(h.world) + ", " + std::to_string(h.slots) +
-                          " slots of " + std::to_string(h.chunk_bytes) +
-                          " bytes; this rank expects world " + std::to_string(world) + ", " +
-                          std::to_string(slots) + " slots of " + std::to_string(chunk_bytes) +
-                          ": give every rank the same ShmOptions");
+                          std::to_string(h.world) + ", " + std::to_string(h.slots) + " slots of " +
+                          std::to_string(h.chunk_bytes) + " bytes; this rank expects world " +
+                          std::to_string(world) + ", " + std::to_string(slots) + " slots of " +
+                          std::to_string(chunk_bytes) + ": give every rank the same ShmOptions");
   }
   return s;
 }

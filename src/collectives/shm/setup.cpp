@@ -101,12 +101,13 @@ void await_attached(const StorePtr& store, Segment& seg, const std::string& name
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
       for (int r = 0; r < size; ++r) {
-        if (seg.control(r).pid.load() == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        if (seg.control(r).pid.load() == 0)
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       Segment::unlink(name);  // nobody else may come: leave nothing behind
       throw TimeoutError("ddp: " + where + ": rank(s) " + missing +
-                         " did not map the shm segment within " +
-                         std::to_string(timeout.count()) + " ms; see their output");
+                         " did not map the shm segment within " + std::to_string(timeout.count()) +
+                         " ms; see their output");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -117,10 +118,12 @@ void await_attached(const StorePtr& store, Segment& seg, const std::string& name
 Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
                 const std::string& where) {
   const auto deadline = std::chrono::steady_clock::now() + o.timeout();
-  store->set(kPeerKey + std::to_string(rank), to_bytes(detail::host_identity() + "\n" + pid_namespace()));
+  store->set(kPeerKey + std::to_string(rank),
+             to_bytes(detail::host_identity() + "\n" + pid_namespace()));
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm");
   std::vector<Peer> peers;
-  for (int r = 0; r < size; ++r) peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));
+  for (int r = 0; r < size; ++r)
+    peers.push_back(parse_peer(to_string(store->get(kPeerKey + std::to_string(r)))));
   // Every rank has read every peer before any refuses, and rank 0, which
   // hosts the store and may exit at once after refusing, refuses last.
   detail::wait_for_all_ranks(store, rank, size, o.timeout(), "shm/peers_read");

@@ -27,9 +27,7 @@ namespace shm = detail::shm;
 namespace {
 
 void validate(const ShmOptions& o) {
-  auto bad = [](const std::string& what) {
-    throw InvalidArgument("ddp: ShmOptions::" + what);
-  };
+  auto bad = [](const std::string& what) { throw InvalidArgument("ddp: ShmOptions::" + what); };
   if (o.chunk_bytes() < 4096 || o.chunk_bytes() % 64 != 0 || o.chunk_bytes() > (1ll << 30)) {
     bad("chunk_bytes must be a multiple of 64 in [4096, 1 GiB], got " +
         std::to_string(o.chunk_bytes()));
@@ -38,8 +36,8 @@ void validate(const ShmOptions& o) {
     bad("slots must be in [2, 1024], got " + std::to_string(o.slots()));
   }
   if (o.small_bytes() < 0 || o.small_bytes() > o.chunk_bytes()) {
-    bad("small_bytes must be in [0, chunk_bytes = " + std::to_string(o.chunk_bytes()) +
-        "], got " + std::to_string(o.small_bytes()));
+    bad("small_bytes must be in [0, chunk_bytes = " + std::to_string(o.chunk_bytes()) + "], got " +
+        std::to_string(o.small_bytes()));
   }
   if (o.spin_iterations() < 0) {
     bad("spin_iterations must be >= 0, got " + std::to_string(o.spin_iterations()));
@@ -70,11 +68,11 @@ class ShmProcessGroup::Impl {
     // the timeout (a tenth, at most 200 ms): Work::wait(), started later,
     // then sees the backend's error naming the peer rather than its own
     // generic timeout. Capped at a year so that the sum cannot overflow.
-    const auto timeout = std::min<std::chrono::milliseconds>(owner_.timeout(),
-                                                             std::chrono::hours(24 * 365));
-    const auto deadline = std::chrono::steady_clock::now() + timeout -
-                          std::min<std::chrono::milliseconds>(timeout / 10,
-                                                              std::chrono::milliseconds(200));
+    const auto timeout =
+        std::min<std::chrono::milliseconds>(owner_.timeout(), std::chrono::hours(24 * 365));
+    const auto deadline =
+        std::chrono::steady_clock::now() + timeout -
+        std::min<std::chrono::milliseconds>(timeout / 10, std::chrono::milliseconds(200));
     return queue_.enqueue(kind, detail, std::move(outputs),
                           [this, deadline, body = std::move(body)](uint32_t, const Work& work) {
                             return run(work, deadline, body);
@@ -111,7 +109,7 @@ class ShmProcessGroup::Impl {
 
   ShmProcessGroup& owner_;
   const ShmOptions options_;
-  shm::Channel channel_;   // used by the progress thread only, then by ~Impl
+  shm::Channel channel_;     // used by the progress thread only, then by ~Impl
   detail::TaskQueue queue_;  // last: its worker uses channel_
 };
 
@@ -131,10 +129,9 @@ std::string ShmProcessGroup::unsupported_reason(const at::Tensor& t) const {
 
 WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
   const int64_t small = impl_->options().small_bytes();
-  return impl_->enqueue("allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
-                        [tensor, op, small](shm::Channel& ch) {
-                          shm::allreduce(ch, tensor, op, small);
-                        });
+  return impl_->enqueue(
+      "allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
+      [tensor, op, small](shm::Channel& ch) { shm::allreduce(ch, tensor, op, small); });
 }
 
 WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
@@ -157,8 +154,7 @@ WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
 
 WorkPtr ShmProcessGroup::do_broadcast(at::Tensor tensor, int root) {
   return impl_->enqueue("broadcast",
-                        detail::tensor_detail(tensor) + ", root " + std::to_string(root),
-                        {tensor},
+                        detail::tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
                         [tensor, root](shm::Channel& ch) { shm::broadcast(ch, tensor, root); });
 }
 
@@ -169,10 +165,9 @@ WorkPtr ShmProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tenso
 
 WorkPtr ShmProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                                            ReduceOp op) {
-  return impl_->enqueue("reduce_scatter", detail::tensor_detail(output, to_string(op)), {output},
-                        [output, inputs, op](shm::Channel& ch) {
-                          shm::reduce_scatter(ch, output, inputs, op);
-                        });
+  return impl_->enqueue(
+      "reduce_scatter", detail::tensor_detail(output, to_string(op)), {output},
+      [output, inputs, op](shm::Channel& ch) { shm::reduce_scatter(ch, output, inputs, op); });
 }
 
 WorkPtr ShmProcessGroup::do_barrier() {
