@@ -17,7 +17,7 @@ namespace ddp {
 // of backward() on every rank alike.
 void Reducer::Impl::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
-  it_.phase = Phase::kFinalizing;
+  it_.phase = Phase::FINALIZING;
   BackToIdle back_to_idle{it_};
   const Clock::time_point compute_end = it_.last_hook;
   if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
@@ -43,7 +43,7 @@ void Reducer::Impl::finalize_backward() {
 void Reducer::Impl::shadow_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
   begin_synchronized_iteration();
-  it_.phase = Phase::kShadowing;
+  it_.phase = Phase::SHADOWING;
   BackToIdle back_to_idle{it_};
   local_used_.zero_();
   launch_the_rest_with_zeros_for_missing();  // every parameter

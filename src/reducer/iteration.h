@@ -2,17 +2,17 @@
 // state that Algorithm 1's functions (forward, autograd_hook, and the
 // finalizing step the paper omits) hand to each other.
 //
-//          prepare_for_backward(sync)            first gradient hook or
-//   kIdle ---------------------------> kReducing  backward start: queues the
-//     ^  \                               |        end-of-backward callback
-//     |   \ prepare_for_backward(no_sync)| end of backward
-//     |    v                             v
-//     |   kAccumulating              kFinalizing --(status, checks, write-back)--> kIdle
-//     |    | (stays until the next prepare_for_backward)
-//   kIdle --shadow_iteration() (Join)--> kShadowing --(zeros, status)--> kIdle
+//        prepare_for_backward(sync)          first gradient hook or backward
+//   IDLE ------------------------> REDUCING   start: queues the end-of-backward
+//    | \                              |       callback
+//    |  \ prepare_for_backward         | end of backward
+//    |   v (no_sync)                   v
+//    |   ACCUMULATING              FINALIZING --(status, checks, write-back)--> IDLE
+//    |   (until the next prepare_for_backward)
+//    +--shadow_iteration() (Join)--> SHADOWING --(zeros, status)--> IDLE
 //
-// A gradient hook in kIdle is a backward() that no forward prepared; in
-// kAccumulating it only marks its parameter used; in kReducing it fills the
+// A gradient hook in IDLE is a backward() that no forward prepared; in
+// ACCUMULATING it only marks its parameter used; in REDUCING it fills the
 // parameter's bucket slice and launches the buckets that became ready.
 #pragma once
 
@@ -24,17 +24,17 @@
 namespace ddp::detail {
 
 enum class Phase {
-  kIdle,          // no forward prepared since the last synchronized backward ended
-  kAccumulating,  // no_sync: gradients accumulate in .grad; used parameters are remembered
-  kReducing,      // gradients go into bucket slices; full buckets launch in index order
-  kFinalizing,    // end of backward: what is missing, status exchange, checks, write-back
-  kShadowing,     // Join: this rank is out of inputs; one backward's collectives, as zeros
+  IDLE,          // no forward prepared since the last synchronized backward ended
+  ACCUMULATING,  // no_sync: gradients accumulate in .grad; used parameters are remembered
+  REDUCING,      // gradients go into bucket slices; full buckets launch in index order
+  FINALIZING,    // end of backward: what is missing, status exchange, checks, write-back
+  SHADOWING,     // Join: this rank is out of inputs; one backward's collectives, as zeros
 };
 
 struct Iteration {
   using Clock = std::chrono::steady_clock;
 
-  Phase phase = Phase::kIdle;
+  Phase phase = Phase::IDLE;
   std::vector<bool> ready;       // parameter i's slice holds its contribution
   std::vector<int> arrivals;     // gradient hook calls per parameter (static_graph counts them)
   size_t next_launch = 0;        // buckets [0, next_launch) are launched
@@ -43,9 +43,9 @@ struct Iteration {
   std::optional<Clock::time_point> comm_start;      // the first bucket was launched
   Clock::time_point last_hook;                      // the last gradient hook ran
 
-  // A synchronized iteration begins (kReducing) over `params` parameters.
+  // A synchronized iteration begins (REDUCING) over `params` parameters.
   void begin_reducing(size_t params) {
-    phase = Phase::kReducing;
+    phase = Phase::REDUCING;
     ready.assign(params, false);
     arrivals.assign(params, 0);
     next_launch = 0;

@@ -2,8 +2,8 @@
 //
 // An iteration is a walk through the phases of reducer/iteration.h:
 // - forward (lines 8-11): prepare_for_backward() starts a synchronized
-//   iteration (kReducing) and marks the parameters the graph does not reach
-//   ready at once, or, under no_sync, only accumulates (kAccumulating).
+//   iteration (REDUCING) and marks the parameters the graph does not reach
+//   ready at once, or, under no_sync, only accumulates (ACCUMULATING).
 // - autograd_hook (lines 12-19): each gradient goes into its bucket slice
 //   (contribute(): the one place that decides who averages) and the buckets
 //   that became full are launched, strictly in index order.
@@ -79,7 +79,7 @@ void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs,
   std::lock_guard<std::mutex> lock(mutex_);
   if (synchronize || !uneven_inputs_) ++forwards_;
   if (!synchronize) {
-    it_.phase = Phase::kAccumulating;
+    it_.phase = Phase::ACCUMULATING;
     return;
   }
   begin_synchronized_iteration();
@@ -137,7 +137,7 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
                           " ranks (Join's divide_by_initial_world_size(false)); a hook "
                           "averages over the whole group");
   }
-  if (iterations_ > 0 || it_.phase != Phase::kIdle) {
+  if (iterations_ > 0 || it_.phase != Phase::IDLE) {
     throw InvalidArgument(where +
                           "training has started; register the hook before the first "
                           "forward/backward");
@@ -188,7 +188,7 @@ void Reducer::Impl::build_buckets(const std::vector<size_t>& sequence) {
 // first fire inside a reentrant backward, e.g. checkpointing).
 void Reducer::Impl::on_backward_start() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (it_.phase != Phase::kReducing) return;
+  if (it_.phase != Phase::REDUCING) return;
   if (!it_.backward_start) it_.backward_start = Clock::now();
   queue_finalize();
 }
@@ -202,12 +202,12 @@ void Reducer::Impl::queue_finalize() {
 // Algorithm 1, lines 12-19: parameter i's gradient was accumulated.
 void Reducer::Impl::autograd_hook(size_t i) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (it_.phase == Phase::kIdle) {  // not reduced: reported to every rank in the next status
+  if (it_.phase == Phase::IDLE) {  // not reduced: reported to every rank in the next status
     if (stray_after_ < 0) stray_after_ = forwards_;
     return;
   }
   local_used_.data_ptr<int32_t>()[i] = 1;
-  if (it_.phase == Phase::kAccumulating) return;
+  if (it_.phase == Phase::ACCUMULATING) return;
   it_.last_hook = Clock::now();
   if (!it_.backward_start) it_.backward_start = it_.last_hook;  // no output on the path
   queue_finalize();

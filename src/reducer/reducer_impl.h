@@ -45,10 +45,10 @@ class Reducer::Impl {
   const ProcessGroupPtr& group() const { return group_; }
 
  private:
-  // Leaves the phase kIdle however the step ends.
+  // Leaves the phase IDLE however the step ends.
   struct BackToIdle {
     detail::Iteration& it;
-    ~BackToIdle() { it.phase = Phase::kIdle; }
+    ~BackToIdle() { it.phase = Phase::IDLE; }
   };
 
   // reducer.cpp: forward and autograd_hook.
