@@ -27,6 +27,7 @@ done
 out=$repo/bench/results/zero-loopback.jsonl
 : > "$out"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DDP_BACKEND=gloo
+export USE_LIBUV=0  # PyTorch >= 2.4: TCPStore on libuv by default, absent from Debian 13's build
 run() {  # world kind optimizer
   if [[ $2 == ddp ]]; then
     "$ddprun" --nproc-per-node "$1" -- "$bench" --optimizer "$3" --iters "$iters"

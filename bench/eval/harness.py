@@ -95,6 +95,10 @@ class Snapshot:
         self.env = dict(os.environ)
         self.env["LD_LIBRARY_PATH"] = self.dir + (":" + self.env["LD_LIBRARY_PATH"]
                                                   if self.env.get("LD_LIBRARY_PATH") else "")
+        # PyTorch >= 2.4 starts TCPStore on libuv by default; Debian 13's 2.6
+        # has no libuv and refuses. The classic server is in every version
+        # (1.13 ignores the variable), as in tests/reference/pytorch_ddp.py.
+        self.env.setdefault("USE_LIBUV", "0")
         if malloc == "fixed":
             self.env.update(FIXED_MALLOC)
         self.malloc_note = FIXED_MALLOC_NOTE if malloc == "fixed" else \

@@ -102,7 +102,16 @@ void Join::join() {
 }
 
 JoinIteration Join::notify(Joinable& joinable) {
-  if (&joinable != &joinables_.front().get()) return current_;
+  if (&joinable != &joinables_.front().get()) {
+    // Another joinable's iteration starts before the first's has: the first
+    // does not start iterations (an optimizer listed before the module).
+    if (current_.training.empty()) {
+      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                            ": Join: list the DDP module first (ddp::Join join({*model, "
+                            "...})): its forward starts each iteration of the Join");
+    }
+    return current_;
+  }
   const JoinIteration it = exchange(/*training=*/true);
   if (options_.throw_on_early_termination() && it.training_ranks < group_->size()) {
     throw early_termination(it, group_->rank());

@@ -204,6 +204,23 @@ TEST(Join, ThrowOnEarlyTerminationRaisesOnEveryRankInTheSameIteration) {
   });
 }
 
+// The module's forward starts each iteration: listed after an optimizer,
+// every rank is told at its first forward, before any collective.
+TEST(Join, TheModuleMustComeFirst) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 2);
+    DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+    OptimizerJoinable joinable_opt(opt, pg);
+    std::string m = error_message([&] {
+      Join join({joinable_opt, *model});
+      Sample s = sample(rank, 0, false);
+      model->forward(s.x, s.use_side);
+    });
+    EXPECT_TRUE(contains(m, "list the DDP module first")) << m;
+  });
+}
+
 TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
   spawn(2, [](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 2);
