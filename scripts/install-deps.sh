@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake          # the build
+  ccache                         # rebuilds (and CI's clean clones) reuse compiled files
   libgtest-dev                   # GoogleTest: the multirank test tier
   libtorch-dev                   # libtorch 1.13: tensors, autograd, c10d stores
   libgloo-dev                    # Gloo headers: our collective backend
