@@ -13,6 +13,8 @@ subcommands (bench/README.md says what each runs and which program it uses):
                 PyTorch's DDP (eval/compare.py)
   collectives   allreduce by backend against c10d and raw MPI, with the bus
                 bandwidth plot (eval/collectives.py)
+  zero          ZeroRedundancyOptimizer against unsharded Adam, ours and
+                PyTorch's: state memory and iteration time (eval/zero.py)
   report        the report of a `paper` results directory again (eval/report.py)
   timeline      one run's timeline: the blog's columns, a Chrome trace (eval/timeline.py)
   models        the C++ and Python benchmark models: same parameters and weights?
@@ -42,6 +44,7 @@ import harness  # noqa: E402
 import models_check  # noqa: E402
 import paper  # noqa: E402
 import timeline  # noqa: E402
+import zero  # noqa: E402
 
 
 def run_digits(args):
@@ -68,6 +71,7 @@ def main():
     compare.add_parsers(sub)
     collectives.add_parser(sub)
     models_check.add_parser(sub)
+    zero.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")
     r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")
     r.add_argument("--docs", default="", help="also replace the evaluation section of this "

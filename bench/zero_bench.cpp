@@ -5,7 +5,7 @@
 //
 // Prints one JSON line (rank 0): optimizer-state bytes of every rank and the
 // median iteration time, an iteration's time being the slowest rank's (each
-// preceded by an untimed 1-element allreduce). bench/zero_compare.sh runs it
+// preceded by an untimed 1-element allreduce). `bench/evaluate.py zero` runs it
 // interleaved with PyTorch's twin, bench/pytorch_zero.py.
 #include "models/mlp.h"
 
