@@ -58,15 +58,20 @@ Join::Join(std::vector<std::reference_wrapper<Joinable>> joinables, JoinOptions 
   }
   if (!options_.enable()) return;
   const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": Join: ";
-  for (auto& j : joinables_) {
-    if (j.get().join_) {
+  // Every check before any registration: a refused Join leaves no joinable
+  // pointing at it.
+  for (size_t i = 0; i < joinables_.size(); ++i) {
+    Joinable& j = joinables_[i].get();
+    bool twice = false;
+    for (size_t k = 0; k < i; ++k) twice = twice || &joinables_[k].get() == &j;
+    if (j.join_ || twice) {
       throw InvalidArgument(where +
                             "a joinable is already in another Join (or listed twice); "
                             "a joinable takes part in one Join at a time");
     }
-    j.get().check_join_options(options_);
-    j.get().join_ = this;
+    j.check_join_options(options_);
   }
+  for (auto& j : joinables_) j.get().join_ = this;
 }
 
 Join::~Join() noexcept(false) {

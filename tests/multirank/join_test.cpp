@@ -229,6 +229,11 @@ TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
     std::string m = error_message(
         [&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
     EXPECT_NE(m.find("with a communication hook"), std::string::npos) << m;
+    // The refused Join left the module free: a plain Join and one that
+    // lists it twice behave as they should.
+    m = error_message([&] { Join twice({*model, *model}); });
+    EXPECT_TRUE(contains(m, "listed twice")) << m;
+    Join join({*model});
   });
 }
 
