@@ -1,5 +1,7 @@
 #include "json.h"
 
+#include "timeline/chrome_trace.h"  // one JSON string escaper for the library and bench
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -50,42 +52,6 @@ Json& Json::push(Json value) {
   return *this;
 }
 
-namespace {
-
-void write_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
-
-}  // namespace
-
 void Json::write(std::string& out, int indent, int depth) const {
   auto newline = [&](int d) {
     if (indent <= 0) return;
@@ -100,14 +66,14 @@ void Json::write(std::string& out, int indent, int depth) const {
       out += text_;
       break;
     case Kind::String:
-      write_string(out, text_);
+      ddp::detail::append_json_string(out, text_);
       break;
     case Kind::Object: {
       out += '{';
       for (size_t i = 0; i < members_.size(); ++i) {
         if (i) out += ',';
         newline(depth + 1);
-        write_string(out, members_[i].first);
+        ddp::detail::append_json_string(out, members_[i].first);
         out += indent > 0 ? ": " : ":";
         members_[i].second.write(out, indent, depth + 1);
       }
