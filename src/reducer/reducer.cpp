@@ -55,8 +55,6 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
                           "parameters_to_ignore)");
   }
   const size_t n = params_.size();
-  it_.ready.assign(n, false);
-  it_.arrivals.assign(n, 0);
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
   build_buckets(reverse_order(n));
   for (size_t i = 0; i < n; ++i) {
