@@ -148,9 +148,12 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
                                               .find_unused_parameters(f.find_unused));
   const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  ddp::ZeroRedundancyOptimizer* zero = nullptr;  // with --zero
   if (f.zero) {
-    optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+    auto sharded = std::make_unique<ddp::ZeroRedundancyOptimizer>(
         model->parameters(), sgd, ddp::ZeroOptions().process_group(pg));
+    zero = sharded.get();
+    optimizer = std::move(sharded);
   } else {
     optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), sgd);
   }
@@ -226,10 +229,12 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     // every replica (parameters and momentum) to the last one's state.
     const int64_t my_steps =
         f.uneven ? steps_per_epoch * std::max(50, 100 - 10 * rank) / 100 : steps_per_epoch;
+    // A ZeRO optimizer joins itself: a rank out of steps still steps its shard.
     ddp::OptimizerJoinable joinable_opt(opt, pg);
+    ddp::Joinable& opt_joinable = zero ? static_cast<ddp::Joinable&>(*zero) : joinable_opt;
     std::optional<ddp::Join> join;
     if (f.uneven)
-      join.emplace(std::vector<std::reference_wrapper<ddp::Joinable>>{*model, joinable_opt});
+      join.emplace(std::vector<std::reference_wrapper<ddp::Joinable>>{*model, opt_joinable});
     const auto epoch_start = std::chrono::steady_clock::now();
     // Every rank takes part (the same steps on each): loss and sample counts
     // over the window and the epoch.

@@ -155,10 +155,10 @@ inline Flags parse(int argc, char** argv) {
         "--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
         "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
   }
-  if (f.uneven && (f.zero || f.checkpoint_every > 0)) {
+  if (f.uneven && f.checkpoint_every > 0) {
     throw UsageError(
-        "--uneven goes with neither --zero nor --checkpoint-every: ranks that "
-        "finished the epoch step no optimizer and write no snapshot inside the Join");
+        "--uneven does not go with --checkpoint-every: ranks that finished the epoch "
+        "write no snapshot inside the Join");
   }
   return f;
 }

@@ -43,6 +43,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -129,10 +130,27 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   template <typename ReturnType = torch::Tensor, typename... Args>
   ReturnType forward(Args&&... args) {
     const auto start = before_forward();
-    ReturnType out = sequential_ ? sequential_->forward<ReturnType>(std::forward<Args>(args)...)
-                                 : any_.forward<ReturnType>(std::forward<Args>(args)...);
+    ReturnType out = forward_wrapped<ReturnType>(std::forward<Args>(args)...);
     after_forward(tensors_of(out), start);
     return out;
+  }
+
+  // Join (join.h) with a model that issues collectives of its own
+  // (SyncBatchNorm): the arguments of a forward that a rank out of inputs
+  // replays in each iteration it shadows, followed by a backward from every
+  // output, so that it issues the model's collectives in the same order as
+  // the ranks that train. What the replay computes is contributed nowhere
+  // (DDP and SyncBatchNorm send zeros for it), so any valid batch will do;
+  // an empty one costs least:
+  //   model->set_join_shadow_batch(torch::zeros({0, 3, 32, 32}));
+  // ReturnType as for forward(). Without it, a Join over a model that holds
+  // a SyncBatchNorm is refused (InvalidArgument) unless it throws on early
+  // termination.
+  template <typename ReturnType = torch::Tensor, typename... Args>
+  void set_join_shadow_batch(Args... args) {
+    join_shadow_forward_ = [this, args...] {
+      return tensors_of(forward_wrapped<ReturnType>(args...));
+    };
   }
 
   // The wrapped module.
@@ -175,6 +193,13 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  private:
   friend class NoSyncGuard;
   void initialize(DistributedDataParallelOptions options);
+  template <typename ReturnType, typename... Args>
+  ReturnType forward_wrapped(Args&&... args) {
+    return sequential_ ? sequential_->forward<ReturnType>(std::forward<Args>(args)...)
+                       : any_.forward<ReturnType>(std::forward<Args>(args)...);
+  }
+  // Join: this rank's replay of set_join_shadow_batch's forward and backward.
+  void replay_join_shadow_batch();
   std::chrono::steady_clock::time_point before_forward();
   void after_forward(const std::vector<torch::Tensor>& outputs,
                      std::chrono::steady_clock::time_point start);
@@ -209,6 +234,8 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   ProcessGroupPtr group_;
   std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward
   std::unique_ptr<Reducer> reducer_;
+  // set_join_shadow_batch's forward on the wrapped module; empty when not set.
+  std::function<std::vector<torch::Tensor>()> join_shadow_forward_;
   bool require_backward_grad_sync_ = true;  // false inside no_sync
   int64_t divisor_ = 0;         // what the Reducer divides gradients by (0: not set yet)
   bool uneven_inputs_ = false;  // told the Reducer that ranks may run different no_sync passes

@@ -20,8 +20,15 @@
 //   no_sync) first runs one small allreduce that tells every rank which
 //   ranks still train. A rank that joined answers it and then shadows the
 //   iteration: the buffer broadcast, the gradient buckets as zeros (through
-//   the communication hook, if any), the status, contributing nothing. So
-//   the others' gradients are the average over the ranks that had a batch.
+//   the communication hook, if any), the status, contributing nothing, and
+//   then takes the averaged gradients as the others do. So the others'
+//   gradients are the average over the ranks that had a batch.
+// - A model with collectives of its own (SyncBatchNorm): the DDP module
+//   needs a batch to replay (set_join_shadow_batch); a rank out of inputs
+//   then runs the model's forward and backward on it, which issues the
+//   model's collectives and DDP's in the order the training ranks do, with
+//   zeros for everything it would contribute. Without one, a Join over a
+//   model holding a SyncBatchNorm is refused at construction.
 //   no_sync passes issue no collective and need no shadow. Under a Join a
 //   forward with grad disabled issues no collective either (its buffers are
 //   not broadcast).
@@ -36,13 +43,16 @@
 //   every replica ends with the final model. An optimizer's state (momentum)
 //   on a rank that joined early missed the later steps: list the optimizer
 //   as an OptimizerJoinable after the module (its state is then broadcast
-//   the same way), or use ZeroRedundancyOptimizer with overlap_with_ddp,
-//   whose shards step inside DDP's shadowed buckets.
+//   the same way), or use a ZeroRedundancyOptimizer, listed after the
+//   module: a rank out of inputs steps its shard with the averaged
+//   gradients and sends it, as the others expect (with overlap_with_ddp the
+//   shards step inside DDP's shadowed buckets, listed or not).
 // - throw_on_early_termination(true): no shadowing; in the iteration after
 //   the first rank ran out, every rank raises EarlyTermination (training
 //   ranks from their forward, the rank that ran out from join()).
-// - A collective the model itself issues in forward or backward (outside
-//   DDP) cannot be shadowed unless it is a Joinable listed in the Join.
+// - Any other collective the model issues itself runs again in that replay,
+//   with what the replayed batch computes (an empty batch usually adds
+//   nothing); or make it a Joinable and list it.
 // - Not thread-safe; all calls on the training thread.
 #pragma once
 

@@ -102,9 +102,14 @@ class Reducer {
   // Join (join.h) uses these; a custom loop may too.
   // A rank out of inputs while others train: issues the collectives of one
   // synchronized backward with nothing to contribute (zeros), so the others'
-  // backward completes. Writes no gradient. Call where the others call
+  // backward completes, and writes the averages back as they do (every
+  // replica holds the same gradients). Call where the others call
   // backward(), on the training thread, never during a backward pass.
   void shadow_iteration();
+  // The same for a model with collectives of its own (SyncBatchNorm): after
+  // a forward on an empty batch, whose backward then runs as the others'
+  // does, in the same order, with zeros for every gradient it produces.
+  void prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs);
   // Divide gradients by `ranks` (the ranks contributing, in [1, world size])
   // from the next synchronized iteration on instead of by the world size.
   // InvalidArgument with a communication hook (it averages over the group).

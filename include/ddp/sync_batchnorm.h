@@ -32,9 +32,13 @@
 //   comm hook (its collectives come from DDP's communication thread) give
 //   SyncBatchNorm a group of its own so that the order is the same on every
 //   rank.
-// - Join (uneven inputs): not a Joinable yet; a rank out of inputs does not
-//   shadow SyncBatchNorm's collectives (src/sync_batchnorm/sync_stats.h says
-//   how a shadow would issue them).
+// - Join (uneven inputs): give the DDP module a batch to replay,
+//   model->set_join_shadow_batch(torch::zeros({0, C, H, W})); a rank out of
+//   inputs then runs the model's forward and backward on it in each
+//   iteration the others still train, issuing every SyncBatchNorm collective
+//   in their order with zeros for its sums (it adds nothing to the
+//   statistics, and its running statistics follow the others'). A Join over
+//   a model with a SyncBatchNorm and no shadow batch is refused.
 #pragma once
 
 #include <ddp/process_group.h>

@@ -33,11 +33,16 @@
 //   parameter must get a gradient each iteration (no find_unused_parameters),
 //   gradients cannot be changed between backward and step() (clipping), and
 //   step() takes no closure.
+// - Join (uneven inputs): list the optimizer after the DDP module, e.g.
+//   ddp::Join join({*model, opt}); a rank out of inputs then steps its shard
+//   in every iteration the others still train (with the averaged gradients
+//   DDP's shadow gives it) and sends the updated parameters.
 // - Wrapped types: torch::optim::SGD, Adam, AdamW, Adagrad, RMSprop through
 //   their options (ZeroOptimizerTraits); any other through a Wrapped.
 #pragma once
 
 #include <ddp/comm_hook.h>
+#include <ddp/join.h>
 #include <ddp/process_group.h>
 
 #include <torch/arg.h>
@@ -119,7 +124,7 @@ class ZeroRedundancyOptimizer;
 // The communication hook of ZeroOptions::overlap_with_ddp (see above).
 FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
 
-class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
+class ZeroRedundancyOptimizer : public torch::optim::Optimizer, public Joinable {
  public:
   // `defaults`: the wrapped optimizer's options, e.g. torch::optim::AdamOptions(1e-3).
   template <typename Options>
@@ -155,9 +160,18 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   // Bytes of optimizer state this rank holds.
   int64_t state_bytes() const;
 
+  // Joinable (join.h): list it after the DDP module, ddp::Join join({*model, opt}).
+  // A rank out of inputs steps its shard with the averaged gradients DDP's
+  // shadow left it and sends it, as the others expect from its owner.
+  ProcessGroupPtr join_process_group() const override;
+  void shadow_iteration(const JoinIteration& iteration) override;
+  void finish_join(int) override {}  // every shard stepped in every iteration
+  void check_join_options(const JoinOptions&) const override {}
+
  private:
   friend FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
   void sync_options();
+  torch::Tensor step_shard(LossClosure closure);
   void step_reduced_bucket(GradBucket& bucket);
 
   struct Impl;

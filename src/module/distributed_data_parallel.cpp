@@ -120,29 +120,6 @@ std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forwar
   return std::chrono::steady_clock::now();
 }
 
-void DistributedDataParallelImpl::shadow_iteration(const JoinIteration& iteration) {
-  if (options_.broadcast_buffers() && !buffers_.empty()) {
-    detail::broadcast_coalesced(*group_, buffers_, iteration.lowest_training_rank());
-  }
-  reducer_->shadow_iteration();
-}
-
-void DistributedDataParallelImpl::finish_join(int last_rank) {
-  std::vector<torch::Tensor> state;
-  for (const auto& p : wrapped_->parameters()) state.push_back(p);
-  state.insert(state.end(), buffers_.begin(), buffers_.end());
-  detail::broadcast_coalesced(*group_, state, last_rank);
-}
-
-void DistributedDataParallelImpl::check_join_options(const JoinOptions& options) const {
-  if (!options.divide_by_initial_world_size() && reducer_->has_comm_hook()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": Join(divide_by_initial_world_size(false)) with a communication "
-                          "hook: the hook averages over the whole group, so gradients cannot "
-                          "be divided by the ranks that contributed; use the default (true)");
-  }
-}
-
 void DistributedDataParallelImpl::after_forward(const std::vector<torch::Tensor>& outputs,
                                                 std::chrono::steady_clock::time_point start) {
   const auto end = std::chrono::steady_clock::now();

@@ -21,36 +21,43 @@ void Reducer::Impl::finalize_backward() {
   BackToIdle back_to_idle{it_};
   const Clock::time_point compute_end = it_.last_hook;
   if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
-  const std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
+  std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
+  if (it_.joined) missing.clear();  // a joined rank's replay reports nothing missing
   Clock::time_point comm_end = *it_.comm_start;
   // Hooks issue collectives from the communication thread: let them all
   // finish before this thread issues its own, so the order is the same on
   // every rank. Without hooks the buckets' allreduces are already queued.
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-  const detail::IterationStatus status = exchange_status(missing, /*joined=*/false, comm_end);
+  const detail::IterationStatus status = exchange_status(missing, comm_end);
   check_reports(status.read(), missing);
-  write_back_averages(status);
-  if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
-  gradient_order_.end_iteration(params_.size());
-  finish_stats(compute_end, comm_end);
+  end_synchronized_iteration(status);
+  if (!it_.joined) finish_stats(compute_end, comm_end);
 }
 
 // Join: this rank is out of inputs while others train. The collectives
 // of one synchronized backward, contributing nothing: the rebuild's
 // broadcast when due, every bucket as zeros (through the hook if there is
-// one), the status marked joined. No gradient is written; what no_sync
-// passes accumulated here is dropped from the used bitmap.
+// one), the status marked joined; then the averages are written back as on
+// the others. What no_sync passes accumulated here is dropped.
 void Reducer::Impl::shadow_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
   begin_synchronized_iteration();
   it_.phase = Phase::SHADOWING;
+  it_.joined = true;
   BackToIdle back_to_idle{it_};
   local_used_.zero_();
   launch_the_rest_with_zeros_for_missing();  // every parameter
   Clock::time_point comm_end = *it_.comm_start;
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-  const detail::IterationStatus status = exchange_status({}, /*joined=*/true, comm_end);
+  const detail::IterationStatus status = exchange_status({}, comm_end);
   check_reports(status.read(), {});
+  end_synchronized_iteration(status);
+}
+
+// Every rank, joined or not, ends with the same gradients.
+void Reducer::Impl::end_synchronized_iteration(const detail::IterationStatus& status) {
+  write_back_averages(status);
+  if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
   gradient_order_.end_iteration(params_.size());
 }
 
@@ -82,7 +89,7 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
 // did this iteration (iteration_status.h). Returns when it and every
 // bucket are reduced; `comm_end` becomes the last bucket's completion.
 detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>& missing,
-                                                       bool joined, Clock::time_point& comm_end) {
+                                                       Clock::time_point& comm_end) {
   const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
   detail::IterationStatus status(n, group_->rank(), group_->size());
   if (has_bitmap()) status.bitmap().copy_(local_used_);
@@ -91,7 +98,7 @@ detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>
   mine.forwards = static_cast<int32_t>(forwards_);
   mine.stray_after = static_cast<int32_t>(stray_after_);
   mine.tally = group_->take_tally();
-  mine.joined = joined;
+  mine.joined = it_.joined;
   status.write(mine);
   auto status_work = group_->allreduce(status.tensor());
   if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);

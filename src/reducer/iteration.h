@@ -9,7 +9,12 @@
 //    |   v (no_sync)                   v
 //    |   ACCUMULATING              FINALIZING --(status, checks, write-back)--> IDLE
 //    |   (until the next prepare_for_backward)
-//    +--shadow_iteration() (Join)--> SHADOWING --(zeros, status)--> IDLE
+//    +--shadow_iteration() (Join)--> SHADOWING --(zeros, status, write-back)--> IDLE
+//
+// Join with a model that has collectives of its own: prepare_for_shadow_backward
+// starts a REDUCING iteration marked `joined` (this rank is out of inputs
+// and replays an empty batch): its gradients go in as zeros, the used bitmap
+// stays empty and the status says joined.
 //
 // A gradient hook in IDLE is a backward() that no forward prepared; in
 // ACCUMULATING it only marks its parameter used; in REDUCING it fills the
@@ -38,6 +43,7 @@ struct Iteration {
   std::vector<bool> ready;       // parameter i's slice holds its contribution
   std::vector<int> arrivals;     // gradient hook calls per parameter (static_graph counts them)
   size_t next_launch = 0;        // buckets [0, next_launch) are launched
+  bool joined = false;           // Join: this rank contributes nothing (zeros, status joined)
   bool finalize_queued = false;  // the end-of-backward callback is registered
   std::optional<Clock::time_point> backward_start;  // the outermost backward began
   std::optional<Clock::time_point> comm_start;      // the first bucket was launched
@@ -49,6 +55,7 @@ struct Iteration {
     ready.assign(params, false);
     arrivals.assign(params, 0);
     next_launch = 0;
+    joined = false;
     finalize_queued = false;
     backward_start.reset();
     comm_start.reset();

@@ -81,6 +81,22 @@ void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs,
     return;
   }
   begin_synchronized_iteration();
+  watch_outputs(outputs);
+}
+
+// Join, a model with collectives of its own: this rank replays a forward
+// and backward on an empty batch so that it issues them in the others'
+// order; what its backward produces, and what no_sync passes accumulated
+// here, is not contributed (zeros, an empty used bitmap, status joined).
+void Reducer::Impl::prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  begin_synchronized_iteration();
+  it_.joined = true;
+  local_used_.zero_();
+  watch_outputs(outputs);
+}
+
+void Reducer::Impl::watch_outputs(const std::vector<at::Tensor>& outputs) {
   for (const auto& out : outputs) {
     detail::at_backward_start(out, [this, token = std::weak_ptr<int>(alive_)] {
       if (token.lock()) on_backward_start();
@@ -204,7 +220,7 @@ void Reducer::Impl::autograd_hook(size_t i) {
     if (stray_after_ < 0) stray_after_ = forwards_;
     return;
   }
-  local_used_.data_ptr<int32_t>()[i] = 1;
+  if (!it_.joined) local_used_.data_ptr<int32_t>()[i] = 1;
   if (it_.phase == Phase::ACCUMULATING) return;
   it_.last_hook = Clock::now();
   if (!it_.backward_start) it_.backward_start = it_.last_hook;  // no output on the path
@@ -229,10 +245,11 @@ void Reducer::Impl::mark_ready(size_t i) {
   at::NoGradGuard no_grad;
   at::Tensor& view = buckets_.view(i);
   at::Tensor& grad = params_[i].mutable_grad();
-  if (grad.defined()) {
+  if (grad.defined() && !it_.joined) {
     contribute(view, grad);
     if (options_.gradient_as_bucket_view()) grad = view;
   } else {
+    detach_grad_from_bucket(i);
     view.zero_();
   }
   gradient_order_.note_ready(i);
@@ -308,6 +325,10 @@ void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_tim
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
 bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }
 void Reducer::shadow_iteration() { impl_->shadow_iteration(); }
+
+void Reducer::prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs) {
+  impl_->prepare_for_shadow_backward(outputs);
+}
 void Reducer::set_divisor(int64_t ranks) { impl_->set_divisor(ranks); }
 void Reducer::set_uneven_inputs(bool uneven) { impl_->set_uneven_inputs(uneven); }
 IterationStats Reducer::stats() const { return impl_->stats(); }

@@ -35,6 +35,7 @@ class Reducer::Impl {
   // The Reducer's public operations (reducer.h).
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize);
   void shadow_iteration();
+  void prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs);
   void set_divisor(int64_t ranks);
   void set_uneven_inputs(bool uneven);
   bool has_comm_hook() const;
@@ -53,6 +54,8 @@ class Reducer::Impl {
 
   // reducer.cpp: forward and autograd_hook.
   void begin_synchronized_iteration();
+  // Backward start and, with find_unused_parameters, the unreached parameters.
+  void watch_outputs(const std::vector<at::Tensor>& outputs);
   void build_buckets(const std::vector<size_t>& sequence);
   void on_backward_start();
   void queue_finalize();
@@ -67,11 +70,12 @@ class Reducer::Impl {
   void finalize_backward();
   void learn_static_graph();
   std::vector<size_t> launch_the_rest_with_zeros_for_missing();
-  detail::IterationStatus exchange_status(const std::vector<size_t>& missing, bool joined,
+  detail::IterationStatus exchange_status(const std::vector<size_t>& missing,
                                           Clock::time_point& comm_end);
   void check_reports(const std::vector<detail::RankReport>& reports,
                      const std::vector<size_t>& missing);
   void write_back_averages(const detail::IterationStatus& status);
+  void end_synchronized_iteration(const detail::IterationStatus& status);
   void detach_grad_from_bucket(size_t i);
   void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end);
   bool has_bitmap() const { return options_.find_unused_parameters() || options_.static_graph(); }

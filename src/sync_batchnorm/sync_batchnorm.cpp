@@ -6,6 +6,7 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 
+#include "module/join_shadow.h"
 #include "sync_batchnorm/sync_stats.h"
 
 #include <ATen/ATen.h>
@@ -123,7 +124,9 @@ torch::Tensor SyncBatchNormImpl::train_forward(const torch::Tensor& input) {
   for (int64_t d = 2; d < input.dim(); ++d) l *= input.size(d);
   // (N, C, L): spatial dimensions flattened; a view when input is contiguous.
   const at::Tensor flat = input.reshape({n, c, l});
-  const auto stats = detail::global_batch_stats(*group, flat, "SyncBatchNorm");
+  // A rank out of inputs replaying the model for Join adds nothing.
+  const bool contribute = !detail::in_join_shadow();
+  const auto stats = detail::global_batch_stats(*group, flat, "SyncBatchNorm", contribute);
 
   if (options.track_running_stats()) {
     torch::NoGradGuard no_grad;
@@ -136,7 +139,8 @@ torch::Tensor SyncBatchNormImpl::train_forward(const torch::Tensor& input) {
     running_var.copy_(running_var.to(at::kDouble) * (1 - factor) + unbiased * factor);
   }
   const at::Tensor invstd = (stats.var + options.eps()).rsqrt();
-  return detail::sync_batch_norm(flat, weight, bias, stats.mean, invstd, stats.count, group)
+  return detail::sync_batch_norm(flat, weight, bias, stats.mean, invstd, stats.count, group,
+                                 contribute)
       .reshape(input.sizes());
 }
 

@@ -32,7 +32,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
                             const c10::optional<at::Tensor>& weight_or_none,
                             const c10::optional<at::Tensor>& bias_or_none, const at::Tensor& mean,
-                            const at::Tensor& invstd, double count, ProcessGroupPtr group) {
+                            const at::Tensor& invstd, double count, ProcessGroupPtr group,
+                            bool contribute) {
     const at::Tensor weight = weight_or_none.value_or(at::Tensor());
     const at::Tensor bias = bias_or_none.value_or(at::Tensor());
     // y = x * alpha + beta per channel, as ATen's CPU batch norm computes it.
@@ -43,6 +44,7 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     at::Tensor out = at::addcmul(per_channel(beta.to(dtype)), input, per_channel(alpha.to(dtype)));
     ctx->save_for_backward({input, weight, mean, invstd});
     ctx->saved_data["count"] = count;
+    ctx->saved_data["contribute"] = contribute;
     ctx->saved_data["group"] =
         c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
     return out;
@@ -73,6 +75,7 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     if (weight.defined() && ctx->needs_input_grad(2)) grad_bias = sum_dy.to(weight.scalar_type());
     if (ctx->needs_input_grad(0)) {
       at::Tensor global = at::cat({sum_dy, sum_dy_xmu});
+      if (!ctx->saved_data["contribute"].toBool()) global.zero_();
       auto capsule = ctx->saved_data["group"].toCapsule();
       allreduce_batch_stats(*static_cast<GroupCapsule*>(capsule.get())->group, global);
       at::Tensor mean_dy = global.narrow(0, 0, c) / count;
@@ -83,8 +86,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
       grad_input =
           ((dy - per_channel(mean_dy) - xmu * proj) * per_channel(scale)).to(input.scalar_type());
     }
-    return {grad_input,   grad_weight,  grad_bias,   at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_input,   grad_weight,  grad_bias,    at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -95,12 +98,13 @@ void allreduce_batch_stats(ProcessGroup& group, const at::Tensor& stats) {
 }
 
 BatchStats global_batch_stats(ProcessGroup& group, const at::Tensor& input,
-                              const std::string& layer) {
+                              const std::string& layer, bool contribute) {
   const int64_t c = input.size(1);
   at::Tensor x = input.detach().to(at::kDouble);
   const std::vector<int64_t> dims = {0, 2};
   const double count = static_cast<double>(input.size(0) * input.size(2));
   at::Tensor stats = at::cat({x.sum(dims), (x * x).sum(dims), at::full({1}, count, x.options())});
+  if (!contribute) stats.zero_();
   allreduce_batch_stats(group, stats);
 
   BatchStats out;
@@ -121,12 +125,12 @@ BatchStats global_batch_stats(ProcessGroup& group, const at::Tensor& input,
 
 at::Tensor sync_batch_norm(const at::Tensor& input, const at::Tensor& weight,
                            const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
-                           double count, ProcessGroupPtr group) {
+                           double count, ProcessGroupPtr group, bool contribute) {
   const auto optional = [](const at::Tensor& t) {
     return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
   };
   return SyncBatchNormFunction::apply(input, optional(weight), optional(bias), mean, invstd, count,
-                                      std::move(group));
+                                      std::move(group), contribute);
 }
 
 }  // namespace ddp::detail

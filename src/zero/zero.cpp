@@ -163,6 +163,17 @@ void ZeroRedundancyOptimizer::sync_options() {
 }
 
 torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  if (join()) join()->notify(*this);  // in a Join: checks the module comes first
+  return step_shard(std::move(closure));
+}
+
+ProcessGroupPtr ZeroRedundancyOptimizer::join_process_group() const { return impl_->group; }
+
+// Join: this rank is out of inputs; DDP's shadow iteration left it the
+// averaged gradients (or, with overlap_with_ddp, already stepped its shards).
+void ZeroRedundancyOptimizer::shadow_iteration(const JoinIteration&) { step_shard(nullptr); }
+
+torch::Tensor ZeroRedundancyOptimizer::step_shard(LossClosure closure) {
   Impl& m = *impl_;
   if (m.overlap) {
     // The hook did the work during backward; make sure it did all of it.

@@ -55,7 +55,9 @@ struct Case {
   bool find_unused = false;
   int accumulate = 1;  // micro-batches per synchronized step (no_sync between)
   bool hook = false;
-  int epochs = 1;  // a Join each; with an OptimizerJoinable from the second on
+  int epochs = 1;        // a Join each; with an OptimizerJoinable from the second on
+  bool zero = false;     // a ZeroRedundancyOptimizer (listed in the Join) instead of SGD
+  bool overlap = false;  // ... with overlap_with_ddp
 };
 
 // Which micro-batches each rank's synchronized steps cover: groups of
@@ -117,11 +119,26 @@ void run(const Case& c) {
     if (c.hook) model->register_comm_hook(pg, allreduce_hook);
     std::vector<torch::Tensor> initial;
     for (auto& p : model->parameters()) initial.push_back(p.detach().clone());
-    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    const auto sgd = torch::optim::SGDOptions(0.1).momentum(0.9);
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    ZeroRedundancyOptimizer* zero = nullptr;
+    if (c.zero) {
+      optimizer = std::make_unique<ZeroRedundancyOptimizer>(
+          model->parameters(), sgd, ZeroOptions().process_group(pg).overlap_with_ddp(c.overlap));
+      zero = static_cast<ZeroRedundancyOptimizer*>(optimizer.get());
+      if (c.overlap) model->register_comm_hook(zero, zero_hook);
+    } else {
+      optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), sgd);
+    }
+    torch::optim::Optimizer& opt = *optimizer;
     OptimizerJoinable joinable_opt(opt, pg);
     for (int epoch = 0; epoch < c.epochs; ++epoch) {
       std::vector<std::reference_wrapper<Joinable>> joinables{*model};
-      if (c.epochs > 1) joinables.push_back(joinable_opt);
+      if (zero) {
+        joinables.push_back(*zero);  // its shard steps while it shadows
+      } else if (c.epochs > 1) {
+        joinables.push_back(joinable_opt);
+      }
       Join join(joinables, JoinOptions().divide_by_initial_world_size(c.divide_by_initial));
       for (const auto& step : steps_of(c.batches[rank], c.accumulate)) {
         opt.zero_grad();
@@ -174,6 +191,25 @@ TEST(Join, AnOptimizerJoinableKeepsMomentumInStepAcrossEpochs) {
 }
 
 TEST(Join, WithACommHook) { run({{3, 5, 7}, true, false, 1, /*hook=*/true}); }
+
+// A rank out of inputs still owns its shard: it steps it with the averaged
+// gradients its shadow iteration got, and sends it to the others.
+TEST(Join, AZeroRedundancyOptimizerStepsItsShardWhileItsRankShadows) {
+  for (bool overlap : {false, true}) {
+    Case c{{3, 5, 7}};
+    c.zero = true;
+    c.overlap = overlap;
+    c.epochs = 2;
+    run(c);
+    c = Case{{0, 2, 4, 6}};
+    c.zero = true;
+    c.overlap = overlap;
+    run(c);
+  }
+  Case c{{3, 5, 7}, /*divide_by_initial=*/false};
+  c.zero = true;
+  run(c);
+}
 
 // A rank with no batch at all shadows from the first iteration, through
 // the bucket rebuild after it.

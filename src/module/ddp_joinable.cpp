@@ -1,0 +1,107 @@
+// DistributedDataParallel as a Joinable (join.h): what a rank out of inputs
+// does in each iteration the others still train, and when all are done.
+#include <ddp/distributed_data_parallel.h>
+
+#include <ddp/errors.h>
+#include <ddp/sync_batchnorm.h>
+
+#include "module/join_shadow.h"
+#include "module/model_sync.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+namespace ddp {
+namespace detail {
+namespace {
+thread_local bool join_shadow = false;
+}  // namespace
+
+bool in_join_shadow() { return join_shadow; }
+JoinShadowScope::JoinShadowScope() : previous_(join_shadow) { join_shadow = true; }
+JoinShadowScope::~JoinShadowScope() { join_shadow = previous_; }
+
+}  // namespace detail
+
+namespace {
+
+// The name of the first SyncBatchNorm in `module`'s tree, or "".
+std::string first_sync_batchnorm(const torch::nn::Module& module) {
+  for (const auto& item : module.named_modules()) {
+    if (dynamic_cast<const SyncBatchNormImpl*>(item.value().get())) {
+      return item.key().empty() ? "(the module itself)" : item.key();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// The others broadcast buffers in their forward, then run forward and
+// backward: the same collectives, in the same order, contributing nothing.
+void DistributedDataParallelImpl::shadow_iteration(const JoinIteration& iteration) {
+  if (options_.broadcast_buffers() && !buffers_.empty()) {
+    detail::broadcast_coalesced(*group_, buffers_, iteration.lowest_training_rank());
+  }
+  if (join_shadow_forward_) {
+    replay_join_shadow_batch();
+  } else {
+    reducer_->shadow_iteration();
+  }
+}
+
+void DistributedDataParallelImpl::replay_join_shadow_batch() {
+  at::AutoGradMode grad_enabled(true);
+  std::vector<torch::Tensor> outputs;
+  {
+    detail::JoinShadowScope shadow;
+    outputs = join_shadow_forward_();
+  }
+  std::vector<torch::Tensor> roots, zeros;
+  for (const auto& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    roots.push_back(out);
+    zeros.push_back(torch::zeros_like(out));
+  }
+  if (roots.empty()) {
+    // The others' backward needs this rank's buckets: send zeros, then say why.
+    reducer_->shadow_iteration();
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": Join: the forward of set_join_shadow_batch's arguments returned no "
+                          "tensor that requires grad, so this rank, out of inputs, cannot replay "
+                          "the backward of the ranks that train; give it the arguments of a "
+                          "training forward (an empty batch will do)");
+  }
+  reducer_->prepare_for_shadow_backward(roots);
+  detail::JoinShadowScope shadow;
+  torch::autograd::backward(roots, zeros);
+}
+
+void DistributedDataParallelImpl::finish_join(int last_rank) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : wrapped_->parameters()) state.push_back(p);
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  detail::broadcast_coalesced(*group_, state, last_rank);
+}
+
+void DistributedDataParallelImpl::check_join_options(const JoinOptions& options) const {
+  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": Join";
+  if (!options.divide_by_initial_world_size() && reducer_->has_comm_hook()) {
+    throw InvalidArgument(where +
+                          "(divide_by_initial_world_size(false)) with a communication "
+                          "hook: the hook averages over the whole group, so gradients cannot "
+                          "be divided by the ranks that contributed; use the default (true)");
+  }
+  if (options.throw_on_early_termination() || join_shadow_forward_) return;
+  const std::string layer = first_sync_batchnorm(*wrapped_);
+  if (!layer.empty()) {
+    throw InvalidArgument(
+        where + ": the model holds SyncBatchNorm '" + layer +
+        "', whose collectives a rank out of inputs must issue too, in the order the others "
+        "do; give the DDP module a batch to replay before the Join, e.g. "
+        "model->set_join_shadow_batch(torch::zeros({0, C, H, W})) (an empty batch of the "
+        "model's input shape)");
+  }
+}
+
+}  // namespace ddp
