@@ -4,6 +4,10 @@
 //
 //   ddp                one DDP iteration: zero_grad, forward, loss, backward
 //                      (gradients averaged), SGD step
+//   ddp_copying        (only when asked for) the same on a second copy of the
+//                      model whose DDP keeps its buckets out of the group's
+//                      zero-copy memory (zero_copy_buckets(false)): the
+//                      copying path, to weigh zero-copy against
 //   local              the same iteration on a plain copy of the model, no
 //                      communication (every rank at once, as under DDP: the
 //                      ranks share the machine's cores)
@@ -114,26 +118,35 @@ int run_train(Args args) {
     }
   }
 
-  ddp::DistributedDataParallel model{nullptr};
-  std::unique_ptr<torch::optim::SGD> ddp_opt;
-  if (has("ddp")) {
-    model = ddp::DistributedDataParallel(ddp_net, ddp::DistributedDataParallelOptions()
-                                                      .process_group(pg)
-                                                      .bucket_cap_mb(cfg.bucket_cap_mb)
-                                                      .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
-                                                      .overlap_communication(cfg.overlap));
+  auto make_ddp = [&](torch::nn::AnyModule net, bool zero_copy) {
+    ddp::DistributedDataParallel m(net, ddp::DistributedDataParallelOptions()
+                                            .process_group(pg)
+                                            .bucket_cap_mb(cfg.bucket_cap_mb)
+                                            .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
+                                            .overlap_communication(cfg.overlap)
+                                            .zero_copy_buckets(zero_copy));
     if (cfg.hook == "fp16") {
-      model->register_comm_hook(pg, ddp::fp16_compress_hook);
+      m->register_comm_hook(pg, ddp::fp16_compress_hook);
     } else if (cfg.hook == "bf16") {
-      model->register_comm_hook(pg, ddp::bf16_compress_hook);
+      m->register_comm_hook(pg, ddp::bf16_compress_hook);
     } else if (cfg.hook.rfind("powersgd", 0) == 0) {
-      model->register_comm_hook(ddp::PowerSGDState(pg, cfg.hook.back() - '0', 2),
-                                ddp::powerSGD_hook);
+      m->register_comm_hook(ddp::PowerSGDState(pg, cfg.hook.back() - '0', 2), ddp::powerSGD_hook);
     } else if (cfg.hook == "batched_powersgd1") {
-      model->register_comm_hook(ddp::PowerSGDState(pg, 1, 2), ddp::batched_powerSGD_hook);
+      m->register_comm_hook(ddp::PowerSGDState(pg, 1, 2), ddp::batched_powerSGD_hook);
     }
+    return m;
+  };
+  ddp::DistributedDataParallel model{nullptr}, copying{nullptr};
+  std::unique_ptr<torch::optim::SGD> ddp_opt, copying_opt;
+  if (has("ddp")) {
+    model = make_ddp(ddp_net, /*zero_copy=*/true);
     ddp_opt =
         std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(cfg.lr));
+  }
+  if (has("ddp_copying")) {
+    copying = make_ddp(make_model(cfg.model), /*zero_copy=*/false);
+    copying_opt = std::make_unique<torch::optim::SGD>(copying->parameters(),
+                                                      torch::optim::SGDOptions(cfg.lr));
   }
   torch::optim::SGD local_opt(local_net.ptr()->parameters(), torch::optim::SGDOptions(cfg.lr));
 
@@ -150,10 +163,12 @@ int run_train(Args args) {
     pg->allreduce(sync)->wait();  // start together
     TrainSample s;
     const auto t0 = Clock::now();
-    if (impl == "ddp" || impl == "local") {
-      const bool d = impl == "ddp";
-      torch::optim::SGD& opt = d ? *ddp_opt : local_opt;
-      if (d && record_timeline) timeline.begin_iteration();
+    if (impl == "ddp" || impl == "local" || impl == "ddp_copying") {
+      const bool d = impl != "local";
+      ddp::DistributedDataParallel& ddp_model = impl == "ddp" ? model : copying;
+      torch::optim::SGD& opt = !d ? local_opt : impl == "ddp" ? *ddp_opt : *copying_opt;
+      const bool record = impl == "ddp" && record_timeline;
+      if (record) timeline.begin_iteration();
       opt.zero_grad();
       const auto t1 = Clock::now();
       Clock::time_point t2, t3;
@@ -164,16 +179,16 @@ int run_train(Args args) {
         const bool last = micro + 1 == cfg.sync_every;
         const auto f0 = Clock::now();
         std::optional<ddp::NoSyncGuard> no_sync;
-        if (d && !last) no_sync.emplace(*model);
+        if (d && !last) no_sync.emplace(*ddp_model);
         torch::Tensor out =
-            d ? model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
+            d ? ddp_model->forward(batch.input) : local_net.forward<torch::Tensor>(batch.input);
         loss = model_loss(cfg.model, out, batch.target);
         t2 = Clock::now();
         loss.backward();
         t3 = Clock::now();
         forward_ms += ms_between(f0, t2);
         backward_ms += ms_between(t2, t3);
-        if (d && record_timeline) {
+        if (record) {
           timeline.add("compute", "forward", f0, t2);
           if (!last) timeline.add("compute", "backward (no_sync)", t2, t3);
         }
@@ -183,8 +198,8 @@ int run_train(Args args) {
       s.total_ms = ms_between(t0, t4);
       s.split = TrainSplit{ms_between(t0, t1), forward_ms, backward_ms, ms_between(t3, t4)};
       s.loss = loss.item<double>();
-      if (d) s.stats = model->stats();
-      if (d && record_timeline) {
+      if (d) s.stats = ddp_model->stats();
+      if (record) {
         add_ddp_backward(timeline, s.stats, t3);
         timeline.add("compute", "zero_grad", t0, t1);
         timeline.add("compute", "step", t3, t4);
@@ -212,7 +227,7 @@ int run_train(Args args) {
   std::map<std::string, std::vector<TrainSample>> samples;
   std::vector<std::vector<std::string>> phases(2);
   for (const auto& impl : cfg.impls) {
-    phases[impl == "ddp" || impl == "local" ? 0 : 1].push_back(impl);
+    phases[impl == "ddp" || impl == "local" || impl == "ddp_copying" ? 0 : 1].push_back(impl);
   }
   const int64_t rounds = cfg.warmup + cfg.iters;
   // Bytes sent on the link during phase 0's timed iterations (ddp and local;

@@ -39,8 +39,9 @@ options:
   --sync-every K       an iteration is K micro-batches, the first K-1 under
                        no_sync (gradients accumulate locally), one SGD step at
                        the end (default 1); times are per iteration
-  --impls LIST         any of ddp,local,allreduce,allreduce_buckets
-                       (default all; allreduce_buckets needs ddp)
+  --impls LIST         any of ddp,local,allreduce,allreduce_buckets,ddp_copying
+                       (default the first four; allreduce_buckets needs ddp;
+                       ddp_copying: DDP with zero_copy_buckets(false))
   --lr R               SGD learning rate (default 0.01)
   --seed S             model seed (default 0); rank r's data seed is S+1+r
   --threads T          intra-op threads per rank (default 1): torch::set_num_threads
@@ -63,7 +64,7 @@ options:
 
 namespace {
 
-const char* const kImplNames[] = {"ddp", "local", "allreduce", "allreduce_buckets"};
+const char* const kImplNames[] = {"ddp", "local", "allreduce", "allreduce_buckets", "ddp_copying"};
 
 }  // namespace
 
@@ -89,7 +90,7 @@ TrainConfig parse_train_config(Args& args) {
   for (std::string name; std::getline(impls, name, ',');) {
     if (std::find(std::begin(kImplNames), std::end(kImplNames), name) == std::end(kImplNames)) {
       throw UsageError("unknown measurement '" + name +
-                       "' (ddp, local, allreduce, allreduce_buckets)");
+                       "' (ddp, local, allreduce, allreduce_buckets, ddp_copying)");
     }
     if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
   }

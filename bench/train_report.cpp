@@ -53,7 +53,7 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     Json raw = Json::array();
     for (double x : slowest[impl]) raw.push(x);
     row.set("samples_ms", std::move(raw));
-    if (impl == "ddp" || impl == "local") {
+    if (impl == "ddp" || impl == "local" || impl == "ddp_copying") {
       std::vector<double> zg, fw, bw, stp;
       for (const auto& s : v) {
         zg.push_back(s.split.zero_grad);

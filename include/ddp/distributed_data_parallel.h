@@ -89,6 +89,11 @@ struct DistributedDataParallelOptions {
   // Overlap communication with backward (false: reduce all buckets after
   // backward, for measurements). Default true.
   TORCH_ARG(bool, overlap_communication) = true;
+  // Keep the buckets in memory the group reduces in place (the shm backend,
+  // and so the default on one host: a region every rank maps), saving the
+  // copy of each bucket in and out of shared memory. Default true; false for
+  // the copying path (measurements).
+  TORCH_ARG(bool, zero_copy_buckets) = true;
 };
 
 class DistributedDataParallelImpl;

@@ -89,6 +89,17 @@ class ProcessGroup {
   // Completes once every rank has called it.
   WorkPtr barrier();
 
+  // Collective: `bytes` (the same on every rank) of memory whose tensors this
+  // group's allreduce reduces where they lie, with no copy in or out (the shm
+  // backend: a region that every rank maps), as a uint8 tensor of zeros; an
+  // undefined tensor on every rank where the backend has no such memory (the
+  // default) or no room for it.
+  // Carve tensors from it at the same offsets on every rank, and allreduce
+  // them in the same order (DDP's buckets do): a rank that allreduces another
+  // part, or another tensor, at that point fails the group on every rank.
+  // The memory lives as long as a tensor on it does.
+  virtual at::Tensor allocate_zero_copy(int64_t bytes);
+
   // What this group issued since the last take_tally() (or its creation):
   // how many collectives, and an order-sensitive hash of each one's kind,
   // reduce op, dtype, element count and root. DDP compares it across ranks

@@ -75,6 +75,10 @@ struct ReducerOptions {
   // Launch buckets during backward as they become ready (true), or all at the
   // end of backward (false: no overlap, for measurements). Default true.
   TORCH_ARG(bool, overlap_communication) = true;
+  // Place the buckets in the group's zero-copy memory when its backend has
+  // some (ProcessGroup::allocate_zero_copy; the shm backend): their
+  // allreduce then copies nothing in or out. Default true.
+  TORCH_ARG(bool, zero_copy_buckets) = true;
 };
 
 class Reducer {

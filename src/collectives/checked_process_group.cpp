@@ -22,6 +22,11 @@ std::string CheckedProcessGroup::unsupported_reason(const at::Tensor& tensor) co
   return inner_->unsupported_reason(tensor);
 }
 
+// Zero-copy tensors pass through check() like any other.
+at::Tensor CheckedProcessGroup::allocate_zero_copy(int64_t bytes) {
+  return inner_->allocate_zero_copy(bytes);
+}
+
 std::string CheckedProcessGroup::describe(const Fingerprint& f) {
   std::string s = std::string(to_string(f.kind)) + "(";
   if (f.op >= 0) s += std::string(to_string(static_cast<ReduceOp>(f.op))) + ", ";

@@ -15,6 +15,7 @@ class CheckedProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override;
   std::string unsupported_reason(const at::Tensor& tensor) const override;
+  at::Tensor allocate_zero_copy(int64_t bytes) override;
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;

@@ -65,6 +65,8 @@ ProcessGroup::~ProcessGroup() = default;
 
 std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return ""; }
 
+at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
+
 std::string ProcessGroup::where() const {
   return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " [" + backend_name() +
          "]";

@@ -75,7 +75,8 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
           .find_unused_parameters(options_.find_unused_parameters())
           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
           .static_graph(options_.static_graph())
-          .overlap_communication(options_.overlap_communication()));
+          .overlap_communication(options_.overlap_communication())
+          .zero_copy_buckets(options_.zero_copy_buckets()));
   if (rank_timeline) {
     timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
   }

@@ -21,19 +21,58 @@ at::Tensor alias(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) 
       .set_(flat.storage(), flat.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
 }
 
+// Carves each bucket's buffer (and spare) from one zero-copy region, at
+// 64-byte aligned offsets, the same on every rank; plain memory otherwise.
+class BucketMemory {
+ public:
+  BucketMemory(const std::vector<at::Tensor>& params,
+               const std::vector<std::vector<size_t>>& assignment, bool spares,
+               ProcessGroup* zero_copy) {
+    if (!zero_copy) return;
+    int64_t bytes = 0;
+    for (const auto& members : assignment) {
+      bytes +=
+          (spares ? 2 : 1) * aligned(numel(params, members) * params[members[0]].element_size());
+    }
+    region_ = zero_copy->allocate_zero_copy(bytes);
+  }
+  bool zero_copy() const { return region_.defined(); }
+
+  at::Tensor next(int64_t numel, const at::TensorOptions& options) {
+    if (!region_.defined()) return at::zeros({numel}, options);
+    const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+    at::Tensor t = at::empty({0}, options).set_(region_.storage(), offset_ / element, {numel}, {1});
+    offset_ += aligned(numel * element);
+    return t;
+  }
+
+  static int64_t numel(const std::vector<at::Tensor>& params, const std::vector<size_t>& members) {
+    int64_t total = 0;
+    for (size_t i : members) total += params[i].numel();
+    return total;
+  }
+
+ private:
+  static int64_t aligned(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+  at::Tensor region_;
+  int64_t offset_ = 0;
+};
+
 }  // namespace
 
 BucketSet::BucketSet(const std::vector<at::Tensor>& params,
                      const std::vector<std::vector<size_t>>& assignment,
-                     bool gradient_as_bucket_view) {
+                     bool gradient_as_bucket_view, ProcessGroup* zero_copy) {
   at::NoGradGuard no_grad;
+  BucketMemory memory(params, assignment, /*spares=*/!gradient_as_bucket_view, zero_copy);
   slots_.assign(params.size(), Slot{});
   for (const auto& members : assignment) {
     Bucket b;
     b.params = members;
-    int64_t total = 0;
-    for (size_t i : members) total += params[i].numel();
-    b.flat = at::zeros({total}, params[members[0]].options().requires_grad(false));
+    const int64_t total = BucketMemory::numel(params, members);
+    const auto options = params[members[0]].options().requires_grad(false);
+    b.flat = memory.next(total, options);
+    if (memory.zero_copy() && !gradient_as_bucket_view) b.spare = memory.next(total, options);
     int64_t offset = 0;
     for (size_t i : members) {
       slots_[i] = Slot{buckets_.size(), b.views.size()};
@@ -62,8 +101,8 @@ void BucketSet::begin_iteration(const ProcessGroup& group) {
 
 void BucketSet::swap_buffers() {
   for (auto& b : buckets_) {
-    if (!b.spare.defined()) {
-      b.spare = at::zeros_like(b.flat);
+    if (!b.spare.defined()) b.spare = at::zeros_like(b.flat);
+    if (b.spare_views.empty()) {
       int64_t offset = 0;
       for (const auto& v : b.views) {
         b.spare_views.push_back(alias(b.spare, offset, v.sizes()));

@@ -21,7 +21,7 @@ struct Bucket {
   FuturePtr future;               // the hook's result, with one
   std::chrono::steady_clock::time_point launched, done;  // this iteration
   at::Tensor spare;                     // the other buffer (double buffering), and its
-  std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap
+  std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap unless zero-copy
 };
 
 class BucketSet {
@@ -29,8 +29,12 @@ class BucketSet {
   BucketSet() = default;
   // Allocates a bucket per entry of `assignment` (indices into `params`).
   // With `gradient_as_bucket_view`, gradients move into their new slices.
+  // With a `zero_copy` group (collective: every rank builds the same
+  // buckets), buffers and spares come from its zero-copy memory when its
+  // backend has some.
   BucketSet(const std::vector<at::Tensor>& params,
-            const std::vector<std::vector<size_t>>& assignment, bool gradient_as_bucket_view);
+            const std::vector<std::vector<size_t>>& assignment, bool gradient_as_bucket_view,
+            ProcessGroup* zero_copy = nullptr);
 
   size_t size() const { return buckets_.size(); }
   Bucket& operator[](size_t b) { return buckets_[b]; }

@@ -194,7 +194,8 @@ void Reducer::Impl::build_buckets(const std::vector<size_t>& sequence) {
   buckets_ = detail::BucketSet(params_,
                                assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
                                               options_.bucket_cap_bytes()),
-                               options_.gradient_as_bucket_view());
+                               options_.gradient_as_bucket_view(),
+                               options_.zero_copy_buckets() ? group_.get() : nullptr);
 }
 
 // Backward reached a forward output: the outermost backward pass has

@@ -80,6 +80,11 @@ class ShmProcessGroup : public ProcessGroup {
   // bfloat16, int32, int64 or uint8.
   std::string unsupported_reason(const at::Tensor& tensor) const override;
 
+  // A region of /dev/shm that every rank maps (src/collectives/shm/zero_copy.h):
+  // an allreduce of a tensor in it reads the peers' parts and writes the
+  // result into them directly, moving 2 bytes per reduced byte instead of 4.5.
+  at::Tensor allocate_zero_copy(int64_t bytes) override;
+
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;
   WorkPtr do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) override;

@@ -61,6 +61,7 @@ class Channel {
   // Takes the next step's number; waits until its slot is free on this rank
   // when `writes` (every peer consumed what step - slots left there).
   uint64_t begin_step(bool writes);
+  RankControl& control(int rank) const { return segment_.control(rank); }
   char* slot(int rank, uint64_t step) const {
     return segment_.slot(rank, static_cast<int>(step % static_cast<uint64_t>(slots_)));
   }

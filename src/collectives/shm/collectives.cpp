@@ -13,10 +13,6 @@ namespace {
 
 char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
-void finish_average(const at::Tensor& t, ReduceOp op, int world) {
-  if (op == ReduceOp::AVG && world > 1) t.div_(world);
-}
-
 void allreduce_small(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
   const size_t bytes = t.nbytes();
   const int w = ch.world(), r = ch.rank();
@@ -33,6 +29,10 @@ void allreduce_small(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
 }
 
 }  // namespace
+
+void finish_average(const at::Tensor& t, ReduceOp op, int world) {
+  if (op == ReduceOp::AVG && world > 1) t.div_(world);
+}
 
 void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes) {
   if (tensor.numel() == 0) return;

@@ -22,5 +22,7 @@ void allgather(Channel& ch, const std::vector<at::Tensor>& outputs, const at::Te
 void reduce_scatter(Channel& ch, const at::Tensor& output, const std::vector<at::Tensor>& inputs,
                     ReduceOp op);
 void barrier(Channel& ch);
+// AVG: divides `t` by the world size once it holds the sum (SUM otherwise).
+void finish_average(const at::Tensor& t, ReduceOp op, int world);
 
 }  // namespace ddp::detail::shm

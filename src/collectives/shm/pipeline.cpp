@@ -23,26 +23,13 @@
 // (w-1)/w + (w-1)/w + 1/w + (w-1)/w: 2.5 + 2.0 = 4.5 bytes for w = 2.
 #include "collectives/shm/pipeline.h"
 
+#include "collectives/shm/slices.h"
+
 #include <algorithm>
 #include <cstring>
 
 namespace ddp::detail::shm {
 namespace {
-
-// Element offsets of each rank's slice of an m-element chunk: whole 64-byte
-// units, so that no two ranks write one cache line.
-struct Slices {
-  Slices(int64_t m, int world, size_t element_size)
-      : m_(m), unit_(std::max<int64_t>(1, 64 / static_cast<int64_t>(element_size))) {
-    const int64_t units = (m + unit_ - 1) / unit_;
-    per_rank_ = (units + world - 1) / world * unit_;
-  }
-  int64_t lo(int q) const { return std::min(m_, q * per_rank_); }
-  int64_t len(int q) const { return lo(q + 1) - lo(q); }
-
- private:
-  int64_t m_, unit_, per_rank_ = 0;
-};
 
 class Pipeline {
  public:

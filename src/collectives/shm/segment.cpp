@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <random>
+#include <sstream>
 #include <utility>
 
 #include <fcntl.h>
@@ -50,8 +52,7 @@ size_t Segment::size_for(int world, int slots, int64_t chunk_bytes) {
          static_cast<size_t>(world) * static_cast<size_t>(slots) * static_cast<size_t>(chunk_bytes);
 }
 
-Segment Segment::create(const std::string& name, int world, int slots, int64_t chunk_bytes) {
-  const size_t bytes = size_for(world, slots, chunk_bytes);
+void* create_mapping(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail("shm_open", name, errno);
   // posix_fallocate reserves the pages now, so a full /dev/shm is an error
@@ -61,13 +62,36 @@ Segment Segment::create(const std::string& name, int world, int slots, int64_t c
     shm_unlink(name.c_str());
     fail("posix_fallocate", name, err);
   }
-  void* base;
   try {
-    base = map(fd, bytes, name);
+    return map(fd, bytes, name);
   } catch (...) {
     shm_unlink(name.c_str());
     throw;
   }
+}
+
+void* open_mapping(const std::string& name, size_t bytes, const std::string& on_size_mismatch) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) fail("shm_open", name, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    throw InvalidArgument("ddp: shm: segment " + name + " has " + std::to_string(st.st_size) +
+                          " bytes, expected " + std::to_string(bytes) + ": " + on_size_mismatch);
+  }
+  return map(fd, bytes, name);
+}
+
+std::string fresh_segment_name() {
+  std::random_device rd;
+  std::ostringstream name;
+  name << "/ddp-shm-" << getpid() << "-" << std::hex << rd() << rd() << rd();
+  return name.str();
+}
+
+Segment Segment::create(const std::string& name, int world, int slots, int64_t chunk_bytes) {
+  const size_t bytes = size_for(world, slots, chunk_bytes);
+  void* base = create_mapping(name, bytes);
   Segment s(base, bytes);
   auto* h = new (base) Header();
   h->magic = kMagic;
@@ -80,17 +104,10 @@ Segment Segment::create(const std::string& name, int world, int slots, int64_t c
 
 Segment Segment::open(const std::string& name, int world, int slots, int64_t chunk_bytes) {
   const size_t bytes = size_for(world, slots, chunk_bytes);
-  int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) fail("shm_open", name, errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
-    close(fd);
-    throw InvalidArgument("ddp: shm: segment " + name + " has " + std::to_string(st.st_size) +
-                          " bytes, expected " + std::to_string(bytes) +
-                          ": the ranks disagree on the world size or ShmOptions (slots, "
-                          "chunk_bytes); give every rank the same");
-  }
-  Segment s(map(fd, bytes, name), bytes);
+  Segment s(open_mapping(name, bytes,
+                         "the ranks disagree on the world size or ShmOptions (slots, "
+                         "chunk_bytes); give every rank the same"),
+            bytes);
   const Header& h = s.header();
   if (h.magic != kMagic || h.world != static_cast<uint32_t>(world) ||
       h.slots != static_cast<uint32_t>(slots) ||

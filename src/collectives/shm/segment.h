@@ -43,6 +43,12 @@ struct alignas(kLine) RankControl {
   std::atomic<uint32_t> left{0};         // 1 once the rank closed its group
   std::atomic<uint64_t> ops_started{0};  // operations this rank has begun
   std::atomic<int64_t> progress_ms{0};   // CLOCK_MONOTONIC ms of its last step
+  // The zero-copy all-reduce this rank runs (zero_copy.h): written before it
+  // publishes COPIED of `zc_step`, so that peers can check they run the same.
+  alignas(kLine) std::atomic<uint64_t> zc_step{~0ull};
+  std::atomic<uint64_t> zc_region{0};
+  std::atomic<uint64_t> zc_offset{0};
+  std::atomic<uint64_t> zc_bytes{0};
 };
 
 struct alignas(4096) Header {
@@ -58,6 +64,16 @@ struct alignas(4096) Header {
   std::atomic<uint32_t> claim{0};
   char reason[1024];
 };
+
+// A named /dev/shm file of `bytes`, created exclusively (0600), its pages
+// reserved, and mapped shared; the name is removed again if that fails.
+// Throws CommunicationError naming the call and errno.
+void* create_mapping(const std::string& name, size_t bytes);
+// Maps an existing one; a different size is an InvalidArgument ending with
+// `on_size_mismatch` (what to do).
+void* open_mapping(const std::string& name, size_t bytes, const std::string& on_size_mismatch);
+// A name no other segment has: "/ddp-shm-<pid>-<random>".
+std::string fresh_segment_name();
 
 // A mapping of a group's segment. Move-only; unmaps on destruction.
 class Segment {

@@ -10,8 +10,6 @@
 
 #include <algorithm>
 #include <map>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -57,13 +55,6 @@ void require_one_host(const std::vector<Peer>& peers, const std::string& where) 
                         std::to_string(ranks_by_host.size()) + " hosts take part: " + hosts +
                         ". Across hosts use the auto or hierarchical backend (shm within each "
                         "host), or gloo (DDP_BACKEND=gloo).");
-}
-
-std::string fresh_name() {
-  std::random_device rd;
-  std::ostringstream name;
-  name << "/ddp-shm-" << getpid() << "-" << std::hex << rd() << rd() << rd();
-  return name.str();
 }
 
 // Rank 0's segment name, or its set-up error; polls the store until `deadline`.
@@ -147,7 +138,7 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
   });
   std::string name;
   if (rank == 0) {
-    name = fresh_name();
+    name = fresh_segment_name();
     try {
       out.segment = Segment::create(name, size, o.slots(), o.chunk_bytes());
     } catch (const std::exception& e) {

@@ -13,12 +13,16 @@
 #include "collectives/shm/channel.h"
 #include "collectives/shm/collectives.h"
 #include "collectives/shm/setup.h"
+#include "collectives/shm/zero_copy.h"
 #include "collectives/task_queue.h"
 #include "collectives/work_detail.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <utility>
 
 namespace ddp {
 
@@ -81,6 +85,51 @@ class ShmProcessGroup::Impl {
 
   const ShmOptions& options() const { return options_; }
 
+  // Collective (issued in order like any operation): a new region, handed
+  // out as a tensor on this rank's part that keeps the mapping alive.
+  at::Tensor allocate_region(int64_t bytes) {
+    if (bytes < 0) {
+      throw InvalidArgument("ddp: " + owner_.where() + ": allocate_zero_copy(" +
+                            std::to_string(bytes) + "): bytes must be >= 0");
+    }
+    // Parts start on pages of their own.
+    const size_t per_rank = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
+    const uint64_t id = ++regions_made_;
+    auto made = std::make_shared<std::shared_ptr<shm::Region>>();
+    enqueue(
+        "allocate_zero_copy", std::to_string(bytes) + " bytes", {},
+        [made, id, per_rank](shm::Channel& ch) { *made = shm::allocate_region(ch, id, per_rank); })
+        ->wait();
+    std::shared_ptr<shm::Region> region = *made;
+    if (!region) return at::Tensor();  // no room in /dev/shm (said on stderr)
+    {
+      std::lock_guard<std::mutex> lock(regions_mutex_);
+      regions_.erase(std::remove_if(regions_.begin(), regions_.end(),
+                                    [](const auto& r) { return r.expired(); }),
+                     regions_.end());
+      regions_.push_back(region);
+    }
+    return at::from_blob(
+        region->part(owner_.rank()), {bytes}, [region](void*) {},
+        at::TensorOptions().dtype(at::kByte));
+  }
+
+  // The live region whose part on this rank holds all of `t`, and `t`'s
+  // offset there; null when none does.
+  std::pair<std::shared_ptr<shm::Region>, size_t> region_of(const at::Tensor& t) {
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    const char* begin = static_cast<const char*>(t.data_ptr());
+    for (const auto& weak : regions_) {
+      auto region = weak.lock();
+      if (!region) continue;
+      const char* part = region->part(owner_.rank());
+      if (begin >= part && begin + t.nbytes() <= part + region->per_rank()) {
+        return {region, static_cast<size_t>(begin - part)};
+      }
+    }
+    return {nullptr, 0};
+  }
+
  private:
   shm::Channel make_channel(const StorePtr& store) {
     shm::Attached a = shm::attach(store, owner_.rank(), owner_.size(), options_, owner_.where());
@@ -109,6 +158,9 @@ class ShmProcessGroup::Impl {
 
   ShmProcessGroup& owner_;
   const ShmOptions options_;
+  uint64_t regions_made_ = 0;  // caller threads, in collective order
+  std::mutex regions_mutex_;
+  std::vector<std::weak_ptr<shm::Region>> regions_;  // guarded by regions_mutex_
   shm::Channel channel_;     // used by the progress thread only, then by ~Impl
   detail::TaskQueue queue_;  // last: its worker uses channel_
 };
@@ -127,7 +179,18 @@ std::string ShmProcessGroup::unsupported_reason(const at::Tensor& t) const {
   return detail::cpu_tensor_unsupported_reason(t, "shm");
 }
 
+at::Tensor ShmProcessGroup::allocate_zero_copy(int64_t bytes) {
+  return impl_->allocate_region(bytes);
+}
+
 WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
+  if (auto [region, offset] = impl_->region_of(tensor); region) {
+    return impl_->enqueue("allreduce", detail::tensor_detail(tensor, to_string(op)) + ", zero-copy",
+                          {tensor},
+                          [tensor, op, region = region, offset = offset](shm::Channel& ch) {
+                            shm::allreduce_in_region(ch, *region, offset, tensor, op);
+                          });
+  }
   const int64_t small = impl_->options().small_bytes();
   return impl_->enqueue(
       "allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},

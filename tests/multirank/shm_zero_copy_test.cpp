@@ -1,0 +1,213 @@
+// The shm backend's zero-copy memory (ProcessGroup::allocate_zero_copy):
+// tensors carved from it are reduced where they lie, on every slice
+// boundary and dtype, mixed with ordinary collectives; a rank that reduces
+// something else fails the group on every rank; nothing stays in /dev/shm;
+// DDP's buckets use it and train as on the copying path.
+#include "spawn.h"
+
+#include <ddp/backends/shm.h>
+#include <ddp/ddp.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace ddp::testing {
+namespace {
+
+ProcessGroupPtr shm_group(StorePtr store, int rank, int size) {
+  return std::make_shared<ShmProcessGroup>(
+      std::move(store), rank, size,
+      ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).timeout(std::chrono::seconds(60)));
+}
+
+// A tensor of `n` elements of `dtype` at byte `offset` of `region`.
+at::Tensor carve(const at::Tensor& region, int64_t offset, int64_t n, at::ScalarType dtype) {
+  return region.narrow(0, offset, n * c10::elementSize(dtype)).view(dtype);
+}
+
+int own_segments() {
+  const std::string prefix = "ddp-shm-" + std::to_string(getpid()) + "-";
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) count += std::string(e->d_name).rfind(prefix, 0) == 0;
+    closedir(d);
+  }
+  return count;
+}
+
+TEST(ShmZeroCopy, ReducesInPlaceOnEveryBoundaryAndDtype) {
+  const std::vector<int64_t> counts = {1, 15, 16, 17, 255, 1025, 100003};
+  for (int size : {1, 2, 3, 4}) {
+    spawn(size, [&](int rank, StorePtr store) {
+      auto pg = shm_group(store, rank, size);
+      at::Tensor region = pg->allocate_zero_copy(1 << 20);
+      ASSERT_TRUE(region.defined());
+      EXPECT_EQ(region.numel(), 1 << 20);
+      EXPECT_TRUE(at::all(region == 0).item<bool>()) << "fresh memory is zeros";
+      for (int64_t n : counts) {
+        for (auto dtype :
+             {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kByte}) {
+          const std::string what = "world " + std::to_string(size) + " n=" + std::to_string(n) +
+                                   " " + c10::toString(dtype);
+          at::Tensor idx = at::arange(n, at::kLong);
+          // At an offset that is not a multiple of 64: slices are cut within the tensor.
+          at::Tensor t = carve(region, 128 + 8, n, dtype);
+          t.copy_((idx + rank) % 3);
+          pg->allreduce(t, ReduceOp::SUM)->wait();
+          at::Tensor want = at::zeros({n}, at::kLong);
+          for (int r = 0; r < size; ++r) want += (idx + r) % 3;
+          ASSERT_TRUE(at::equal(t.to(at::kLong), want)) << "SUM " << what;
+
+          t.copy_((idx * (rank + 1)) % 5);
+          pg->allreduce(t, ReduceOp::MAX)->wait();
+          at::Tensor best = at::zeros({n}, at::kLong);
+          for (int r = 0; r < size; ++r) best = at::maximum(best, (idx * (r + 1)) % 5);
+          ASSERT_TRUE(at::equal(t.to(at::kLong), best)) << "MAX " << what;
+          // An ordinary collective between two zero-copy ones keeps its order.
+          at::Tensor plain = at::full({n}, static_cast<double>(rank));
+          pg->allreduce(plain)->wait();
+          ASSERT_TRUE(at::all(plain == size * (size - 1) / 2.0).item<bool>()) << what;
+        }
+      }
+      at::Tensor avg = carve(region, 0, 1000, at::kDouble);
+      avg.fill_(rank);
+      pg->allreduce(avg, ReduceOp::AVG)->wait();
+      EXPECT_TRUE(at::allclose(avg, at::full({1000}, (size - 1) / 2.0, at::kDouble)));
+    });
+  }
+}
+
+// Many in flight at once, from two regions and outside them, complete in
+// issue order with the same bits on every rank.
+TEST(ShmZeroCopy, ManyInFlightFromTwoRegionsAndOutside) {
+  const int size = 3;
+  std::vector<at::Tensor> results(size);
+  spawn(size, [&](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, size);
+    at::Tensor a = pg->allocate_zero_copy(400000);
+    at::Tensor b = pg->allocate_zero_copy(4000);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(99 + rank);
+    std::vector<at::Tensor> ts;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < 60; ++i) {
+      at::Tensor t = i % 3 == 0   ? carve(a, 8192 * (i / 3), 2000, at::kFloat)
+                     : i % 3 == 1 ? carve(b, 192 * (i / 3), 40, at::kFloat)
+                                  : at::empty({3000}, at::kFloat);
+      t.copy_(at::randn(t.sizes(), gen) + rank);
+      ts.push_back(t);
+      works.push_back(pg->allreduce(t));
+    }
+    for (auto& w : works) w->wait();
+    std::vector<at::Tensor> flat;
+    for (const auto& t : ts) flat.push_back(t.view(-1));
+    results[rank] = at::cat(flat);
+  });
+  for (int r = 1; r < size; ++r) EXPECT_TRUE(at::equal(results[0], results[r])) << "rank " << r;
+  // Each rank added its rank to N(0, 1) samples: the sums are centred on 0 + 1 + 2.
+  EXPECT_NEAR(results[0].mean().item<double>(), 3.0, 0.2);
+}
+
+// Rank 1 reduces a tensor outside its zero-copy memory where rank 0 reduces
+// one inside: the group fails on both, naming the rank, instead of mixing.
+TEST(ShmZeroCopy, RanksReducingDifferentMemoryFailOnEveryRank) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 2);
+    at::Tensor region = pg->allocate_zero_copy(1 << 16);
+    at::Tensor t = rank == 0 ? carve(region, 0, 4096, at::kFloat) : at::ones({4096});
+    const auto start = std::chrono::steady_clock::now();
+    std::string m = error_message([&] { pg->allreduce(t)->wait(); });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+    EXPECT_TRUE(contains(m, "zero-copy")) << "rank " << rank << ": " << m;
+    EXPECT_TRUE(contains(m, "rank 1 runs another collective")) << "rank " << rank << ": " << m;
+  });
+}
+
+TEST(ShmZeroCopy, NothingStaysInDevShm) {
+  spawn(3, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 3);
+    {
+      at::Tensor region = pg->allocate_zero_copy(1 << 20);
+      EXPECT_EQ(own_segments(), 0) << "the name is removed once every rank mapped it";
+    }
+    pg->barrier()->wait();
+    EXPECT_EQ(own_segments(), 0);
+  });
+  EXPECT_EQ(own_segments(), 0);
+}
+
+// More than /dev/shm can hold (Docker's is 64 MiB): no zero-copy memory on
+// any rank, said once, and the group goes on (DDP then keeps private buckets).
+TEST(ShmZeroCopy, NoRoomInDevShmMeansNoneOnEveryRank) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 2);
+    EXPECT_FALSE(pg->allocate_zero_copy(int64_t{1} << 44).defined()) << "rank " << rank;
+    EXPECT_EQ(own_segments(), 0);
+    at::Tensor t = at::ones({5000});
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::all(t == 2).item<bool>());
+    EXPECT_TRUE(pg->allocate_zero_copy(4096).defined());
+  });
+}
+
+// Other backends have no zero-copy memory: DDP's buckets stay ordinary.
+TEST(ShmZeroCopy, OtherBackendsHaveNone) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = make_group("gloo", store, rank, 2);
+    EXPECT_FALSE(pg->allocate_zero_copy(1024).defined());
+  });
+}
+
+// DDP with buckets in zero-copy memory trains to the same parameters as on
+// the copying path, bit for bit (float64, 2 ranks, so that a sum's order
+// cannot differ; rebuilt buckets, several of them, with and without
+// gradient_as_bucket_view).
+TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
+  const int size = 2;
+  // Made once: the global generator is shared by the threads.
+  torch::manual_seed(3);
+  torch::nn::Sequential initial(torch::nn::Linear(16, 64), torch::nn::Tanh(),
+                                torch::nn::Linear(64, 64), torch::nn::Tanh(),
+                                torch::nn::Linear(64, 1));
+  initial->to(torch::kDouble);
+  for (bool bucket_view : {false, true}) {
+    std::vector<std::vector<at::Tensor>> finals(2);
+    for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
+      spawn(size, [&](int rank, StorePtr store) {
+        auto pg = shm_group(store, rank, size);
+        torch::nn::Sequential net(
+            std::dynamic_pointer_cast<torch::nn::SequentialImpl>(initial->clone()));
+        DistributedDataParallel model(net, DistributedDataParallelOptions()
+                                               .process_group(pg)
+                                               .bucket_cap_mb(0.01)
+                                               .first_bucket_cap_mb(0.01)
+                                               .gradient_as_bucket_view(bucket_view)
+                                               .zero_copy_buckets(zero_copy == 1));
+        torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + rank);
+        for (int step = 0; step < 6; ++step) {
+          opt.zero_grad();
+          at::Tensor x = at::randn({8, 16}, gen, at::kDouble);
+          torch::mse_loss(model->forward(x), x.sum(1, true)).backward();
+          opt.step();
+        }
+        if (rank == 1) {
+          for (const auto& p : model->parameters()) finals[zero_copy].push_back(p.detach().clone());
+        }
+      });
+    }
+    ASSERT_EQ(finals[0].size(), finals[1].size());
+    for (size_t i = 0; i < finals[0].size(); ++i) {
+      EXPECT_TRUE(at::equal(finals[0][i], finals[1][i]))
+          << "parameter " << i << ", gradient_as_bucket_view " << bucket_view;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing
