@@ -2,6 +2,7 @@
 // runs every collective on it too): chunk and slice boundaries, many
 // operations in flight through a small ring, identical bits on every rank,
 // the segment's name gone once the group is up, peers that leave or stall.
+#include "shm_fixtures.h"
 #include "spawn.h"
 
 #include <ddp/backends/gloo.h>
@@ -11,8 +12,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -21,30 +20,6 @@ namespace ddp::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-// A tiny ring: 4 KiB chunks, 2 slots, so that a few thousand elements
-// already cross chunk, slice and slot-reuse boundaries.
-ShmOptions tiny() {
-  // No spinning: every wait blocks in futex, the path spinning hides.
-  return ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).spin_iterations(0).timeout(
-      std::chrono::seconds(60));
-}
-
-ProcessGroupPtr shm_group(StorePtr store, int rank, int size, ShmOptions o = tiny()) {
-  return std::make_shared<ShmProcessGroup>(std::move(store), rank, size, o);
-}
-
-// This process's segments in /dev/shm (rank 0 of a thread-ranked group is
-// this process, and the name carries its pid).
-int own_segments() {
-  const std::string prefix = "ddp-shm-" + std::to_string(getpid()) + "-";
-  int count = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) count += std::string(e->d_name).rfind(prefix, 0) == 0;
-    closedir(d);
-  }
-  return count;
-}
 
 TEST(Shm, EveryBoundaryOfChunksSlicesAndSlots) {
   const std::vector<int64_t> counts = {1,   15,   16,   17,   255,  256,

@@ -3,6 +3,7 @@
 // boundary and dtype, mixed with ordinary collectives; a rank that reduces
 // something else fails the group on every rank; nothing stays in /dev/shm;
 // DDP's buckets use it and train as on the copying path.
+#include "shm_fixtures.h"
 #include "spawn.h"
 
 #include <ddp/backends/shm.h>
@@ -12,33 +13,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <dirent.h>
-#include <unistd.h>
 
 #include <chrono>
 
 namespace ddp::testing {
 namespace {
 
-ProcessGroupPtr shm_group(StorePtr store, int rank, int size) {
-  return std::make_shared<ShmProcessGroup>(
-      std::move(store), rank, size,
-      ShmOptions().chunk_bytes(4096).slots(2).small_bytes(1024).timeout(std::chrono::seconds(60)));
-}
-
 // A tensor of `n` elements of `dtype` at byte `offset` of `region`.
 at::Tensor carve(const at::Tensor& region, int64_t offset, int64_t n, at::ScalarType dtype) {
   return region.narrow(0, offset, n * c10::elementSize(dtype)).view(dtype);
-}
-
-int own_segments() {
-  const std::string prefix = "ddp-shm-" + std::to_string(getpid()) + "-";
-  int count = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) count += std::string(e->d_name).rfind(prefix, 0) == 0;
-    closedir(d);
-  }
-  return count;
 }
 
 TEST(ShmZeroCopy, ReducesInPlaceOnEveryBoundaryAndDtype) {
