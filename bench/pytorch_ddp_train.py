@@ -134,6 +134,8 @@ def main():
     p.add_argument("--batch", type=int, default=0, help="default: the model's")
     p.add_argument("--image-size", type=int, default=0, help="resnets (default: the model's)")
     p.add_argument("--seq-len", type=int, default=0, help="berts (default: the model's)")
+    p.add_argument("--gradient-as-bucket-view", action="store_true",
+                   help="DDP's gradient_as_bucket_view=True")
     p.add_argument("--no-overlap", action="store_true",
                    help="allreduce every bucket after backward compute (a deferring hook)")
     p.add_argument("--process-groups", type=int, default=1,
@@ -205,8 +207,9 @@ def main():
         if args.process_groups > 1:
             group = dist._round_robin_process_groups(
                 [dist.new_group(backend="gloo") for _ in range(args.process_groups)])
-        ddp = nn.parallel.DistributedDataParallel(ddp_net, bucket_cap_mb=args.bucket_cap_mb,
-                                                  process_group=group)
+        ddp = nn.parallel.DistributedDataParallel(
+            ddp_net, bucket_cap_mb=args.bucket_cap_mb, process_group=group,
+            gradient_as_bucket_view=args.gradient_as_bucket_view)
         register_hook(ddp, args.hook)
         if args.no_overlap or args.timeline:
             ddp.register_comm_hook(None, allreduce_hook(world, group, args.no_overlap,
@@ -357,6 +360,7 @@ def main():
                           "seq_len": opts.seq_len, "model_description": bench_models.describe(opts),
                           "process_groups": args.process_groups, "sync_every": args.sync_every,
                           "overlap": not args.no_overlap, "timeline": args.timeline,
+                          "gradient_as_bucket_view": args.gradient_as_bucket_view,
                           "bucket_cap_mb": args.bucket_cap_mb, "iters": args.iters,
                           "warmup": args.warmup, "hook": args.hook, "lr": args.lr, "seed": args.seed,
                           "intra_op_threads": args.threads, "openblas_threads": blas_threads,

@@ -124,6 +124,7 @@ int run_train(Args args) {
                                             .bucket_cap_mb(cfg.bucket_cap_mb)
                                             .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
                                             .overlap_communication(cfg.overlap)
+                                            .gradient_as_bucket_view(cfg.gradient_as_bucket_view)
                                             .zero_copy_buckets(zero_copy));
     if (cfg.hook == "fp16") {
       m->register_comm_hook(pg, ddp::fp16_compress_hook);

@@ -32,6 +32,7 @@ struct TrainConfig {
   int64_t threads = 1;
   int64_t gloo_threads = 1;
   bool overlap = true;
+  bool gradient_as_bucket_view = false;
   bool print_params = false;
   std::string hook = "none";
   std::string tag;

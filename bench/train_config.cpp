@@ -48,6 +48,7 @@ options:
                        and OpenBLAS's own pool (openblas_set_num_threads)
   --gloo-threads G     worker threads of ddp's Gloo group (default 1)
   --no-overlap         DDP reduces all buckets after backward (diagnosis)
+  --gradient-as-bucket-view  DDP's gradient_as_bucket_view(true)
   --hook NAME          communication hook: none (default), fp16, bf16,
                        powersgd1, powersgd2, powersgd4 (powerSGD_hook with that
                        matrix_approximation_rank), batched_powersgd1; PowerSGD
@@ -110,6 +111,7 @@ TrainConfig parse_train_config(Args& args) {
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");
+  c.gradient_as_bucket_view = args.take_flag("--gradient-as-bucket-view");
   c.print_params = args.take_flag("--print-params");
   c.hook = args.take("--hook").value_or(c.hook);
   static const char* const kHooks[] = {

@@ -155,6 +155,7 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     config.set("seed", cfg.seed).set("intra_op_threads", cfg.threads);
     config.set("openblas_threads", blas_threads);
     config.set("gloo_threads", cfg.gloo_threads).set("overlap", cfg.overlap);
+    config.set("gradient_as_bucket_view", cfg.gradient_as_bucket_view);
     config.set("hook", cfg.hook);
     config.set("method",
                "two phases, ddp+local then allreduce+allreduce_buckets, each interleaved by "
