@@ -205,6 +205,9 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   }
   // Join: this rank's replay of set_join_shadow_batch's forward and backward.
   void replay_join_shadow_batch();
+  // Join: InvalidArgument when this forward (no_sync, or grad disabled) would
+  // issue model collectives that no replay matches.
+  void check_forward_can_be_shadowed() const;
   std::chrono::steady_clock::time_point before_forward();
   void after_forward(const std::vector<torch::Tensor>& outputs,
                      std::chrono::steady_clock::time_point start);

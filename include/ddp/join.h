@@ -31,7 +31,8 @@
 //   model holding a SyncBatchNorm is refused at construction.
 //   no_sync passes issue no collective and need no shadow. Under a Join a
 //   forward with grad disabled issues no collective either (its buffers are
-//   not broadcast).
+//   not broadcast). With a SyncBatchNorm in training mode both would (its
+//   own), and no replay would match them: InvalidArgument at that forward.
 // - Gradients are divided by the initial world size (default, as PyTorch),
 //   or by the ranks that contributed in that iteration
 //   (divide_by_initial_world_size(false); not with a communication hook,
@@ -46,7 +47,8 @@
 //   the same way), or use a ZeroRedundancyOptimizer, listed after the
 //   module: a rank out of inputs steps its shard with the averaged
 //   gradients and sends it, as the others expect (with overlap_with_ddp the
-//   shards step inside DDP's shadowed buckets, listed or not).
+//   shards step inside DDP's shadowed buckets; list it all the same, so that
+//   its count of updates stays in step).
 // - throw_on_early_termination(true): no shadowing; in the iteration after
 //   the first rank ran out, every rank raises EarlyTermination (training
 //   ranks from their forward, the rank that ran out from join()).

@@ -25,10 +25,12 @@ JoinShadowScope::~JoinShadowScope() { join_shadow = previous_; }
 
 namespace {
 
-// The name of the first SyncBatchNorm in `module`'s tree, or "".
-std::string first_sync_batchnorm(const torch::nn::Module& module) {
+// The name of the first SyncBatchNorm in `module`'s tree (in training mode
+// only, if `training`), or "".
+std::string first_sync_batchnorm(const torch::nn::Module& module, bool training = false) {
   for (const auto& item : module.named_modules()) {
-    if (dynamic_cast<const SyncBatchNormImpl*>(item.value().get())) {
+    if (dynamic_cast<const SyncBatchNormImpl*>(item.value().get()) &&
+        (!training || item.value()->is_training())) {
       return item.key().empty() ? "(the module itself)" : item.key();
     }
   }
@@ -64,8 +66,9 @@ void DistributedDataParallelImpl::replay_join_shadow_batch() {
     zeros.push_back(torch::zeros_like(out));
   }
   if (roots.empty()) {
-    // The others' backward needs this rank's buckets: send zeros, then say why.
-    reducer_->shadow_iteration();
+    // Nothing more is issued: the replay's forward collectives are out, and
+    // zeros in DDP's order would meet the others' backward out of step. The
+    // others fail at their timeout, or when this rank's group closes.
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
                           ": Join: the forward of set_join_shadow_batch's arguments returned no "
                           "tensor that requires grad, so this rank, out of inputs, cannot replay "
@@ -73,8 +76,25 @@ void DistributedDataParallelImpl::replay_join_shadow_batch() {
                           "training forward (an empty batch will do)");
   }
   reducer_->prepare_for_shadow_backward(roots);
+  // SyncBatchNorm's backward reads the flag its forward saved; the scope
+  // covers what backward recomputes (activation checkpointing re-runs forwards).
   detail::JoinShadowScope shadow;
   torch::autograd::backward(roots, zeros);
+}
+
+// A forward outside the Join's iterations (no_sync, or grad disabled) whose
+// model collectives a rank out of inputs would never replay.
+void DistributedDataParallelImpl::check_forward_can_be_shadowed() const {
+  if (join()->options().throw_on_early_termination()) return;
+  const std::string layer = first_sync_batchnorm(*wrapped_, /*training=*/true);
+  if (layer.empty()) return;
+  throw InvalidArgument(
+      "ddp: rank " + std::to_string(group_->rank()) + ": Join: a forward " +
+      (require_backward_grad_sync_ ? "with grad disabled" : "under no_sync") +
+      " of a model whose SyncBatchNorm '" + layer +
+      "' is in training mode: its collectives run outside the iterations that a rank out of "
+      "inputs replays, so they could not be shadowed. Inside a Join with SyncBatchNorm, "
+      "synchronize every step (no no_sync) and evaluate in eval() mode.");
 }
 
 void DistributedDataParallelImpl::finish_join(int last_rank) {

@@ -100,7 +100,9 @@ std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forwar
   int root = 0;
   bool broadcast = options_.broadcast_buffers() && require_backward_grad_sync_;
   if (join() && broadcast) broadcast = at::GradMode::is_enabled();
-  if (join() && require_backward_grad_sync_ && at::GradMode::is_enabled()) {
+  const bool join_iteration = require_backward_grad_sync_ && at::GradMode::is_enabled();
+  if (join() && !join_iteration) check_forward_can_be_shadowed();
+  if (join() && join_iteration) {
     const JoinIteration it = join()->notify(*this);
     root = it.lowest_training_rank();
     if (!join()->options().divide_by_initial_world_size()) divisor = it.training_ranks;

@@ -48,6 +48,7 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
     }
   }
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
+  check_same_zero_copy_option();
   if (params_.empty()) {
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
                           ": the model has no parameter that requires grad: there is "
@@ -60,6 +61,21 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   for (size_t i = 0; i < n; ++i) {
     hooks_.push_back(
         std::make_unique<detail::GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
+  }
+}
+
+// Zero-copy buckets are allocated collectively (bucket_set.cpp): every rank
+// asks for them, or none does.
+void Reducer::Impl::check_same_zero_copy_option() {
+  at::Tensor votes = at::full({1}, options_.zero_copy_buckets() ? 1 : 0, at::kInt);
+  group_->allreduce(votes)->wait();
+  const int yes = votes.item<int>();
+  if (yes != 0 && yes != group_->size()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": zero_copy_buckets is " +
+                          (options_.zero_copy_buckets() ? "true" : "false") + " here but true on " +
+                          std::to_string(yes) + " of " + std::to_string(group_->size()) +
+                          " ranks; give every rank the same DistributedDataParallelOptions");
   }
 }
 

@@ -49,11 +49,15 @@ class Reducer::Impl {
   // Leaves the phase IDLE however the step ends.
   struct BackToIdle {
     detail::Iteration& it;
-    ~BackToIdle() { it.phase = Phase::IDLE; }
+    ~BackToIdle() {
+      it.phase = Phase::IDLE;
+      it.joined = false;  // a later no_sync pass accumulates for this rank again
+    }
   };
 
   // reducer.cpp: forward and autograd_hook.
   void begin_synchronized_iteration();
+  void check_same_zero_copy_option();  // collective, at construction
   // Backward start and, with find_unused_parameters, the unreached parameters.
   void watch_outputs(const std::vector<at::Tensor>& outputs);
   void build_buckets(const std::vector<size_t>& sequence);

@@ -154,5 +154,34 @@ TEST(JoinSyncBatchNorm, AJoinWithoutAShadowBatchIsRefused) {
   });
 }
 
+// Inside a Join, a no_sync forward or one with grad disabled would issue
+// SyncBatchNorm's collectives outside the replayed iterations: refused on
+// every rank before any collective; in eval() mode nothing is issued.
+TEST(JoinSyncBatchNorm, ForwardsNoReplayMatchesAreRefused) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 2);
+    nn::Sequential net = bn_mlp();
+    convert_sync_batchnorm(net.ptr(), pg);
+    DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg));
+    model->set_join_shadow_batch(torch::zeros({0, 4}, torch::kFloat64));
+    const auto x = torch::ones({3, 4}, torch::kFloat64);
+    Join join({*model});
+    std::string m = error_message([&] { model->no_sync([&] { return model->forward(x); }); });
+    EXPECT_TRUE(contains(m, "under no_sync of a model whose SyncBatchNorm '1'")) << m;
+    m = error_message([&] {
+      torch::NoGradGuard no_grad;
+      model->forward(x);
+    });
+    EXPECT_TRUE(contains(m, "with grad disabled")) << m;
+    net->eval();
+    {
+      torch::NoGradGuard no_grad;
+      model->forward(x);
+    }
+    net->train();
+    (model->forward(x) * 1.0).sum().backward();  // the ranks are still in step
+  });
+}
+
 }  // namespace
 }  // namespace ddp::testing

@@ -218,6 +218,35 @@ TEST(Join, ARankWithoutAnyBatchShadowsFromTheStart) {
   run({{2, 0}, false});
 }
 
+// A rank that shadowed accumulates its no_sync passes again after the Join:
+// with find_unused_parameters, a synchronized pass that reaches no parameter
+// still contributes what no_sync accumulated, on every rank.
+TEST(Join, AfterAJoinNoSyncPassesCountAgain) {
+  struct LinearOrNotImpl : torch::nn::Module {
+    LinearOrNotImpl() { lin = register_module("lin", torch::nn::Linear(4, 1)); }
+    torch::Tensor forward(torch::Tensor x, int64_t use) { return use ? lin(x) : x.sum(1, true); }
+    torch::nn::Linear lin{nullptr};
+  };
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, 2);
+    DistributedDataParallel model(
+        std::make_shared<LinearOrNotImpl>(),
+        DistributedDataParallelOptions().process_group(pg).find_unused_parameters(true));
+    const auto x = torch::ones({2, 4});
+    {
+      Join join({*model});
+      if (rank == 1) model->forward(x, int64_t{1}).sum().backward();  // rank 0 shadows it
+    }
+    model->zero_grad(/*set_to_none=*/true);
+    model->no_sync([&] { model->forward(x, int64_t{1}).sum().backward(); });
+    const auto expected = model->module()->parameters()[0].grad().clone();  // the same on both
+    const auto free_input = torch::ones({2, 4}).requires_grad_();
+    model->forward(free_input, int64_t{0}).sum().backward();  // reaches no parameter
+    EXPECT_TRUE(torch::allclose(model->module()->parameters()[0].grad(), expected))
+        << "rank " << rank << ": the no_sync pass's gradient, averaged over both ranks";
+  });
+}
+
 TEST(Join, ThrowOnEarlyTerminationRaisesOnEveryRankInTheSameIteration) {
   spawn(3, [](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 3);

@@ -15,6 +15,7 @@ TEST(Reducer, BucketsLaunchInOrderAsSoonAsReadyDuringBackward) {
       Chain chain(&log);
       Reducer reducer(chain.params, chain.names, pg,
                       one_per_bucket().gradient_as_bucket_view(as_view));
+      log.take();  // construction's checks across ranks
       EXPECT_EQ(reducer.bucket_indices(), (std::vector<std::vector<size_t>>{{2}, {1}, {0}}));
       at::Tensor out = chain.forward(Chain::input(rank, 0));
       reducer.prepare_for_backward({out});
@@ -144,6 +145,7 @@ TEST(Reducer, NoSyncAccumulatesLocallyAndTheNextSynchronizedPassReducesTheSum) {
     auto pg = std::make_shared<RecordingGroup>(make_group(store, rank, 2), &log);
     Chain chain;
     Reducer reducer(chain.params, chain.names, pg);
+    log.take();  // construction's checks across ranks
     for (int step = 0; step < 3; ++step) {
       at::Tensor out = chain.forward(Chain::input(rank, step));
       reducer.prepare_for_backward({out}, /*synchronize=*/step == 2);

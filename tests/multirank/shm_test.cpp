@@ -12,7 +12,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-
 #include <chrono>
 #include <thread>
 

@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-
 #include <chrono>
 
 namespace ddp::testing {
@@ -108,6 +107,19 @@ TEST(ShmZeroCopy, RanksReducingDifferentMemoryFailOnEveryRank) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
     EXPECT_TRUE(contains(m, "zero-copy")) << "rank " << rank << ": " << m;
     EXPECT_TRUE(contains(m, "rank 1 runs another collective")) << "rank " << rank << ": " << m;
+  });
+}
+
+// The same bytes, reduced with another op on one rank: refused as well.
+TEST(ShmZeroCopy, RanksReducingWithDifferentOpsFailOnEveryRank) {
+  spawn(2, [](int rank, StorePtr store) {
+    auto pg = shm_group(store, rank, 2);
+    at::Tensor t = carve(pg->allocate_zero_copy(1 << 16), 0, 4096, at::kFloat);
+    std::string m =
+        error_message([&] { pg->allreduce(t, rank == 0 ? ReduceOp::SUM : ReduceOp::MAX)->wait(); });
+    EXPECT_TRUE(contains(m, rank == 0 ? "rank 1 reduces 16384 bytes at offset 0" : "rank 0"))
+        << "rank " << rank << ": " << m;
+    EXPECT_TRUE(contains(m, "MAX")) << "rank " << rank << ": " << m;
   });
 }
 

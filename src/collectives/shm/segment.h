@@ -18,7 +18,7 @@
 namespace ddp::detail::shm {
 
 constexpr size_t kLine = 64;
-constexpr uint64_t kMagic = 0x64647073686d3031ull;  // "ddpshm01"
+constexpr uint64_t kMagic = 0x64647073686d3032ull;  // "ddpshm02": RankControl's layout
 
 // A step counter a rank publishes and its peers wait on. `value` is the
 // number of steps done; its low 32 bits are the futex word. `waiters` counts
@@ -49,6 +49,7 @@ struct alignas(kLine) RankControl {
   std::atomic<uint64_t> zc_region{0};
   std::atomic<uint64_t> zc_offset{0};
   std::atomic<uint64_t> zc_bytes{0};
+  std::atomic<uint64_t> zc_kind{0};  // dtype and reduce op
 };
 
 struct alignas(4096) Header {

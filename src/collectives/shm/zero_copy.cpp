@@ -7,9 +7,12 @@
 
 #include <ddp/errors.h>
 
+#include <c10/core/ScalarType.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include <sys/mman.h>
 
@@ -22,28 +25,41 @@ constexpr int64_t kReduceChunkBytes = 64 << 10;
 
 constexpr char kErrorMark = '!';
 
-// What a rank that does not find `mine` in `peer`'s descriptor says.
-void check_same_reduction(Channel& ch, int peer, uint64_t step, const RankControl& mine) {
-  const RankControl& theirs = ch.control(peer);
+// Dtype and reduce op in one word, for the descriptor.
+uint64_t kind_of(const at::Tensor& t, ReduceOp op) {
+  return static_cast<uint64_t>(t.scalar_type()) * 16 + static_cast<uint64_t>(op);
+}
+
+std::string describe(const RankControl& c) {
   const auto load = [](const std::atomic<uint64_t>& v) {
     return v.load(std::memory_order_relaxed);
   };
-  if (load(theirs.zc_step) == step && load(theirs.zc_region) == load(mine.zc_region) &&
-      load(theirs.zc_offset) == load(mine.zc_offset) &&
-      load(theirs.zc_bytes) == load(mine.zc_bytes)) {
+  const uint64_t kind = load(c.zc_kind);
+  return std::to_string(load(c.zc_bytes)) + " bytes at offset " +
+         std::to_string(load(c.zc_offset)) + " of zero-copy region #" +
+         std::to_string(load(c.zc_region)) + " (" +
+         c10::toString(static_cast<at::ScalarType>(kind / 16)) + ", " +
+         to_string(static_cast<ReduceOp>(kind % 16)) + ")";
+}
+
+// Throws unless `peer` runs the same zero-copy all-reduce as this rank in `step`.
+void check_same_reduction(Channel& ch, int peer, uint64_t step, const RankControl& mine) {
+  const RankControl& theirs = ch.control(peer);
+  const auto same = [&](const std::atomic<uint64_t> RankControl::*field) {
+    return (theirs.*field).load(std::memory_order_relaxed) ==
+           (mine.*field).load(std::memory_order_relaxed);
+  };
+  const bool this_step = theirs.zc_step.load(std::memory_order_relaxed) == step;
+  if (this_step && same(&RankControl::zc_region) && same(&RankControl::zc_offset) &&
+      same(&RankControl::zc_bytes) && same(&RankControl::zc_kind)) {
     return;
   }
   throw InvalidArgument(
-      "zero-copy allreduce of " + std::to_string(load(mine.zc_bytes)) + " bytes at offset " +
-      std::to_string(load(mine.zc_offset)) + " of zero-copy region #" +
-      std::to_string(load(mine.zc_region)) + ": rank " + std::to_string(peer) +
-      (load(theirs.zc_step) == step
-           ? " reduces " + std::to_string(load(theirs.zc_bytes)) + " bytes at offset " +
-                 std::to_string(load(theirs.zc_offset)) + " of region #" +
-                 std::to_string(load(theirs.zc_region))
-           : " runs another collective (a tensor outside its zero-copy memory)") +
+      "zero-copy allreduce of " + describe(mine) + ": rank " + std::to_string(peer) +
+      (this_step ? " reduces " + describe(theirs)
+                 : " runs another collective (a tensor outside its zero-copy memory)") +
       " in this step. Every rank must allreduce the same part of its zero-copy memory "
-      "(ProcessGroup::allocate_zero_copy) in the same order");
+      "(ProcessGroup::allocate_zero_copy), with the same dtype and op, in the same order");
 }
 
 }  // namespace
@@ -122,6 +138,7 @@ void allreduce_in_region(Channel& ch, const Region& region, size_t offset, const
   mine.zc_region.store(region.id(), std::memory_order_relaxed);
   mine.zc_offset.store(offset, std::memory_order_relaxed);
   mine.zc_bytes.store(tensor.nbytes(), std::memory_order_relaxed);
+  mine.zc_kind.store(kind_of(tensor, op), std::memory_order_relaxed);
   mine.zc_step.store(s, std::memory_order_relaxed);
   ch.publish(COPIED, s);
   ch.wait_all(COPIED, s);

@@ -14,9 +14,10 @@
 //      while it is in cache; then publishes REDUCED;
 //   3. once all have, every part holds the whole result: CONSUMED.
 // Between 1 and 3 slice q of every part is read and written by rank q alone,
-// and no rank touches its own tensor (its Work is pending), so no byte has
-// two writers; slices are whole 64-byte units (slices.h), so no cache line
-// has either. Ordering: descriptor and data stores come before the COPIED
+// and no user code touches the tensor (its Work is pending), so no byte has
+// two writers; slices are whole 64-byte units (slices.h), so at a 64-byte
+// aligned offset (DDP's buckets) no cache line has either; any other offset
+// is correct, only slower. Ordering: descriptor and data stores come before the COPIED
 // (and REDUCED) release stores, and a peer's acquire load that sees them
 // makes them visible (as in channel.h).
 // Memory traffic per all-reduced byte, per rank: reads 1 (its slice of the w
