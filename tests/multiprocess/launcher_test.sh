@@ -42,7 +42,11 @@ run_ddprun() {
 # with --foreground, timeout forwards the signals it gets to ddprun only).
 start_ddprun() {
   BG_START=$SECONDS
-  timeout --foreground -s KILL "$LIMIT" "$DDPRUN" "$@" >"$OUT" 2>"$ERR" </dev/null &
+  # Emptied here, not by the background job's redirection (which may come
+  # late under load): wait_for_lines must not see the previous run's lines.
+  : >"$OUT"
+  : >"$ERR"
+  timeout --foreground -s KILL "$LIMIT" "$DDPRUN" "$@" >>"$OUT" 2>>"$ERR" </dev/null &
   BG_PID=$!
 }
 
