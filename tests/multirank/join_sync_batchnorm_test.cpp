@@ -137,15 +137,19 @@ TEST(JoinSyncBatchNorm, ARankWithoutAnyBatchReplaysFromTheStart) {
   run({{4, 1, 0, 2}, false, true});
 }
 
+// bn_mlp() with its BatchNorms synchronized over `pg`, inside DDP on `pg`.
+DistributedDataParallel sync_bn_model(const ProcessGroupPtr& pg) {
+  nn::Sequential net = bn_mlp();
+  convert_sync_batchnorm(net.ptr(), pg);
+  return DistributedDataParallel(net, DistributedDataParallelOptions().process_group(pg));
+}
+
 // Without a batch to replay, the ranks out of inputs would leave the
 // others waiting in SyncBatchNorm's collectives: refused on every rank
 // before any collective.
 TEST(JoinSyncBatchNorm, AJoinWithoutAShadowBatchIsRefused) {
   spawn(2, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2);
-    nn::Sequential net = bn_mlp();
-    convert_sync_batchnorm(net.ptr(), pg);
-    DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg));
+    DistributedDataParallel model = sync_bn_model(make_group(store, rank, 2));
     std::string m = error_message([&] { Join join({*model}); });
     EXPECT_TRUE(contains(m, "SyncBatchNorm '1'")) << m;
     EXPECT_TRUE(contains(m, "set_join_shadow_batch")) << m;
@@ -159,10 +163,7 @@ TEST(JoinSyncBatchNorm, AJoinWithoutAShadowBatchIsRefused) {
 // every rank before any collective; in eval() mode nothing is issued.
 TEST(JoinSyncBatchNorm, ForwardsNoReplayMatchesAreRefused) {
   spawn(2, [](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2);
-    nn::Sequential net = bn_mlp();
-    convert_sync_batchnorm(net.ptr(), pg);
-    DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg));
+    DistributedDataParallel model = sync_bn_model(make_group(store, rank, 2));
     model->set_join_shadow_batch(torch::zeros({0, 4}, torch::kFloat64));
     const auto x = torch::ones({3, 4}, torch::kFloat64);
     Join join({*model});
@@ -173,12 +174,12 @@ TEST(JoinSyncBatchNorm, ForwardsNoReplayMatchesAreRefused) {
       model->forward(x);
     });
     EXPECT_TRUE(contains(m, "with grad disabled")) << m;
-    net->eval();
+    model->module()->eval();
     {
       torch::NoGradGuard no_grad;
       model->forward(x);
     }
-    net->train();
+    model->module()->train();
     (model->forward(x) * 1.0).sum().backward();  // the ranks are still in step
   });
 }
