@@ -11,6 +11,10 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
+#include <memory>
+#include <string>
+
 namespace ddp {
 namespace detail {
 namespace {
@@ -26,13 +30,16 @@ JoinShadowScope::~JoinShadowScope() { join_shadow = previous_; }
 namespace {
 
 // The name of the first SyncBatchNorm in `module`'s tree (in training mode
-// only, if `training`), or "".
+// only, if `training`), or "". It runs at every no_sync or no-grad forward
+// inside a Join: names are built only once one is found.
 std::string first_sync_batchnorm(const torch::nn::Module& module, bool training = false) {
+  const auto is_one = [training](const std::shared_ptr<torch::nn::Module>& m) {
+    return dynamic_cast<const SyncBatchNormImpl*>(m.get()) && (!training || m->is_training());
+  };
+  const auto all = module.modules();
+  if (std::none_of(all.begin(), all.end(), is_one)) return "";
   for (const auto& item : module.named_modules()) {
-    if (dynamic_cast<const SyncBatchNormImpl*>(item.value().get()) &&
-        (!training || item.value()->is_training())) {
-      return item.key().empty() ? "(the module itself)" : item.key();
-    }
+    if (is_one(item.value())) return item.key().empty() ? "(the module itself)" : item.key();
   }
   return "";
 }
