@@ -11,7 +11,9 @@
 //   build lacks, is an InvalidArgument listing the names this build has.
 // - A backend that needs a store (Gloo) is given the rendezvous store, under
 //   a prefix unique to the group; one that does not (MPI) is built without a
-//   rendezvous, and knows its world itself (Backend::world).
+//   rendezvous, and knows its world itself (Backend::world). Inside a
+//   composed group (hierarchical) every backend is given the store and
+//   BackendSetup::world_ranks, so that MPI can serve as a part of it.
 // - Each backend owns its options: a type derived from BackendOptions
 //   (GlooOptions, MpiOptions, ...), passed through
 //   InitOptions::backend_options; options of another backend's type are an
@@ -52,6 +54,12 @@ struct BackendSetup {
   BackendOptionsPtr options;
   // Which of InitOptions::round_robin_groups this group is (0 for the first).
   int index = 0;
+  // The ranks of the job's world that form this group: world_ranks[r] is
+  // group rank r's rank in the world the launcher made. Default empty: the
+  // whole world, in its own order. A composed group (hierarchical) builds
+  // its sub-groups with it; a backend that meets on the store may ignore it,
+  // one that knows its world from its launcher (MPI) builds from it.
+  std::vector<int> world_ranks;
 };
 
 // A backend's own view of the world, for backends launched with one (MPI).
@@ -78,8 +86,10 @@ struct Backend {
 void register_backend(Backend backend);
 
 // The backend registered under `name`; InvalidArgument listing the names
-// this build has (and why a known one is missing) otherwise.
-const Backend& find_backend(const std::string& name);
+// this build has (and why a known one is missing) otherwise, and saying that
+// `chosen_by` named it.
+const Backend& find_backend(const std::string& name,
+                            const std::string& chosen_by = "InitOptions::backend or DDP_BACKEND");
 
 // The registered names, sorted.
 std::vector<std::string> backend_names();

@@ -73,7 +73,7 @@ std::string joined(const std::vector<std::string>& names) {
 
 void register_backend(Backend backend) { add(registry(), std::move(backend)); }
 
-const Backend& find_backend(const std::string& name) {
+const Backend& find_backend(const std::string& name, const std::string& chosen_by) {
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -84,7 +84,7 @@ const Backend& find_backend(const std::string& name) {
   auto known = known_optional_backends().find(name);
   if (known != known_optional_backends().end()) message += ": " + known->second;
   throw InvalidArgument(message + ". Available: " + joined(backend_names()) +
-                        " (InitOptions::backend or DDP_BACKEND)");
+                        " (chosen by " + chosen_by + ")");
 }
 
 std::vector<std::string> backend_names() {

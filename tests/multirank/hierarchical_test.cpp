@@ -4,6 +4,8 @@
 // in flight, and the collectives that run on the flat group.
 #include "spawn.h"
 
+#include "collectives/hierarchical/topology.h"
+
 #include <ddp/ddp.h>
 
 #include <ATen/ATen.h>
@@ -48,6 +50,30 @@ void check_allreduces(const std::vector<std::string>& hosts) {
       ASSERT_TRUE(at::allclose(a, at::full({n}, (size + 1) / 2.0, at::kDouble)));
     }
   });
+}
+
+// Each sub-group's members in group-rank order: what every rank builds its
+// groups from, and what an MPI sub-communicator is made of.
+TEST(Hierarchical, TopologyNamesEverySubGroupsMembers) {
+  const std::vector<std::string> interleaved = {"a", "b", "c", "a", "b", "c"};
+  detail::Topology t = detail::topology_of(interleaved, 4);
+  EXPECT_EQ(t.host_index, 1);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_TRUE(t.uniform);
+  EXPECT_EQ(t.host_ranks, (std::vector<int>{1, 4}));
+  EXPECT_EQ(t.peers, (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(t.leaders, (std::vector<int>{0, 1, 2}));
+  for (int rank = 0; rank < 6; ++rank) {  // rank r is at its own place in each of its groups
+    detail::Topology u = detail::topology_of(interleaved, rank);
+    EXPECT_EQ(u.host_ranks.at(u.local_rank), rank);
+    EXPECT_EQ(u.peers.at(u.host_index), rank);
+  }
+  detail::Topology uneven = detail::topology_of({"x", "y", "x"}, 2);
+  EXPECT_FALSE(uneven.uniform);
+  EXPECT_EQ(uneven.host_ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(uneven.local_rank, 1);
+  EXPECT_TRUE(uneven.peers.empty());
+  EXPECT_EQ(uneven.leaders, (std::vector<int>{0, 1}));
 }
 
 TEST(Hierarchical, EqualHostsSliceAcrossHosts) { check_allreduces({"a", "a", "b", "b"}); }

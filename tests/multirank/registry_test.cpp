@@ -78,6 +78,20 @@ TEST(Registry, EnvironmentChoosesTheDefaultButNotOverAnExplicitName) {
   EXPECT_EQ(resolve_backend_name(""), "auto");
 }
 
+TEST(Registry, CrossHostBackendFromTheEnvironmentAndItsErrorSaysWhoChoseIt) {
+  EXPECT_EQ(resolve_cross_backend(HierarchicalOptions()), "gloo");
+  ScopedEnv env("DDP_CROSS_BACKEND", "no-such-cross");
+  EXPECT_EQ(resolve_cross_backend(HierarchicalOptions()), "no-such-cross");
+  EXPECT_EQ(resolve_cross_backend(HierarchicalOptions().cross_backend("gloo")), "gloo");
+  for (const char* backend : {"auto", "hierarchical"}) {
+    StorePtr store = c10::make_intrusive<c10d::HashStore>();
+    std::string m = message_of([&] { make_group(store, 0, 1, InitOptions().backend(backend)); });
+    EXPECT_TRUE(contains(m, "'no-such-cross' is not available")) << m;
+    EXPECT_TRUE(contains(m, "chosen by HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND"))
+        << m;
+  }
+}
+
 struct NotGlooOptions : BackendOptions {};
 
 TEST(Registry, OptionsOfAnotherBackendAreRefused) {

@@ -41,13 +41,20 @@ namespace ddp {
 struct HierarchicalOptions : BackendOptions {
   // The backend inside a host. Default "shm".
   TORCH_ARG(std::string, local_backend) = "shm";
-  // The backend across hosts (it needs a store). Default "gloo".
-  TORCH_ARG(std::string, cross_backend) = "gloo";
+  // The backend across hosts: "gloo", "mpi" (under mpirun; the store is
+  // still needed, for the groups inside each host: pass MASTER_ADDR and
+  // MASTER_PORT with mpirun -x), or any registered one. Default "":
+  // $DDP_CROSS_BACKEND when set, else "gloo".
+  TORCH_ARG(std::string, cross_backend) = "";
   // Options of the local backend's groups. Default null (its defaults).
   TORCH_ARG(BackendOptionsPtr, local_options) = nullptr;
   // Options of the cross-host backend's groups. Default null.
   TORCH_ARG(BackendOptionsPtr, cross_options) = nullptr;
 };
+
+// The cross-host backend `options` stands for: cross_backend() when not
+// empty, else $DDP_CROSS_BACKEND when set, else "gloo".
+std::string resolve_cross_backend(const HierarchicalOptions& options);
 
 class HierarchicalProcessGroup : public ProcessGroup {
  public:

@@ -12,10 +12,17 @@
 //   what was granted. ddp finalizes MPI at exit only if ddp initialised it;
 //   a program that initialises MPI itself must ask for MPI_THREAD_MULTIPLE
 //   and finalizes it itself, after destroying its groups.
-// - Construction is collective over MPI_COMM_WORLD: every rank constructs its
-//   groups in the same order. Each group runs on its own communicator (a
-//   duplicate of MPI_COMM_WORLD), so several groups (round-robin) and the
+// - Construction is collective over the group's members: every member
+//   constructs its groups in the same order. Each group runs on its own
+//   communicator (a duplicate of MPI_COMM_WORLD, or for a group of some of
+//   its ranks one made by MPI_Comm_create_group over them alone), so several
+//   groups (round-robin, the stages of a hierarchical group) and the
 //   DDP_DEBUG=detail wrapper do not mix their messages.
+// - Inside the hierarchical group (HierarchicalOptions::cross_backend "mpi",
+//   or DDP_CROSS_BACKEND=mpi) each cross-host group is such a sub-group. Its
+//   members first meet on the store, bounded by the group's timeout, and
+//   check that their ranks are MPI's, so that a missing or misnumbered
+//   member is an error naming it, not a hang in MPI_Comm_create_group.
 // - Work runs on one worker thread per group, through MPI's nonblocking
 //   collectives, so Works complete in issue order.
 // - Errors: an MPI error is a CommunicationError naming the rank, the
@@ -38,6 +45,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddp {
 
@@ -51,10 +59,15 @@ struct MpiOptions : BackendOptions {
 
 class MpiProcessGroup : public ProcessGroup {
  public:
-  // Initialises MPI if needed, then duplicates MPI_COMM_WORLD (collective).
-  // `index` tells the groups of one process apart in MPI's names for them.
+  // Initialises MPI if needed, then makes the group's communicator over
+  // `world_ranks` (ranks of MPI_COMM_WORLD, group rank r being
+  // world_ranks[r]; distinct, this process among them; InvalidArgument
+  // otherwise), collective over them alone. Default empty: all of
+  // MPI_COMM_WORLD, duplicated. `index` tells the groups of one process
+  // apart in MPI's names for them.
   explicit MpiProcessGroup(std::chrono::milliseconds timeout = kDefaultTimeout,
-                           MpiOptions options = {}, int index = 0);
+                           MpiOptions options = {}, int index = 0,
+                           std::vector<int> world_ranks = {});
   ~MpiProcessGroup() override;
 
   std::string backend_name() const override { return "mpi"; }

@@ -22,7 +22,7 @@ namespace {
 HierarchicalOptions auto_options_for(const BackendSetup& setup) {
   const BackendOptions* given = setup.options.get();
   if (dynamic_cast<const GlooOptions*>(given)) {
-    return HierarchicalOptions().cross_options(setup.options);
+    return HierarchicalOptions().cross_backend("gloo").cross_options(setup.options);
   }
   if (dynamic_cast<const ShmOptions*>(given)) {
     return HierarchicalOptions().local_options(setup.options);
@@ -30,17 +30,27 @@ HierarchicalOptions auto_options_for(const BackendSetup& setup) {
   return options_for<HierarchicalOptions>(setup, "auto", "HierarchicalOptions");
 }
 
+// Names the parts before the hosts are exchanged, so that a wrong name is
+// the same error on every rank at once (rank 0 failing inside the exchange
+// would take the store away from the others).
+void check_parts(const HierarchicalOptions& options) {
+  find_backend(options.local_backend(), "HierarchicalOptions::local_backend");
+  find_backend(resolve_cross_backend(options),
+               "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
+}
+
 std::vector<std::string> hosts(const BackendSetup& setup) {
   return hosts_of_ranks(setup.store, "hosts/", setup.rank, setup.world_size, setup.timeout);
 }
 
-// A group of `name` on the same ranks, under its own store prefix.
+// A group of `name` (which `chosen_by` named) on the same ranks, under its
+// own store prefix.
 ProcessGroupPtr plain(const BackendSetup& setup, const std::string& name,
-                      const BackendOptionsPtr& options) {
+                      const BackendOptionsPtr& options, const std::string& chosen_by) {
   BackendSetup sub = setup;
   sub.store = c10::make_intrusive<c10d::PrefixStore>(name, setup.store);
   sub.options = options;
-  return find_backend(name).create(sub);
+  return find_backend(name, chosen_by).create(sub);
 }
 
 }  // namespace
@@ -50,9 +60,9 @@ Backend hierarchical_backend() {
   b.name = "hierarchical";
   b.summary = "shared memory within each host, an inter-host backend across (always)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    return std::make_shared<HierarchicalProcessGroup>(
-        setup, hosts(setup),
-        options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions"));
+    auto options = options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions");
+    check_parts(options);
+    return std::make_shared<HierarchicalProcessGroup>(setup, hosts(setup), options);
   };
   return b;
 }
@@ -63,11 +73,16 @@ Backend auto_backend() {
   b.summary = "shm within one host, gloo across hosts, hierarchical when both (the default)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     HierarchicalOptions options = auto_options_for(setup);
+    check_parts(options);
     auto labels = hosts(setup);
     Topology t = topology_of(labels, setup.rank);
-    if (t.host_count == 1) return plain(setup, options.local_backend(), options.local_options());
+    if (t.host_count == 1) {
+      return plain(setup, options.local_backend(), options.local_options(),
+                   "HierarchicalOptions::local_backend");
+    }
     if (t.uniform && t.local_size == 1) {
-      return plain(setup, options.cross_backend(), options.cross_options());
+      return plain(setup, resolve_cross_backend(options), options.cross_options(),
+                   "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
     }
     return std::make_shared<HierarchicalProcessGroup>(setup, labels, options);
   };

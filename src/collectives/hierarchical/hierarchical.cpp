@@ -12,45 +12,56 @@
 #include "collectives/hierarchical/topology.h"
 #include "collectives/issue_order.h"
 #include "collectives/work_detail.h"
+#include "rendezvous/env.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <mutex>
 
 namespace ddp {
+
+std::string resolve_cross_backend(const HierarchicalOptions& options) {
+  if (!options.cross_backend().empty()) return options.cross_backend();
+  return detail::env_string("DDP_CROSS_BACKEND").value_or("gloo");
+}
+
+namespace {
+
+HierarchicalOptions with_cross_backend_resolved(HierarchicalOptions options) {
+  options.cross_backend(resolve_cross_backend(options));
+  return options;
+}
+
+}  // namespace
 
 class HierarchicalProcessGroup::Impl {
  public:
   Impl(HierarchicalProcessGroup& owner, const BackendSetup& setup,
        const std::vector<std::string>& host_of_rank, HierarchicalOptions options)
       : owner_(owner),
-        options_(std::move(options)),
+        options_(with_cross_backend_resolved(std::move(options))),
         topology_(detail::topology_of(host_of_rank, setup.rank)) {
-    const Backend& local = find_backend(options_.local_backend());
-    const Backend& cross = find_backend(options_.cross_backend());
-    if (!local.needs_store || !cross.needs_store) {
-      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                            ": the hierarchical group builds its sub-groups on the store; "
-                            "backend '" +
-                            (local.needs_store ? cross.name : local.name) +
-                            "' needs none and cannot be a part of it");
-    }
+    const Backend& local =
+        find_backend(options_.local_backend(), "HierarchicalOptions::local_backend");
+    const Backend& cross = find_backend(options_.cross_backend(),
+                                        "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
     const auto& t = topology_;
     const std::string host = std::to_string(t.host_index);
+    std::vector<int> everyone(setup.world_size);
+    for (int r = 0; r < setup.world_size; ++r) everyone[r] = r;
     // Every rank builds its groups in this order (each build waits for the
     // group's other members), so no two ranks wait on each other crosswise.
-    first_local_ = build(local, setup, options_.local_options(), "local_a/" + host, t.local_rank,
-                         t.local_size);
-    second_local_ = build(local, setup, options_.local_options(), "local_b/" + host, t.local_rank,
-                          t.local_size);
+    first_local_ = build(local, setup, options_.local_options(), "local_a/" + host, t.host_ranks);
+    second_local_ = build(local, setup, options_.local_options(), "local_b/" + host, t.host_ranks);
     if (t.uniform) {
       cross_ = build(cross, setup, options_.cross_options(),
-                     "cross/" + std::to_string(t.local_rank), t.host_index, t.host_count);
+                     "cross/" + std::to_string(t.local_rank), t.peers);
     } else if (t.local_rank == 0) {
-      cross_ = build(cross, setup, options_.cross_options(), "leaders", t.host_index, t.host_count);
+      cross_ = build(cross, setup, options_.cross_options(), "leaders", t.leaders);
     }
-    flat_ = build(cross, setup, options_.cross_options(), "flat", setup.rank, setup.world_size);
+    flat_ = build(cross, setup, options_.cross_options(), "flat", everyone);
   }
 
   // Waits (bounded) for the operations in flight, then closes: stages that
@@ -136,13 +147,21 @@ class HierarchicalProcessGroup::Impl {
     std::function<void()> epilogue;
   };
 
+  // A group of `backend` over `members` (ranks of this group, ascending),
+  // under its own store prefix; BackendSetup::world_ranks says which ranks
+  // of the job's world they are.
   static ProcessGroupPtr build(const Backend& backend, const BackendSetup& setup,
                                const BackendOptionsPtr& options, const std::string& prefix,
-                               int rank, int size) {
+                               const std::vector<int>& members) {
     BackendSetup sub = setup;
     sub.store = c10::make_intrusive<c10d::PrefixStore>("hierarchical/" + prefix, setup.store);
-    sub.rank = rank;
-    sub.world_size = size;
+    sub.rank = static_cast<int>(std::find(members.begin(), members.end(), setup.rank) -
+                                members.begin());
+    sub.world_size = static_cast<int>(members.size());
+    sub.world_ranks.clear();
+    for (int r : members) {
+      sub.world_ranks.push_back(setup.world_ranks.empty() ? r : setup.world_ranks.at(r));
+    }
     sub.options = options;
     return backend.create(sub);
   }

@@ -6,20 +6,26 @@ namespace ddp::detail {
 
 Topology topology_of(const std::vector<std::string>& host_of_rank, int rank) {
   std::map<std::string, int> index_of_host;  // in order of each host's lowest rank
-  std::vector<int> ranks_on_host;
-  std::vector<int> host_of;
-  for (const auto& label : host_of_rank) {
-    auto [it, fresh] = index_of_host.emplace(label, static_cast<int>(ranks_on_host.size()));
-    if (fresh) ranks_on_host.push_back(0);
-    host_of.push_back(it->second);
-    ++ranks_on_host[it->second];
+  std::vector<std::vector<int>> ranks_of_host;
+  for (int r = 0; r < static_cast<int>(host_of_rank.size()); ++r) {
+    auto [it, fresh] =
+        index_of_host.emplace(host_of_rank[r], static_cast<int>(ranks_of_host.size()));
+    if (fresh) ranks_of_host.emplace_back();
+    ranks_of_host[it->second].push_back(r);
   }
   Topology t;
-  t.host_index = host_of[rank];
-  t.host_count = static_cast<int>(ranks_on_host.size());
-  t.local_size = ranks_on_host[t.host_index];
-  for (int r = 0; r < rank; ++r) t.local_rank += host_of[r] == t.host_index;
-  for (int n : ranks_on_host) t.uniform = t.uniform && n == t.local_size;
+  t.host_index = index_of_host.at(host_of_rank[rank]);
+  t.host_count = static_cast<int>(ranks_of_host.size());
+  t.host_ranks = ranks_of_host[t.host_index];
+  t.local_size = static_cast<int>(t.host_ranks.size());
+  for (int r : t.host_ranks) t.local_rank += r < rank;
+  for (const auto& ranks : ranks_of_host) {
+    t.uniform = t.uniform && static_cast<int>(ranks.size()) == t.local_size;
+    t.leaders.push_back(ranks.front());
+  }
+  if (t.uniform) {
+    for (const auto& ranks : ranks_of_host) t.peers.push_back(ranks[t.local_rank]);
+  }
   return t;
 }
 

@@ -13,6 +13,11 @@ struct Topology {
   int local_rank = 0;  // index among the ranks of this host, by rank
   int local_size = 1;
   bool uniform = true;  // every host has local_size ranks
+  // The members of this rank's sub-groups, in group-rank order:
+  std::vector<int> host_ranks;  // this host's ranks (group rank = local_rank)
+  std::vector<int> peers;       // local index local_rank on every host (uniform only;
+                                // group rank = host_index)
+  std::vector<int> leaders;     // every host's lowest rank (group rank = host_index)
 };
 
 Topology topology_of(const std::vector<std::string>& host_of_rank, int rank);

@@ -58,14 +58,30 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
 
 class MpiProcessGroup::Impl {
  public:
-  Impl(MpiProcessGroup& owner, MpiOptions options, int index)
+  Impl(MpiProcessGroup& owner, MpiOptions options, int index, const std::vector<int>& world_ranks)
       : owner_(owner),
         options_(std::move(options)),
         queue_(owner.where(), owner.timeout(), /*threads=*/1) {
-    // Collective over MPI_COMM_WORLD: every rank creates its groups in order.
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    // Collective over the members: every member creates its groups in order.
     std::string name = "ddp/group" + std::to_string(index);
+    if (world_ranks.empty()) {
+      MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    } else {
+      MPI_Group world_group = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+      MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+      MPI_Group_incl(world_group, static_cast<int>(world_ranks.size()), world_ranks.data(),
+                     &members);
+      const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, members, /*tag=*/index, &comm_);
+      MPI_Group_free(&members);
+      MPI_Group_free(&world_group);
+      if (rc != MPI_SUCCESS) {
+        throw CommunicationError("ddp: " + owner.where() + ": MPI_Comm_create_group failed: " +
+                                 mpi::error_string(rc));
+      }
+      name += "/ranks";
+      for (int r : world_ranks) name += (name.back() == 's' ? "" : ",") + std::to_string(r);
+    }
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_name(comm_, name.c_str());
   }
 
@@ -163,18 +179,47 @@ class MpiProcessGroup::Impl {
 
 namespace {
 
-int world_rank() { return mpi::world().rank; }
-int world_size() { return mpi::world().world_size; }
+// This process's rank in the group of `world_ranks` (all of MPI_COMM_WORLD
+// when empty); InvalidArgument when they are not a group this process is in.
+int group_rank(const std::vector<int>& world_ranks) {
+  const BackendWorld world = mpi::world();
+  if (world_ranks.empty()) return world.rank;
+  std::vector<bool> seen(world.world_size);
+  int mine = -1;
+  for (size_t i = 0; i < world_ranks.size(); ++i) {
+    const int r = world_ranks[i];
+    if (r < 0 || r >= world.world_size || seen[r]) {
+      throw InvalidArgument("ddp: MpiProcessGroup: world_ranks[" + std::to_string(i) + "] = " +
+                            std::to_string(r) + " is " +
+                            (r < 0 || r >= world.world_size
+                                 ? "outside MPI_COMM_WORLD's " + std::to_string(world.world_size) +
+                                       " ranks"
+                                 : std::string("listed twice")));
+    }
+    seen[r] = true;
+    if (r == world.rank) mine = static_cast<int>(i);
+  }
+  if (mine < 0) {
+    throw InvalidArgument("ddp: MpiProcessGroup: MPI rank " + std::to_string(world.rank) +
+                          " is not among the group's world_ranks; only members build a group");
+  }
+  return mine;
+}
+
+int group_size(const std::vector<int>& world_ranks) {
+  return world_ranks.empty() ? mpi::world().world_size : static_cast<int>(world_ranks.size());
+}
 
 }  // namespace
 
-MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions options, int index)
-    : ProcessGroup(world_rank(), world_size(), timeout) {
+MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions options, int index,
+                                 std::vector<int> world_ranks)
+    : ProcessGroup(group_rank(world_ranks), group_size(world_ranks), timeout) {
   if (options.poll_interval().count() < 0) {
     throw InvalidArgument("ddp: MpiOptions::poll_interval must be >= 0, got " +
                           std::to_string(options.poll_interval().count()) + " us");
   }
-  impl_ = std::make_unique<Impl>(*this, std::move(options), index);
+  impl_ = std::make_unique<Impl>(*this, std::move(options), index, world_ranks);
 }
 
 MpiProcessGroup::~MpiProcessGroup() = default;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The hierarchical group with MPI across hosts (DDP_CROSS_BACKEND=mpi) under
+# mpirun: every collective right on every rank (examples/collectives), and
+# DDP equal to local training on it (ddp_equivalence).
+#   hierarchical_mpi_test.sh BUILD_DIR loopback NP HOSTS
+#       one machine; rank r counts as host r % HOSTS (as_hosts.sh)
+#   hierarchical_mpi_test.sh BUILD_DIR netns NODES
+#       NODES network namespaces x 2 ranks, one mpirun across them
+#       (bench/netem --mpirun); exits 77 (skipped) without `ip netns`
+set -uo pipefail
+build=$1 mode=$2
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export DDP_BACKEND=hierarchical DDP_CROSS_BACKEND=mpi
+case "$mode" in
+  loopback)
+    ranks=$3 hosts=$4
+    export MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29600 + ranks))
+    launch() {
+      timeout -s KILL 300 mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+        -x DDP_BACKEND -x DDP_CROSS_BACKEND -x MASTER_ADDR -x MASTER_PORT \
+        "$here/as_hosts.sh" "$hosts" "$@"
+    }
+    what="$ranks ranks on $hosts hosts (DDP_HOST_ID)"
+    ;;
+  netns)
+    nodes=$3 ranks=$(($3 * 2))
+    probe=ddpt-probe-$$
+    if ! ip netns add "$probe" 2>/dev/null; then
+      echo "SKIP: cannot create network namespaces here (needs root and 'ip netns'); test skipped"
+      exit 77
+    fi
+    ip netns del "$probe"
+    launch() {
+      timeout -s KILL 300 "$root/bench/netem" --mpirun mpirun --nodes "$nodes" \
+        --nproc-per-node 2 --bridge --rate 10g -- "$@"
+    }
+    what="$nodes nodes x 2 ranks (network namespaces)"
+    ;;
+  *) echo "usage: $0 BUILD_DIR loopback NP HOSTS | BUILD_DIR netns NODES" >&2; exit 2 ;;
+esac
+
+failed=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+launch "$build/examples/collectives" >"$out" 2>&1
+status=$?
+cat "$out"
+correct=$(grep -c -E "rank [0-9]+ of $ranks \[hierarchical\(shm\+mpi\)\].*all correct" "$out")
+if [ "$status" -eq 0 ] && [ "$correct" -eq "$ranks" ]; then
+  echo "ok - $what: hierarchical(shm+mpi), every collective correct"
+else
+  echo "not ok - $what: collectives (exit $status, $correct of $ranks ranks correct on hierarchical(shm+mpi))"
+  failed=1
+fi
+
+launch "$build/tests/multiprocess/ddp_equivalence" >"$out" 2>&1
+status=$?
+cat "$out"
+passed=$(grep -c "all checks passed" "$out")
+if [ "$status" -eq 0 ] && [ "$passed" -eq "$ranks" ] && ! grep -q "not ok" "$out"; then
+  echo "ok - $what: DDP equals local training on hierarchical(shm+mpi)"
+else
+  echo "not ok - $what: DDP equivalence (exit $status, $passed of $ranks ranks passed)"
+  failed=1
+fi
+exit "$failed"
