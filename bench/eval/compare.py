@@ -15,7 +15,9 @@ each run a fresh job of its own ranks.
   hierarchical  2 nodes x 2 ranks over a shaped link (bench/netem): ddp's
                 default backend (hierarchical: shm inside a node, Gloo
                 across), ddp on a flat Gloo ring, PyTorch's DDP; with the
-                bytes each node sent over the link (tc's counters).
+                bytes each node sent over the link (tc's counters). --mpi
+                adds hierarchical-mpi: the same with Open MPI across hosts
+                (DDP_CROSS_BACKEND=mpi, one mpirun: bench/netem --mpirun).
 
 Output, in --out (default bench/results): NAME.json (every run's rows and
 the pooled results), NAME.md (the tables), NAME.txt (the log: rank 0's lines
@@ -89,6 +91,8 @@ def add_parsers(sub):
                        "flat Gloo, PyTorch's DDP")
     p.add_argument("--rate", default="1g", help="the link (bench/netem --rate)")
     p.add_argument("--model", default="mlp")
+    p.add_argument("--mpi", action="store_true",
+                   help="a fourth side: hierarchical with MPI across hosts, under mpirun")
     common_arguments(p, "hierarchical", rounds=3, iters=10, warmup=2, timeout=600)
     p.set_defaults(run=run_hierarchical)
 
@@ -262,20 +266,28 @@ def run_hierarchical(args):
         log.say("git %s; 2 nodes x 2 ranks, link %s, model %s; %s" % (
             git_description(), args.rate, args.model, snap.malloc_note))
         runs = Runs(snap, log, args.timeout)
+        sides = SIDES3 + (("hierarchical-mpi",) if args.mpi else ())
         launch = snap.netem_cmd(args.rate, nodes=2, nproc_per_node=2)
         common = ["--model", args.model, "--world-size", "4", "--iters", str(args.iters),
                   "--warmup", str(args.warmup)]
-        per = {s: {} for s in SIDES3}   # side -> round -> median ms
-        sent = {s: [] for s in SIDES3}  # bytes both nodes sent over the link, per run
-        for _, r, side in alternated([None], args.rounds, SIDES3):
+        per = {s: {} for s in sides}   # side -> round -> median ms
+        sent = {s: [] for s in sides}  # bytes both nodes sent over the link, per run
+        for _, r, side in alternated([None], args.rounds, sides):
             json_path = os.path.join(snap.dir, "%s-r%d.json" % (side, r))
+            side_launch = launch
             if side == "pytorch":
                 cmd, env = [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
+            elif side == "hierarchical-mpi":
+                # netem's mpirun passes its environment on to every node's ranks
+                side_launch = snap.netem_cmd(args.rate, nodes=2, nproc_per_node=2, mpirun=True)
+                cmd = [snap.bench, "train", "--impls", "ddp"]
+                env = {"DDP_BACKEND": "hierarchical", "DDP_CROSS_BACKEND": "mpi"}
             else:
                 cmd = [snap.bench, "train", "--impls", "ddp"]
                 env = {"DDP_BACKEND": "auto" if side == "hierarchical" else "gloo"}
             status, text = runs.run("round %d/%d: %s" % (r, args.rounds, side),
-                                    launch + cmd + common + ["--json", json_path], json_path, env)
+                                    side_launch + cmd + common + ["--json", json_path], json_path,
+                                    env)
             if status:
                 log.say("%s round %d failed (status %d): %s"
                         % (side, r, status, " / ".join(text.splitlines()[-3:])))
@@ -290,12 +302,16 @@ def run_hierarchical(args):
                        "link bytes per run (both nodes, tc)"],
                       [[s, "%.1f" % statistics.median(per[s].values()), str(len(per[s])),
                         "%.0f MB" % (statistics.median(sent[s]) / 1e6) if sent[s] else "-"]
-                       for s in SIDES3 if per[s]])]
-    for a, b in (("hierarchical", "gloo"), ("hierarchical", "pytorch"), ("gloo", "pytorch")):
+                       for s in sides if per[s]])]
+    pairs = [("hierarchical", "gloo"), ("hierarchical", "pytorch"), ("gloo", "pytorch")]
+    if args.mpi:
+        pairs += [("hierarchical-mpi", "gloo"), ("hierarchical-mpi", "pytorch"),
+                  ("hierarchical-mpi", "hierarchical")]
+    for a, b in pairs:
         ratio, _ = paired_ratio(per[a], per[b])
         if ratio is not None:
             lines += ["", "%s / %s: %.3f (median of per-round ratios)" % (a, b, ratio)]
     write_json(base + ".json", {"rate": args.rate, "model": args.model, "median_ms": per,
                                 "link_bytes": sent})
-    missing = ["no %s run succeeded" % s for s in SIDES3 if not per[s]]
+    missing = ["no %s run succeeded" % s for s in sides if not per[s]]
     return finish(log, base, "\n".join(lines), missing)

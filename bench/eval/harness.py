@@ -117,12 +117,13 @@ class Snapshot:
     def ddprun_cmd(self, nproc):
         return [self.ddprun, "--nproc-per-node", str(nproc), "--"]
 
-    def netem_cmd(self, rate, nodes=2, nproc_per_node=1, bridge=False):
+    def netem_cmd(self, rate, nodes=2, nproc_per_node=1, bridge=False, mpirun=False):
         """`nodes` network namespaces joined by links shaped to `rate`
-        (bench/netem; loopback, with a note, where it cannot build them)."""
+        (bench/netem; loopback, with a note, where it cannot build them);
+        `mpirun`: one mpirun across them instead of a ddprun per node."""
         return [os.path.join(REPO, "bench", "netem"), "--rate", rate, "--nodes", str(nodes),
                 "--nproc-per-node", str(nproc_per_node), "--ddprun", self.ddprun] + \
-            (["--bridge"] if bridge else []) + ["--"]
+            (["--mpirun", "mpirun"] if mpirun else []) + (["--bridge"] if bridge else []) + ["--"]
 
     def mpirun_cmd(self, np, env, extra=()):
         """mpirun on this host; `env` (name -> value) is exported to the ranks

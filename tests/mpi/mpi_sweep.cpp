@@ -1,6 +1,7 @@
 // The MPI backend, one process per rank:
 //   mpirun -np N mpi_sweep              every collective over every dtype, op
-//                                       and element count (common/expectations.h)
+//                                       and element count (common/expectations.h),
+//                                       and groups of some of the ranks
 //   mpirun -np 2 mpi_sweep --mismatch   ranks issue different collectives under
 //                                       the DDP_DEBUG=detail wrapper
 //   mpirun -np 2 mpi_sweep --timeout    rank 1 never joins: rank 0 times out
@@ -127,6 +128,54 @@ void in_flight(Tap& tap, ProcessGroup& pg) {
   tap.check(ordered, "the barrier completed after every allreduce issued before it");
 }
 
+// Groups of some of MPI's ranks (world_ranks): the world in reverse order,
+// and the even ranks alone, built and used by them only, while the odd ranks
+// do other work; then world_ranks that name no group of this process.
+void sub_groups(Tap& tap, int world_rank, int world_size) {
+  std::vector<int> reversed;
+  for (int r = world_size - 1; r >= 0; --r) reversed.push_back(r);
+  MpiProcessGroup backwards(std::chrono::seconds(60), {}, 1, reversed);
+  at::Tensor t = input(at::kDouble, backwards.rank(), 1000);
+  backwards.allreduce(t)->wait();
+  tap.check(backwards.rank() == world_size - 1 - world_rank && backwards.size() == world_size &&
+                mismatch(t, expected(ReduceOp::SUM, at::kDouble, world_size, 1000)).empty(),
+            "a group of the world in reverse order numbers its ranks so and reduces right");
+
+  std::vector<int> evens;
+  for (int r = 0; r < world_size; r += 2) evens.push_back(r);
+  if (world_rank % 2 == 0) {
+    MpiProcessGroup even(std::chrono::seconds(60), {}, 2, evens);
+    at::Tensor e = input(at::kFloat, even.rank(), 777);
+    even.allreduce(e)->wait();
+    const int n = static_cast<int>(evens.size());
+    tap.check(even.rank() == world_rank / 2 && even.size() == n &&
+                  mismatch(e, expected(ReduceOp::SUM, at::kFloat, n, 777)).empty(),
+              "the even ranks' group is built and used by them alone");
+  }
+  backwards.barrier()->wait();
+
+  auto refusal = [](std::vector<int> ranks) {
+    try {
+      MpiProcessGroup bad(std::chrono::seconds(5), {}, 3, std::move(ranks));
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(built)");
+  };
+  const std::string twice = refusal({world_rank, world_rank});
+  const std::string outside = refusal({world_rank, world_size});
+  std::vector<int> others;
+  for (int r = 0; r < world_size; ++r) if (r != world_rank) others.push_back(r);
+  const std::string absent = others.empty() ? "" : refusal(others);  // world 1: no such group
+  tap.check(twice.find("listed twice") != std::string::npos &&
+                outside.find("outside MPI_COMM_WORLD's") != std::string::npos &&
+                (others.empty() ||
+                 absent.find("is not among the group's world_ranks") != std::string::npos),
+            "world_ranks with a rank twice, outside the world, or without this process are "
+            "refused before MPI is asked",
+            twice + " / " + outside + " / " + absent);
+}
+
 // DDP_DEBUG=detail over MPI: different element counts are caught on every rank.
 void mismatch_case(Tap& tap, const ProcessGroupPtr& mpi) {
   detail::CheckedProcessGroup pg(mpi);
@@ -208,6 +257,7 @@ int main_impl(int argc, char** argv) {
     allreduce_sweep(tap, *pg);
     other_collectives(tap, *pg);
     in_flight(tap, *pg);
+    sub_groups(tap, pg->rank(), pg->size());
     pg->barrier()->wait();
   }
   return tap.finish();

@@ -78,8 +78,9 @@ class MpiProcessGroup::Impl {
         throw CommunicationError("ddp: " + owner.where() + ": MPI_Comm_create_group failed: " +
                                  mpi::error_string(rc));
       }
-      name += "/ranks";
-      for (int r : world_ranks) name += (name.back() == 's' ? "" : ",") + std::to_string(r);
+      std::string listed;
+      for (int r : world_ranks) listed += (listed.empty() ? "" : ",") + std::to_string(r);
+      name += "/ranks" + listed;
     }
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_name(comm_, name.c_str());
