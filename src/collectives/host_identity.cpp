@@ -1,17 +1,12 @@
 #include "collectives/host_identity.h"
 
-#include <ddp/errors.h>
-
+#include "rendezvous/arrival.h"
 #include "rendezvous/env.h"
-
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <fstream>
-#include <thread>
 
 namespace ddp::detail {
 namespace {
@@ -41,39 +36,11 @@ std::string host_identity() {
 
 std::vector<std::string> hosts_of_ranks(const StorePtr& store, const std::string& prefix, int rank,
                                         int size, std::chrono::milliseconds timeout) {
-  const std::string mine = host_identity();
-  store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-  std::vector<std::string> hosts(size);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
-  for (int r = 0; r < size; ++r) {
-    const std::string key = prefix + std::to_string(r);
-    while (!store->check({key})) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        std::string missing;
-        int arrived = 0;
-        for (int m = 0; m < size; ++m) {
-          if (store->check({prefix + std::to_string(m)})) {
-            ++arrived;
-          } else {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
-          }
-        }
-        throw TimeoutError("ddp: rank " + std::to_string(rank) +
-                           ": learning which ranks share a host timed out after " +
-                           std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-                           " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
-                           "): they passed the rendezvous, so they chose another "
-                           "backend (DDP_BACKEND must be the same on every rank) or failed "
-                           "since; see their output.");
-      }
-      std::this_thread::sleep_for(pause);  // backing off: N ranks poll one store
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
-    auto bytes = store->get(key);
-    hosts[r].assign(bytes.begin(), bytes.end());
-  }
-  return hosts;
+  return allgather_on_store(store, prefix, rank, size, host_identity(), timeout,
+                            "learning which ranks share a host",
+                            ": they passed the rendezvous, so they chose another backend "
+                            "(DDP_BACKEND must be the same on every rank) or failed since; see "
+                            "their output.");
 }
 
 }  // namespace ddp::detail

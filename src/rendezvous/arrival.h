@@ -7,11 +7,21 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace ddp::detail {
 
 // `label` names the rendezvous in keys and errors ("rendezvous", "gloo").
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label);
+
+// Every rank's `mine`, gathered through `store` under keys `prefix`<rank>.
+// After `timeout`, TimeoutError: "ddp: rank R: <what> timed out after T ms:
+// A of N ranks arrived (missing: ...)<why_missing>".
+std::vector<std::string> allgather_on_store(const StorePtr& store, const std::string& prefix,
+                                            int rank, int size, const std::string& mine,
+                                            std::chrono::milliseconds timeout,
+                                            const std::string& what,
+                                            const std::string& why_missing);
 
 }  // namespace ddp::detail

@@ -6,4 +6,4 @@
 #   mpirun -np 4 as_hosts.sh 2 program [args...]
 hosts=$1
 shift
-DDP_HOST_ID="host$((OMPI_COMM_WORLD_RANK % hosts))" exec "$@"
+DDP_HOST_ID="host$((${OMPI_COMM_WORLD_RANK:?run under Open MPI's mpirun} % hosts))" exec "$@"

@@ -76,6 +76,30 @@ TEST(Hierarchical, TopologyNamesEverySubGroupsMembers) {
   EXPECT_EQ(uneven.leaders, (std::vector<int>{0, 1}));
 }
 
+// A rank composing other parts (DDP_CROSS_BACKEND set on some ranks only)
+// is refused on every rank, naming both compositions, before any part is
+// built.
+TEST(Hierarchical, RanksComposingOtherPartsAreRefusedOnEveryRank) {
+  spawn(2, [&](int rank, StorePtr store) {
+    BackendSetup setup;
+    setup.store = store;
+    setup.rank = rank;
+    setup.world_size = 2;
+    setup.timeout = std::chrono::seconds(60);
+    auto options =
+        HierarchicalOptions().local_backend(local_backend()).cross_backend(rank ? "shm" : "gloo");
+    try {
+      HierarchicalProcessGroup pg(setup, {"a", "b"}, options);
+      ADD_FAILURE() << "rank " << rank << " built a group of mismatched parts";
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_TRUE(contains(m, "parts differ across ranks")) << m;
+      EXPECT_TRUE(contains(m, local_backend() + "+gloo") && contains(m, local_backend() + "+shm"))
+          << m;
+    }
+  });
+}
+
 TEST(Hierarchical, EqualHostsSliceAcrossHosts) { check_allreduces({"a", "a", "b", "b"}); }
 
 TEST(Hierarchical, ThreeHostsOfTwo) { check_allreduces({"a", "b", "c", "a", "b", "c"}); }

@@ -37,7 +37,8 @@ namespace ddp {
 
 // Pass as InitOptions::backend_options with backend "hierarchical" or "auto"
 // ("auto" also takes GlooOptions, as cross_options, or ShmOptions, as
-// local_options: used if it picks that backend).
+// local_options: used if it picks that backend; GlooOptions make the
+// cross-host backend gloo, whatever DDP_CROSS_BACKEND says).
 struct HierarchicalOptions : BackendOptions {
   // The backend inside a host. Default "shm".
   TORCH_ARG(std::string, local_backend) = "shm";

@@ -12,7 +12,8 @@
 //   what was granted. ddp finalizes MPI at exit only if ddp initialised it;
 //   a program that initialises MPI itself must ask for MPI_THREAD_MULTIPLE
 //   and finalizes it itself, after destroying its groups.
-// - Construction is collective over the group's members: every member
+// - Construction is collective over the group's members (the first one
+//   also initialises MPI, collective over the whole job): every member
 //   constructs its groups in the same order. Each group runs on its own
 //   communicator (a duplicate of MPI_COMM_WORLD, or for a group of some of
 //   its ranks one made by MPI_Comm_create_group over them alone), so several

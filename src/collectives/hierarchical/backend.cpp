@@ -34,9 +34,8 @@ HierarchicalOptions auto_options_for(const BackendSetup& setup) {
 // the same error on every rank at once (rank 0 failing inside the exchange
 // would take the store away from the others).
 void check_parts(const HierarchicalOptions& options) {
-  find_backend(options.local_backend(), "HierarchicalOptions::local_backend");
-  find_backend(resolve_cross_backend(options),
-               "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
+  find_backend(options.local_backend(), kLocalBackendChosenBy);
+  find_backend(resolve_cross_backend(options), kCrossBackendChosenBy);
 }
 
 std::vector<std::string> hosts(const BackendSetup& setup) {
@@ -78,11 +77,11 @@ Backend auto_backend() {
     Topology t = topology_of(labels, setup.rank);
     if (t.host_count == 1) {
       return plain(setup, options.local_backend(), options.local_options(),
-                   "HierarchicalOptions::local_backend");
+                   kLocalBackendChosenBy);
     }
     if (t.uniform && t.local_size == 1) {
       return plain(setup, resolve_cross_backend(options), options.cross_options(),
-                   "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
+                   kCrossBackendChosenBy);
     }
     return std::make_shared<HierarchicalProcessGroup>(setup, labels, options);
   };

@@ -12,6 +12,7 @@
 #include "collectives/hierarchical/topology.h"
 #include "collectives/issue_order.h"
 #include "collectives/work_detail.h"
+#include "rendezvous/arrival.h"
 #include "rendezvous/env.h"
 
 #include <ATen/ATen.h>
@@ -43,10 +44,13 @@ class HierarchicalProcessGroup::Impl {
       : owner_(owner),
         options_(with_cross_backend_resolved(std::move(options))),
         topology_(detail::topology_of(host_of_rank, setup.rank)) {
-    const Backend& local =
-        find_backend(options_.local_backend(), "HierarchicalOptions::local_backend");
-    const Backend& cross = find_backend(options_.cross_backend(),
-                                        "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND");
+    const Backend& local = find_backend(options_.local_backend(), detail::kLocalBackendChosenBy);
+    const Backend& cross = find_backend(options_.cross_backend(), detail::kCrossBackendChosenBy);
+    agree_on_parts(setup);
+    // A part that knows its world from its launcher (MPI) starts here, on
+    // every rank at once: its first group may involve only some of them.
+    if (local.world) local.world();
+    if (cross.world) cross.world();
     const auto& t = topology_;
     const std::string host = std::to_string(t.host_index);
     std::vector<int> everyone(setup.world_size);
@@ -163,7 +167,37 @@ class HierarchicalProcessGroup::Impl {
       sub.world_ranks.push_back(setup.world_ranks.empty() ? r : setup.world_ranks.at(r));
     }
     sub.options = options;
-    return backend.create(sub);
+    ProcessGroupPtr group = backend.create(sub);
+    if (group->rank() != sub.rank || group->size() != sub.world_size) {
+      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) + ": backend '" +
+                            backend.name + "' built rank " + std::to_string(group->rank()) +
+                            " of " + std::to_string(group->size()) +
+                            " for the hierarchical group's part '" + prefix + "', not rank " +
+                            std::to_string(sub.rank) + " of " + std::to_string(sub.world_size) +
+                            ": it does not honour BackendSetup::world_ranks");
+    }
+    return group;
+  }
+
+  // Every rank must compose the same parts: one choosing another cross-host
+  // backend (DDP_CROSS_BACKEND set on some ranks only) would wait in a group
+  // its peers never build.
+  void agree_on_parts(const BackendSetup& setup) const {
+    const std::string mine = options_.local_backend() + "+" + options_.cross_backend();
+    auto all = detail::allgather_on_store(
+        setup.store, "hierarchical/parts/", setup.rank, setup.world_size, mine, setup.timeout,
+        "agreeing on the hierarchical group's parts",
+        ": they did not build the hierarchical group (DDP_BACKEND must be the same on every "
+        "rank) or failed since; see their output.");
+    for (int r = 0; r < setup.world_size; ++r) {
+      if (all[r] != mine) {
+        throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
+                              ": the hierarchical group's parts differ across ranks: this rank "
+                              "composes " + mine + ", rank " + std::to_string(r) + " composes " +
+                              all[r] + ". Set DDP_CROSS_BACKEND (or HierarchicalOptions) the "
+                              "same on every rank (mpirun -x DDP_CROSS_BACKEND)");
+      }
+    }
   }
 
   // The outer Work of a new operation, and the one issued before it.

@@ -1,5 +1,6 @@
 // Which ranks share a host, from one label per rank: the hierarchical
-// group's layout, computed the same way on every rank.
+// group's layout, computed the same way on every rank; and how errors name
+// the option that chose each part.
 #pragma once
 
 #include <string>
@@ -21,5 +22,10 @@ struct Topology {
 };
 
 Topology topology_of(const std::vector<std::string>& host_of_rank, int rank);
+
+// What names the parts, for errors about them (find_backend's chosen_by).
+inline constexpr const char* kLocalBackendChosenBy = "HierarchicalOptions::local_backend";
+inline constexpr const char* kCrossBackendChosenBy =
+    "HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND";
 
 }  // namespace ddp::detail

@@ -1,7 +1,7 @@
 // The registry entry of the MPI backend: no store (MPI's launcher made the
-// world), rank and size from MPI itself. As a part of a composed group
-// (BackendSetup::world_ranks) it builds a group of some of MPI's ranks,
-// after they met on the store.
+// world), rank and size from MPI itself. Given a store (as a part of a
+// composed group, or under auto), it builds its group after the members met
+// on it; given BackendSetup::world_ranks, of those of MPI's ranks alone.
 #include <ddp/backend.h>
 #include <ddp/backends/mpi.h>
 #include <ddp/errors.h>
@@ -10,33 +10,37 @@
 #include "collectives/mpi/runtime.h"
 #include "rendezvous/arrival.h"
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 namespace ddp::detail {
 namespace {
 
-// MPI_Comm_create_group waits for every member without a deadline. So the
-// members meet on the store first, bounded, each saying which MPI rank it
-// is: a missing member is a TimeoutError naming it, and ranks that are not
-// MPI's (a launcher's RANK overriding mpirun's) an InvalidArgument on every
-// member, before any of them enters MPI.
-void meet_on_store(const BackendSetup& setup) {
+std::string listed(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+// MPI_Init and MPI's communicator calls wait for their peers without a
+// deadline. So the members meet on the store first, bounded (a missing
+// member is a TimeoutError naming it), then start MPI (a no-op when it
+// runs), then exchange their MPI ranks: a job whose ranks are not MPI's (a
+// RANK set by hand under mpirun) is an InvalidArgument on every member,
+// before any of them enters a collective MPI call.
+void meet_on_store(const BackendSetup& setup, const std::vector<int>& members) {
+  const std::string who = "the mpi group of job ranks " + listed(members);
+  allgather_on_store(setup.store, "mpi_arrived/", setup.rank, setup.world_size, "", setup.timeout,
+                     who + " (group ranks here)",
+                     ": they did not reach this group; see their output (every rank must "
+                     "choose the same backends: DDP_BACKEND, DDP_CROSS_BACKEND).");
   const int mine = mpi::world().rank;
-  setup.store->set("mpi_rank/" + std::to_string(setup.rank),
-                   std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&mine),
-                                        reinterpret_cast<const uint8_t*>(&mine) + sizeof mine));
-  wait_for_all_ranks(setup.store, setup.rank, setup.world_size, setup.timeout, "mpi group");
+  auto theirs = allgather_on_store(setup.store, "mpi_rank/", setup.rank, setup.world_size,
+                                   std::to_string(mine), setup.timeout, who, ".");
   for (int r = 0; r < setup.world_size; ++r) {
-    const auto bytes = setup.store->get("mpi_rank/" + std::to_string(r));
-    int theirs = -1;
-    if (bytes.size() == sizeof theirs) std::copy(bytes.begin(), bytes.end(),
-                                                 reinterpret_cast<uint8_t*>(&theirs));
-    if (theirs != setup.world_ranks[r]) {
-      throw InvalidArgument(
-          "ddp: rank " + std::to_string(setup.world_ranks[setup.rank]) + ": backend 'mpi': " +
-          "the member expected to be job rank " + std::to_string(setup.world_ranks[r]) +
-          " is MPI rank " + std::to_string(theirs) +
-          ". The job's ranks must be MPI's: under mpirun, do not set RANK or WORLD_SIZE");
+    if (theirs[r] != std::to_string(members[r])) {
+      throw InvalidArgument("ddp: rank " + std::to_string(members[setup.rank]) +
+                            ": backend 'mpi': job rank " + std::to_string(members[r]) +
+                            " is MPI rank " + theirs[r] +
+                            ". The job's ranks must be MPI's: under mpirun, do not set RANK or "
+                            "WORLD_SIZE");
     }
   }
 }
@@ -51,7 +55,15 @@ Backend mpi_backend() {
   backend.world = [] { return mpi::world(); };
   backend.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     auto options = options_for<MpiOptions>(setup, "mpi", "MpiOptions");
-    if (!setup.world_ranks.empty() && setup.store) meet_on_store(setup);
+    std::vector<int> members = setup.world_ranks;
+    if (members.empty()) {
+      for (int r = 0; r < setup.world_size; ++r) members.push_back(r);
+    } else if (static_cast<int>(members.size()) != setup.world_size) {
+      throw InvalidArgument("ddp: backend 'mpi': BackendSetup::world_ranks lists " +
+                            std::to_string(members.size()) + " ranks for a group of " +
+                            std::to_string(setup.world_size));
+    }
+    if (setup.store) meet_on_store(setup, members);
     auto group = std::make_shared<MpiProcessGroup>(setup.timeout, options, setup.index,
                                                    setup.world_ranks);
     if (group->rank() != setup.rank || group->size() != setup.world_size) {

@@ -38,6 +38,14 @@ struct Op {
 
 void* data(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
 
+// MPI_TAG_UB: the largest tag this MPI takes (at least 32767).
+int highest_tag() {
+  int* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
+  return found && value ? *value : 32767;
+}
+
 // A flat copy of `tensors`, in order.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> views;
@@ -67,20 +75,22 @@ class MpiProcessGroup::Impl {
     if (world_ranks.empty()) {
       MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     } else {
+      // Collective over the members alone. Its messages travel on
+      // MPI_COMM_WORLD under `tag`: the top of MPI's tag range, away from a
+      // program's own. A failure is MPI_COMM_WORLD's to handle (fatal by
+      // default: mpirun reports it and ends the job).
       MPI_Group world_group = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
       MPI_Comm_group(MPI_COMM_WORLD, &world_group);
       MPI_Group_incl(world_group, static_cast<int>(world_ranks.size()), world_ranks.data(),
                      &members);
-      const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, members, /*tag=*/index, &comm_);
+      MPI_Comm_create_group(MPI_COMM_WORLD, members, highest_tag() - index, &comm_);
       MPI_Group_free(&members);
       MPI_Group_free(&world_group);
-      if (rc != MPI_SUCCESS) {
-        throw CommunicationError("ddp: " + owner.where() + ": MPI_Comm_create_group failed: " +
-                                 mpi::error_string(rc));
+      name += "/ranks" + std::to_string(world_ranks.front());
+      if (world_ranks.size() > 1) {  // MPI keeps MPI_MAX_OBJECT_NAME characters
+        name += (world_ranks.size() > 2 ? ",...," : ",") + std::to_string(world_ranks.back()) +
+                "(" + std::to_string(world_ranks.size()) + ")";
       }
-      std::string listed;
-      for (int r : world_ranks) listed += (listed.empty() ? "" : ",") + std::to_string(r);
-      name += "/ranks" + listed;
     }
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_name(comm_, name.c_str());

@@ -61,7 +61,9 @@ void check_not_singleton(int mpi_size) {
                         " rank(s): MPI processes must be started by an MPI launcher. "
                         "Launch with `mpirun -np " +
                         std::to_string(info.world_size) +
-                        " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo.");
+                        " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo "
+                        "(or, for MPI across hosts in the hierarchical group, unset "
+                        "DDP_CROSS_BACKEND).");
 }
 
 // Open MPI's nonblocking allreduce picks a binomial tree for fewer than 4
