@@ -55,6 +55,11 @@ struct MpiOptions : BackendOptions {
   // collective. Default 0: it polls without sleeping, as MPI's own blocking
   // calls spin (lowest latency; one core busy while a collective runs).
   // A positive value frees the core at the cost of up to that much latency.
+  // As the cross-host part of the hierarchical group (or of auto) without
+  // options of its own, mpi polls every 50 us instead: there every rank's
+  // worker would spin through each slice's time on the wire, on cores the
+  // ranks of a host share (measured: 13 % slower DDP iterations, 2 nodes x
+  // 2 ranks on 2 cores, docs/benchmarks.md).
   TORCH_ARG(std::chrono::microseconds, poll_interval) = std::chrono::microseconds(0);
 };
 

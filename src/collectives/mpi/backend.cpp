@@ -13,6 +13,9 @@
 namespace ddp::detail {
 namespace {
 
+// MpiOptions::poll_interval of a part of a composed group (mpi.h).
+constexpr std::chrono::microseconds kPartPollInterval(50);
+
 std::string listed(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
@@ -55,6 +58,7 @@ Backend mpi_backend() {
   backend.world = [] { return mpi::world(); };
   backend.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     auto options = options_for<MpiOptions>(setup, "mpi", "MpiOptions");
+    if (!setup.options && setup.store) options.poll_interval(kPartPollInterval);
     std::vector<int> members = setup.world_ranks;
     if (members.empty()) {
       for (int r = 0; r < setup.world_size; ++r) members.push_back(r);
