@@ -275,15 +275,14 @@ def run_hierarchical(args):
         for _, r, side in alternated([None], args.rounds, sides):
             json_path = os.path.join(snap.dir, "%s-r%d.json" % (side, r))
             side_launch = launch
+            cmd = [snap.bench, "train", "--impls", "ddp"]
             if side == "pytorch":
                 cmd, env = [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
             elif side == "hierarchical-mpi":
                 # netem's mpirun passes its environment on to every node's ranks
                 side_launch = snap.netem_cmd(args.rate, nodes=2, nproc_per_node=2, mpirun=True)
-                cmd = [snap.bench, "train", "--impls", "ddp"]
                 env = {"DDP_BACKEND": "hierarchical", "DDP_CROSS_BACKEND": "mpi"}
             else:
-                cmd = [snap.bench, "train", "--impls", "ddp"]
                 env = {"DDP_BACKEND": "auto" if side == "hierarchical" else "gloo"}
             status, text = runs.run("round %d/%d: %s" % (r, args.rounds, side),
                                     side_launch + cmd + common + ["--json", json_path], json_path,

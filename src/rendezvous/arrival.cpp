@@ -8,6 +8,43 @@
 #include <thread>
 
 namespace ddp::detail {
+namespace {
+
+// Sleeps between two polls of the store, 1 ms doubling up to 50 ms: N ranks
+// poll one store.
+class Backoff {
+ public:
+  void pause() {
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min(pause_ * 2, std::chrono::milliseconds(50));
+  }
+
+ private:
+  std::chrono::milliseconds pause_{1};
+};
+
+// "ddp: rank R: <what> timed out after T ms: A of N ranks arrived
+// (missing: ...)<after>", the missing ranks being those without a key
+// `key_prefix`<r> in `store`.
+TimeoutError arrival_timeout(const StorePtr& store, const std::string& key_prefix, int rank,
+                             int size, std::chrono::milliseconds timeout, const std::string& what,
+                             const std::string& after) {
+  std::string missing;
+  int arrived = 0;
+  for (int r = 0; r < size; ++r) {
+    if (store->check({key_prefix + std::to_string(r)})) {
+      ++arrived;
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  return TimeoutError("ddp: rank " + std::to_string(rank) + ": " + what + " timed out after " +
+                      std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
+                      " of " + std::to_string(size) + " ranks arrived (missing: " + missing + ")" +
+                      after);
+}
+
+}  // namespace
 
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label) {
@@ -16,24 +53,14 @@ void wait_for_all_ranks(const StorePtr& store, int rank, int size,
   store->add(prefix + "/count", 1);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
-  int64_t arrived = 0;
-  while ((arrived = store->add(prefix + "/count", 0)) < size) {
+  Backoff backoff;
+  while (store->add(prefix + "/count", 0) < size) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::string missing;
-      for (int r = 0; r < size; ++r) {
-        if (!store->check({prefix + "/" + std::to_string(r)})) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
-      }
-      throw TimeoutError("ddp: rank " + std::to_string(rank) + ": " + label + " timed out after " +
-                         std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-                         " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
-                         "). Start every rank with the same WORLD_SIZE and master address, or "
-                         "raise the rendezvous timeout.");
+      throw arrival_timeout(store, prefix + "/", rank, size, timeout, label,
+                            ". Start every rank with the same WORLD_SIZE and master address, or "
+                            "raise the rendezvous timeout.");
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    backoff.pause();
   }
 }
 
@@ -45,27 +72,14 @@ std::vector<std::string> allgather_on_store(const StorePtr& store, const std::st
   store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> all(size);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
+  Backoff backoff;
   for (int r = 0; r < size; ++r) {
     const std::string key = prefix + std::to_string(r);
     while (!store->check({key})) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        std::string missing;
-        int arrived = 0;
-        for (int m = 0; m < size; ++m) {
-          if (store->check({prefix + std::to_string(m)})) {
-            ++arrived;
-          } else {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
-          }
-        }
-        throw TimeoutError("ddp: rank " + std::to_string(rank) + ": " + what + " timed out after " +
-                           std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-                           " of " + std::to_string(size) + " ranks arrived (missing: " + missing +
-                           ")" + why_missing);
+        throw arrival_timeout(store, prefix, rank, size, timeout, what, why_missing);
       }
-      std::this_thread::sleep_for(pause);  // backing off: N ranks poll one store
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      backoff.pause();
     }
     auto bytes = store->get(key);
     all[r].assign(bytes.begin(), bytes.end());

@@ -30,12 +30,15 @@ HierarchicalOptions auto_options_for(const BackendSetup& setup) {
   return options_for<HierarchicalOptions>(setup, "auto", "HierarchicalOptions");
 }
 
-// Names the parts before the hosts are exchanged, so that a wrong name is
-// the same error on every rank at once (rank 0 failing inside the exchange
-// would take the store away from the others).
-void check_parts(const HierarchicalOptions& options) {
+// `options` with the cross-host backend named ($DDP_CROSS_BACKEND read
+// once), and both parts looked up before the hosts are exchanged, so that a
+// wrong name is the same error on every rank at once (rank 0 failing inside
+// the exchange would take the store away from the others).
+HierarchicalOptions checked_parts(HierarchicalOptions options) {
+  options.cross_backend(resolve_cross_backend(options));
   find_backend(options.local_backend(), kLocalBackendChosenBy);
-  find_backend(resolve_cross_backend(options), kCrossBackendChosenBy);
+  find_backend(options.cross_backend(), kCrossBackendChosenBy);
+  return options;
 }
 
 std::vector<std::string> hosts(const BackendSetup& setup) {
@@ -59,8 +62,8 @@ Backend hierarchical_backend() {
   b.name = "hierarchical";
   b.summary = "shared memory within each host, an inter-host backend across (always)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    auto options = options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions");
-    check_parts(options);
+    auto options = checked_parts(
+        options_for<HierarchicalOptions>(setup, "hierarchical", "HierarchicalOptions"));
     return std::make_shared<HierarchicalProcessGroup>(setup, hosts(setup), options);
   };
   return b;
@@ -71,8 +74,7 @@ Backend auto_backend() {
   b.name = "auto";
   b.summary = "shm within one host, gloo across hosts, hierarchical when both (the default)";
   b.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
-    HierarchicalOptions options = auto_options_for(setup);
-    check_parts(options);
+    HierarchicalOptions options = checked_parts(auto_options_for(setup));
     auto labels = hosts(setup);
     Topology t = topology_of(labels, setup.rank);
     if (t.host_count == 1) {
@@ -80,7 +82,7 @@ Backend auto_backend() {
                    kLocalBackendChosenBy);
     }
     if (t.uniform && t.local_size == 1) {
-      return plain(setup, resolve_cross_backend(options), options.cross_options(),
+      return plain(setup, options.cross_backend(), options.cross_options(),
                    kCrossBackendChosenBy);
     }
     return std::make_shared<HierarchicalProcessGroup>(setup, labels, options);

@@ -70,7 +70,7 @@ class MpiProcessGroup::Impl {
       : owner_(owner),
         options_(std::move(options)),
         queue_(owner.where(), owner.timeout(), /*threads=*/1) {
-    // Collective over the members: every member creates its groups in order.
+    // Every member creates its groups in the same order.
     std::string name = "ddp/group" + std::to_string(index);
     if (world_ranks.empty()) {
       MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
