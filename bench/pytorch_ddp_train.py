@@ -154,6 +154,11 @@ def main():
     p.add_argument("--hook", default="none", choices=HOOKS,
                    help="communication hook (PowerSGD: start_powerSGD_iter=2, error feedback "
                         "and warm start on; use --warmup >= 3)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: models, data and gradients on LOCAL_RANK's GPU (modulo the GPUs "
+                        "seen); each timed iteration ends with a device synchronize")
+    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
+                   help="PyTorch's process group (default gloo; nccl needs --device cuda)")
     p.add_argument("--tag", default="")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -182,12 +187,17 @@ def main():
 
     torch.set_num_threads(args.threads)
     blas_threads = bench_models.limit_openblas_threads(args.threads)
-    dist.init_process_group("gloo")  # env://
+    dist.init_process_group(args.backend)  # env://
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
+                              % torch.cuda.device_count())
+        torch.cuda.set_device(device)
 
-    ddp_net = bench_models.make_model(opts)
-    local_net = bench_models.make_model(opts)
-    x, y = bench_models.make_batch(opts, args.seed + 1 + rank)
+    ddp_net = bench_models.make_model(opts).to(device)
+    local_net = bench_models.make_model(opts).to(device)
+    x, y = (t.to(device) for t in bench_models.make_batch(opts, args.seed + 1 + rank))
     named = list(ddp_net.named_parameters())
     elements = sum(t.numel() for _, t in named)
     if rank == 0:
@@ -206,7 +216,7 @@ def main():
         group = None
         if args.process_groups > 1:
             group = dist._round_robin_process_groups(
-                [dist.new_group(backend="gloo") for _ in range(args.process_groups)])
+                [dist.new_group(backend=args.backend) for _ in range(args.process_groups)])
         ddp = nn.parallel.DistributedDataParallel(
             ddp_net, bucket_cap_mb=args.bucket_cap_mb, process_group=group,
             gradient_as_bucket_view=args.gradient_as_bucket_view)
@@ -223,8 +233,8 @@ def main():
         # reads per iteration.
         ddp._set_ddp_runtime_logging_sample_rate(1)
     local_opt = torch.optim.SGD(local_net.parameters(), lr=args.lr)
-    sync = torch.zeros(1)
-    flat = torch.zeros(elements)
+    sync = torch.zeros(1, device=device)
+    flat = torch.zeros(elements, device=device)
 
     def run_one(impl):
         dist.all_reduce(sync)  # start together
@@ -258,6 +268,8 @@ def main():
                 else:
                     timeline.add("compute", "backward (no_sync)", t2, t3)
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         t4 = time.perf_counter()
         if record:
             timeline.add("compute", "zero_grad", t0, t1)
@@ -364,7 +376,7 @@ def main():
                           "bucket_cap_mb": args.bucket_cap_mb, "iters": args.iters,
                           "warmup": args.warmup, "hook": args.hook, "lr": args.lr, "seed": args.seed,
                           "intra_op_threads": args.threads, "openblas_threads": blas_threads,
-                          "backend": "gloo"},
+                          "backend": args.backend, "device": args.device},
                "parameters": {"count": len(named), "elements": elements,
                               "list": ["%s [%s]" % (n, ", ".join(str(d) for d in t.shape))
                                        for n, t in named]},

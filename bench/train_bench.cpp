@@ -44,6 +44,7 @@
 #include "train_bench.h"
 
 #include <ddp/ddp.h>
+#include <ddp/device.h>
 #include <ddp/hooks.h>
 
 #include <torch/torch.h>
@@ -71,6 +72,14 @@ double tx_bytes_now() {
   return v;
 }
 
+// --device: the CPU, or this rank's GPU (ddp::local_device()).
+torch::Device train_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  const torch::Device device = ddp::local_device();
+  if (!device.is_cuda()) throw std::runtime_error("--device cuda: libtorch sees no GPU here");
+  return device;
+}
+
 }  // namespace
 
 int run_train(Args args) {
@@ -90,9 +99,16 @@ int run_train(Args args) {
 
   // The models: identical initial weights (same seed) on every rank and in
   // both the DDP and the local copy.
-  torch::nn::AnyModule ddp_net = make_model(cfg.model);
-  torch::nn::AnyModule local_net = make_model(cfg.model);
-  const ModelBatch batch = make_batch(cfg.model, static_cast<uint64_t>(cfg.seed + 1 + rank));
+  const torch::Device device = train_device(cfg.device);
+  auto on_device = [&](torch::nn::AnyModule net) {
+    net.ptr()->to(device);
+    return net;
+  };
+  torch::nn::AnyModule ddp_net = on_device(make_model(cfg.model));
+  torch::nn::AnyModule local_net = on_device(make_model(cfg.model));
+  ModelBatch batch = make_batch(cfg.model, static_cast<uint64_t>(cfg.seed + 1 + rank));
+  batch.input = batch.input.to(device);
+  batch.target = batch.target.to(device);
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -145,7 +161,7 @@ int run_train(Args args) {
         std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(cfg.lr));
   }
   if (has("ddp_copying")) {
-    copying = make_ddp(make_model(cfg.model), /*zero_copy=*/false);
+    copying = make_ddp(on_device(make_model(cfg.model)), /*zero_copy=*/false);
     copying_opt = std::make_unique<torch::optim::SGD>(copying->parameters(),
                                                       torch::optim::SGDOptions(cfg.lr));
   }
@@ -155,8 +171,8 @@ int run_train(Args args) {
   Timeline timeline;
   bool record_timeline = false;
 
-  at::Tensor sync = torch::zeros({1});
-  at::Tensor flat = torch::zeros({elements});
+  at::Tensor sync = torch::zeros({1}, device);
+  at::Tensor flat = torch::zeros({elements}, device);
   std::vector<at::Tensor> bucket_tensors;  // filled after DDP's first iterations
 
   // One timed sample of measurement `impl`.
@@ -195,6 +211,7 @@ int run_train(Args args) {
         }
       }
       opt.step();
+      if (device.is_cuda()) torch::cuda::synchronize(device.index());
       const auto t4 = Clock::now();
       s.total_ms = ms_between(t0, t4);
       s.split = TrainSplit{ms_between(t0, t1), forward_ms, backward_ms, ms_between(t3, t4)};
@@ -237,7 +254,9 @@ int run_train(Args args) {
   for (const auto& order : phases) {
     if (order.empty()) continue;
     if (std::find(order.begin(), order.end(), "allreduce_buckets") != order.end()) {
-      for (int64_t b : model->stats().bucket_bytes) bucket_tensors.push_back(torch::zeros({b / 4}));
+      for (int64_t b : model->stats().bucket_bytes) {
+        bucket_tensors.push_back(torch::zeros({b / 4}, device));
+      }
     }
     for (int64_t it = 0; it < rounds; ++it) {
       if (&order == &phases[0] && it == cfg.warmup) tx_start = tx_bytes_now();

@@ -35,6 +35,7 @@ struct TrainConfig {
   bool gradient_as_bucket_view = false;
   bool print_params = false;
   std::string hook = "none";
+  std::string device = "cpu";  // or "cuda": LOCAL_RANK's GPU
   std::string tag;
   std::string json_path;
 };

@@ -25,7 +25,11 @@ measurements); rank 0 prints a table and writes JSON.
 options:
   --model M            mlp (16 x Linear(1024,1024), ReLU, MSE), resnet18 (CIFAR
                        stem, 10 classes), resnet50, bert_small, bert_base
-                       (bench/models/models.h; cross-entropy)
+                       (bench/models/models.h; cross-entropy), mlp4096 (16 x
+                       Linear(4096,4096), batch 256: the GPU benchmark's)
+  --device D           cpu (default) or cuda: the models, data and gradients on
+                       LOCAL_RANK's GPU (modulo the GPUs seen); each timed
+                       iteration ends with a device synchronize
   --world-size N       number of ranks; must equal $WORLD_SIZE
   --bucket-cap-mb X    DDP bucket size in MiB (default 25)
   --first-bucket-cap-mb X  DDP's first bucket in MiB (default 1)
@@ -114,6 +118,10 @@ TrainConfig parse_train_config(Args& args) {
   c.gradient_as_bucket_view = args.take_flag("--gradient-as-bucket-view");
   c.print_params = args.take_flag("--print-params");
   c.hook = args.take("--hook").value_or(c.hook);
+  c.device = args.take("--device").value_or(c.device);
+  if (c.device != "cpu" && c.device != "cuda") {
+    throw UsageError("--device must be cpu or cuda, got " + c.device);
+  }
   static const char* const kHooks[] = {
       "none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "batched_powersgd1"};
   if (std::find_if(std::begin(kHooks), std::end(kHooks),

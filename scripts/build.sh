@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # Installs the dependencies (scripts/install-deps.sh) and builds everything
-# into build/ (Release, -j2). Used by scripts/test.sh and scripts/run.sh.
+# (Release, -j2): against pip's torch into build/, or with
+# DDP_LIBTORCH=debian against Debian's libtorch 1.13 into build-debian/.
+# Used by scripts/test.sh and scripts/run.sh. Prints the build directory's
+# name last. DDP_CMAKE_ARGS: more arguments for CMake (e.g. -DGTest_DIR=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+. scripts/env.sh
+[ -n "${DDP_SKIP_INSTALL:-}" ] || scripts/install-deps.sh >&2
 # libtorch's headers cost ~15 s a file: ccache (paths relative to the
 # checkout, so another clone of the same sources hits too) keeps rebuilds short.
 export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
-mkdir -p build
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build/configure.log 2>&1 || {
-  cat build/configure.log; exit 1; }
-cmake --build build -j2
+command -v ccache >/dev/null || unset CMAKE_CXX_COMPILER_LAUNCHER
+if [ "$DDP_LIBTORCH" = debian ]; then
+  dir=build-debian
+  args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3)
+else
+  dir=build
+  # The torch package's own folder as the prefix: its lib/ then comes before
+  # the system's, where Debian's libtorch also lies.
+  prefix=$("$DDP_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  args=(-DCMAKE_PREFIX_PATH="$prefix" -DDDP_REFERENCE_PYTHON="$DDP_PYTHON")
+fi
+mkdir -p "$dir"
+# shellcheck disable=SC2086  # DDP_CMAKE_ARGS: words
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" ${DDP_CMAKE_ARGS:-} >"$dir/configure.log" 2>&1 || {
+  cat "$dir/configure.log" >&2; exit 1; }
+cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" >&2
+echo "$dir"

@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
-# Installs everything ddp needs from Debian 12's packages. Idempotent; prints
-# nothing when all is already there. Run as root (or with sudo available).
+# Installs everything ddp needs: Debian 12's packages, then the pinned pip
+# torch into the project's virtual environment (scripts/env.sh). Idempotent;
+# prints nothing when all is already there. Run as root (or with sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
 
 packages=(
   build-essential cmake          # the build
   ccache                         # rebuilds (and CI's clean clones) reuse compiled files
+  python3-venv                   # the virtual environment of pip's torch
   libgtest-dev                   # GoogleTest: the multirank test tier
-  libtorch-dev                   # libtorch 1.13: tensors, autograd, c10d stores
+  libtorch-dev                   # libtorch 1.13: the second tier (DDP_LIBTORCH=debian)
   libgloo-dev                    # Gloo headers: our collective backend
-  libopenblas0-pthread           # fast BLAS for libtorch (else reference BLAS)
-  python3-torch                  # PyTorch's own DDP: the reference in tests/bench
+  libopenblas0-pthread           # fast BLAS for Debian's libtorch (else reference BLAS)
+  python3-torch                  # PyTorch 1.13's DDP and torchrun: the second tier's reference
   python3-matplotlib             # plots in bench reports
   python3-numpy                  # the PyTorch reference scripts
   python3-sklearn                # the "digits" data set: bench/evaluate.py digits (converge)
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   iproute2                       # ip netns / tc for multi-node tests and bench
-  debootstrap                    # the libtorch 2.x tier's Debian 13 chroot (test-libtorch2.sh)
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >/dev/null
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# pip's torch (several GB with NVIDIA's wheels): once per machine; pip's
+# cache keeps the download for a venv made again.
+installed=$("$DDP_PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+if [ "$installed" != "$DDP_TORCH_VERSION" ]; then
+  echo "install-deps: torch $DDP_TORCH_VERSION into $DDP_VENV" >&2
+  [ -x "$DDP_VENV/bin/python" ] || /usr/bin/python3 -m venv "$DDP_VENV"
+  "$DDP_VENV/bin/python" -m pip install -q "torch==$DDP_TORCH_VERSION" numpy >&2
+fi

@@ -3,5 +3,5 @@
 # run on this machine through ddprun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh
-exec build/tools/ddprun/ddprun --nproc-per-node 2 build/examples/train
+dir=$(scripts/build.sh)
+exec "$dir"/tools/ddprun/ddprun --nproc-per-node 2 "$dir"/examples/train

@@ -20,10 +20,12 @@ struct ModelInfo {
 // Keep in step with DEFAULTS in bench/models/models.py.
 const ModelInfo kModels[] = {
     {"mlp", 32, 0, 0},         {"resnet18", 8, 32, 0},   {"resnet50", 8, 128, 0},
-    {"bert_small", 8, 0, 128}, {"bert_base", 2, 0, 128},
+    {"bert_small", 8, 0, 128}, {"bert_base", 2, 0, 128}, {"mlp4096", 256, 0, 0},
 };
 
-constexpr int64_t kMlpWidth = 1024;
+// The mlps' width: 1024, or 4096 for mlp4096 (the GPU benchmark's).
+int64_t mlp_width(const std::string& name) { return name == "mlp4096" ? 4096 : 1024; }
+bool is_mlp(const std::string& name) { return name == "mlp" || name == "mlp4096"; }
 
 bool is_resnet(const std::string& name) { return name == "resnet18" || name == "resnet50"; }
 bool is_bert(const std::string& name) { return name == "bert_small" || name == "bert_base"; }
@@ -77,7 +79,7 @@ ModelOptions with_defaults(ModelOptions o) {
 torch::nn::AnyModule make_model(const ModelOptions& options) {
   const ModelOptions o = with_defaults(options);
   torch::manual_seed(static_cast<uint64_t>(o.seed));
-  if (o.name == "mlp") return torch::nn::AnyModule(models::Mlp(16, kMlpWidth));
+  if (is_mlp(o.name)) return torch::nn::AnyModule(models::Mlp(16, mlp_width(o.name)));
   if (o.name == "resnet18") return torch::nn::AnyModule(models::ResNet18(resnet_classes(o.name)));
   if (o.name == "resnet50") return torch::nn::AnyModule(models::ResNet50(resnet_classes(o.name)));
   return torch::nn::AnyModule(models::BertForSequenceClassification(bert_config(o.name)));
@@ -87,9 +89,9 @@ ModelBatch make_batch(const ModelOptions& options, uint64_t data_seed) {
   const ModelOptions o = with_defaults(options);
   torch::manual_seed(data_seed);
   ModelBatch b;
-  if (o.name == "mlp") {
-    b.input = torch::randn({o.batch, kMlpWidth});
-    b.target = torch::randn({o.batch, kMlpWidth});
+  if (is_mlp(o.name)) {
+    b.input = torch::randn({o.batch, mlp_width(o.name)});
+    b.target = torch::randn({o.batch, mlp_width(o.name)});
   } else if (is_resnet(o.name)) {
     b.input = torch::randn({o.batch, 3, o.image_size, o.image_size});
     b.target = torch::randint(0, resnet_classes(o.name), {o.batch}, torch::kLong);
@@ -103,7 +105,7 @@ ModelBatch make_batch(const ModelOptions& options, uint64_t data_seed) {
 
 torch::Tensor model_loss(const ModelOptions& options, const torch::Tensor& output,
                          const torch::Tensor& target) {
-  if (options.name == "mlp") return torch::mse_loss(output, target);
+  if (is_mlp(options.name)) return torch::mse_loss(output, target);
   info(options.name);  // unknown name: the same error as everywhere
   return torch::nn::functional::cross_entropy(output, target);
 }
@@ -111,7 +113,7 @@ torch::Tensor model_loss(const ModelOptions& options, const torch::Tensor& outpu
 std::string describe(const ModelOptions& options) {
   const ModelOptions o = with_defaults(options);
   std::string s = o.name + ", batch " + std::to_string(o.batch) + "/rank, ";
-  if (o.name == "mlp") return s + std::to_string(kMlpWidth) + " features";
+  if (is_mlp(o.name)) return s + std::to_string(mlp_width(o.name)) + " features";
   if (is_resnet(o.name)) {
     const auto n = std::to_string(o.image_size);
     return s + "3x" + n + "x" + n + " images";

@@ -13,6 +13,8 @@
 //               256, 4 heads, FFN 1024, vocab 30522        (bench/models/bert.h)
 //   bert_base   the same at BERT-base size: 12 layers, hidden 768, 12 heads,
 //               FFN 3072; dropout 0 (see bert.h)
+//   mlp4096     16 x Linear(4096, 4096), ReLU between; MSE: the GPU benchmark's
+//               model (batch 256)
 //
 // All but mlp train with cross-entropy. Defaults per rank, and one local
 // zero_grad + forward + backward + SGD step on one intra-op thread of the
@@ -60,7 +62,7 @@ ModelOptions with_defaults(ModelOptions options);
 torch::nn::AnyModule make_model(const ModelOptions& options);
 
 // torch::manual_seed(data_seed), then one batch (defaults filled in):
-//   mlp     input randn [batch, 1024], target randn [batch, 1024]
+//   mlp     input randn [batch, W], target randn [batch, W] (W 1024; 4096 for mlp4096)
 //   resnet  input randn [batch, 3, S, S], target randint [batch] in [0, classes)
 //           (10 classes for resnet18, 1000 for resnet50)
 //   bert    input randint int64 token ids [batch, seq] in [0, 30522),

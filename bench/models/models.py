@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from bert import BertForSequenceClassification, bert_config  # noqa: E402  (bench/models/bert.py)
 from resnet import ResNet18, ResNet50, resnet_classes  # noqa: E402  (bench/models/resnet.py)
 
-MODEL_NAMES = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
+MODEL_NAMES = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base", "mlp4096")
 
 # Per-rank defaults (0: does not apply). Keep in step with kModels in
 # bench/models/models.cpp.
@@ -59,9 +59,15 @@ DEFAULTS = {
     "resnet50": {"batch": 8, "image_size": 128, "seq_len": 0},
     "bert_small": {"batch": 8, "image_size": 0, "seq_len": 128},
     "bert_base": {"batch": 2, "image_size": 0, "seq_len": 128},
+    "mlp4096": {"batch": 256, "image_size": 0, "seq_len": 0},
 }
 
 MLP_WIDTH = 1024
+
+
+def mlp_width(name):
+    """1024, or 4096 for mlp4096 (the GPU benchmark's)."""
+    return 4096 if name == "mlp4096" else MLP_WIDTH
 
 
 class ModelOptions:
@@ -126,8 +132,8 @@ def make_model(opts):
     """torch.manual_seed(seed), then the model, in training mode."""
     o = with_defaults(opts)
     torch.manual_seed(o.seed)
-    if o.name == "mlp":
-        return make_mlp(16, MLP_WIDTH)
+    if o.name.startswith("mlp"):
+        return make_mlp(16, mlp_width(o.name))
     if o.name == "resnet18":
         return ResNet18(resnet_classes(o.name))
     if o.name == "resnet50":
@@ -139,8 +145,9 @@ def make_batch(opts, data_seed):
     """torch.manual_seed(data_seed), then (input, target) as make_batch in models.h."""
     o = with_defaults(opts)
     torch.manual_seed(data_seed)
-    if o.name == "mlp":
-        return torch.randn(o.batch, MLP_WIDTH), torch.randn(o.batch, MLP_WIDTH)
+    if o.name.startswith("mlp"):
+        w = mlp_width(o.name)
+        return torch.randn(o.batch, w), torch.randn(o.batch, w)
     if o.name.startswith("resnet"):
         return (torch.randn(o.batch, 3, o.image_size, o.image_size),
                 torch.randint(0, resnet_classes(o.name), (o.batch,), dtype=torch.long))
@@ -152,7 +159,7 @@ def make_batch(opts, data_seed):
 def model_loss(opts, out, target):
     """MSE for mlp, cross-entropy (mean over the batch) for the others."""
     name = _get(opts, "name")
-    if name == "mlp":
+    if name.startswith("mlp"):
         return F.mse_loss(out, target)
     if name not in DEFAULTS:
         with_defaults(opts)  # the unknown-name error
@@ -163,8 +170,8 @@ def describe(opts):
     """One line, defaults filled in: "resnet50, batch 4/rank, 3x64x64 images"."""
     o = with_defaults(opts)
     s = "%s, batch %d/rank, " % (o.name, o.batch)
-    if o.name == "mlp":
-        return s + "%d features" % MLP_WIDTH
+    if o.name.startswith("mlp"):
+        return s + "%d features" % mlp_width(o.name)
     if o.name.startswith("resnet"):
         return s + "3x%dx%d images" % (o.image_size, o.image_size)
     return s + "%d tokens" % o.seq_len

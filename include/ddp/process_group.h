@@ -13,8 +13,11 @@
 //   flight at once.
 // - Tensors: dense and contiguous, zero elements allowed; which devices and
 //   dtypes a group takes is its backend's to say (unsupported_reason). The
-//   CPU backends (gloo, mpi, shm) take CPU tensors of dtype float32, float64,
-//   float16, bfloat16, int32, int64 or uint8.
+//   CPU backends (gloo, mpi, shm) take tensors of dtype float32, float64,
+//   float16, bfloat16, int32, int64 or uint8; CUDA tensors they are given
+//   are staged through pinned host memory (collectives/host_staging.h):
+//   copied to the host on the caller's current stream, reduced there and
+//   copied back before the Work completes. nccl takes CUDA tensors only.
 // - After a communication failure the group is broken: the failed Work and all
 //   later ones raise CommunicationError (or TimeoutError) with the first cause.
 // - Thread-safe: operations may be issued from several threads, but then the
@@ -70,6 +73,10 @@ class ProcessGroup {
   // backend and what to do; "" when it can. Every operation checks each of
   // its tensors with it. Default: "" (any tensor).
   virtual std::string unsupported_reason(const at::Tensor& tensor) const;
+  // Whether the backend moves tensors on devices of `type` itself; tensors
+  // on any other device are staged through pinned host memory. Default:
+  // the CPU only.
+  virtual bool handles_device(c10::DeviceType type) const;
 
   // In place: every rank's `tensor` becomes the reduction over all ranks. AVG
   // is defined for floating dtypes only (use SUM on integers and divide).

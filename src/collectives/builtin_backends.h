@@ -31,5 +31,8 @@ Backend auto_backend();          // collectives/hierarchical/backend.cpp
 #ifdef DDP_WITH_MPI
 Backend mpi_backend();  // collectives/mpi/backend.cpp
 #endif
+#ifdef DDP_WITH_NCCL
+Backend nccl_backend();  // collectives/nccl/backend.cpp
+#endif
 
 }  // namespace ddp::detail

@@ -5,6 +5,9 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/host_staging.h"
+
+#include <ATen/ATen.h>
 #include <c10/core/ScalarType.h>
 
 #include <sstream>
@@ -65,6 +68,8 @@ ProcessGroup::~ProcessGroup() = default;
 
 std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return ""; }
 
+bool ProcessGroup::handles_device(c10::DeviceType type) const { return type == c10::DeviceType::CPU; }
+
 at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
 
 std::string ProcessGroup::where() const {
@@ -87,8 +92,22 @@ class Checker {
     if (!t.defined()) fail(name + " is an undefined tensor");
     if (t.layout() != at::kStrided) fail(name + " must be a dense (strided) tensor");
     if (!t.is_contiguous()) fail(name + " must be contiguous; call .contiguous() first");
-    std::string why = group_.unsupported_reason(t);
+    // A tensor to be staged is checked as its host copy will be.
+    std::string why = group_.unsupported_reason(
+        staged(t) ? at::empty({0}, t.options().device(at::kCPU)) : t);
     if (!why.empty()) fail(name + " " + why);
+  }
+
+  // A CUDA tensor given to a backend that moves host memory only.
+  bool staged(const at::Tensor& t) const {
+    return t.device().is_cuda() && !group_.handles_device(c10::DeviceType::CUDA) &&
+           group_.handles_device(c10::DeviceType::CPU);
+  }
+  bool staged(const std::vector<at::Tensor>& ts) const {
+    for (const auto& t : ts) {
+      if (staged(t)) return true;
+    }
+    return false;
   }
 
   void same(const at::Tensor& t, const at::Tensor& ref, const std::string& name,
@@ -135,7 +154,13 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   check.op(op, tensor);
   const Issued issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
-  WorkPtr work = do_allreduce(std::move(tensor), op);
+  WorkPtr work;
+  if (check.staged(tensor)) {
+    at::Tensor host = detail::host_copy(tensor, /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allreduce(host, op), {tensor}, {host}, timeout());
+  } else {
+    work = do_allreduce(std::move(tensor), op);
+  }
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -157,7 +182,14 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   const Issued issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensors[0].scalar_type()), total,
                       static_cast<int64_t>(tensors.size())};
-  WorkPtr work = do_allreduce_coalesced(std::move(tensors), op);
+  WorkPtr work;
+  if (check.staged(tensors)) {
+    auto hosts = detail::host_copies(tensors, /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allreduce_coalesced(hosts, op), std::move(tensors),
+                                           hosts, timeout());
+  } else {
+    work = do_allreduce_coalesced(std::move(tensors), op);
+  }
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -170,7 +202,13 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   }
   const Issued issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
                       tensor.numel(), root};
-  WorkPtr work = do_broadcast(std::move(tensor), root);
+  WorkPtr work;
+  if (check.staged(tensor)) {
+    at::Tensor host = detail::host_copy(tensor, /*copy=*/true);
+    work = detail::copy_back_on_completion(do_broadcast(host, root), {tensor}, {host}, timeout());
+  } else {
+    work = do_broadcast(std::move(tensor), root);
+  }
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -185,7 +223,15 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   }
   const Issued issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
                       input.numel(), -1};
-  WorkPtr work = do_allgather(std::move(outputs), std::move(input));
+  WorkPtr work;
+  if (check.staged(outputs) || check.staged(input)) {
+    auto hosts = detail::host_copies(outputs, /*copy=*/false);
+    at::Tensor host_input = detail::host_copy(input, /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allgather(hosts, host_input), std::move(outputs),
+                                           hosts, timeout());
+  } else {
+    work = do_allgather(std::move(outputs), std::move(input));
+  }
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -202,7 +248,15 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   check.op(op, output);
   const Issued issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
                       static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
-  WorkPtr work = do_reduce_scatter(std::move(output), std::move(inputs), op);
+  WorkPtr work;
+  if (check.staged(inputs) || check.staged(output)) {
+    auto hosts = detail::host_copies(inputs, /*copy=*/true);
+    at::Tensor host_output = detail::host_copy(output, /*copy=*/false);
+    work = detail::copy_back_on_completion(do_reduce_scatter(host_output, hosts, op), {output},
+                                           {host_output}, timeout());
+  } else {
+    work = do_reduce_scatter(std::move(output), std::move(inputs), op);
+  }
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }

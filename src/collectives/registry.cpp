@@ -22,6 +22,9 @@ const std::map<std::string, std::string>& known_optional_backends() {
       {"mpi",
        "it needs Open MPI at build time (Debian: libopenmpi-dev, openmpi-bin; "
        "scripts/install-deps.sh installs them), then a rebuild"},
+      {"nccl",
+       "it needs a libtorch built with CUDA (pip's torch, as scripts/install-deps.sh installs "
+       "it) and NCCL's header at build time, then a rebuild"},
   };
   return known;
 }
@@ -57,6 +60,9 @@ Registry& registry() {
     add(*r, detail::auto_backend());
 #ifdef DDP_WITH_MPI
     add(*r, detail::mpi_backend());
+#endif
+#ifdef DDP_WITH_NCCL
+    add(*r, detail::nccl_backend());
 #endif
     return r;
   }();

@@ -22,13 +22,15 @@ at::Tensor alias(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) 
 }
 
 // Carves each bucket's buffer (and spare) from one zero-copy region, at
-// 64-byte aligned offsets, the same on every rank; plain memory otherwise.
+// 64-byte aligned offsets, the same on every rank; plain memory on the
+// parameters' device otherwise. The region is host memory: CUDA parameters
+// keep their buckets on their GPU.
 class BucketMemory {
  public:
   BucketMemory(const std::vector<at::Tensor>& params,
                const std::vector<std::vector<size_t>>& assignment, bool spares,
                ProcessGroup* zero_copy) {
-    if (!zero_copy) return;
+    if (!zero_copy || params.empty() || !params[0].device().is_cpu()) return;
     int64_t bytes = 0;
     for (const auto& members : assignment) {
       bytes +=

@@ -1,6 +1,9 @@
 // Communication hooks on real ranks: ddprun --nproc-per-node N comm_hooks_test
 // Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
+// With --device cuda the hooks' gradient checks (default hooks, PowerSGD)
+// run on the GPU (test_device.h).
 #include "tap.h"
+#include "test_device.h"
 
 #include <ddp/ddp.h>
 
@@ -10,6 +13,9 @@ namespace ddp::testing {
 namespace {
 
 using Hooked = std::function<void(DistributedDataParallel&)>;
+
+// Where gradients() trains (--device).
+torch::Device g_device = torch::kCPU;
 
 torch::nn::Sequential mlp(std::vector<int64_t> widths, bool bias = true) {
   torch::nn::Sequential net;
@@ -26,14 +32,14 @@ torch::nn::Sequential mlp(std::vector<int64_t> widths, bool bias = true) {
 std::vector<torch::Tensor> gradients(const ProcessGroupPtr& pg, torch::nn::Sequential net,
                                      const Hooked& hook, const torch::Tensor& x, int steps = 3,
                                      at::ScalarType dtype = at::kDouble) {
-  net->to(dtype);
+  net->to(g_device, dtype);
   DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg));
   if (hook) hook(model);
   torch::optim::SGD opt(model->parameters(), 0.1);
   std::vector<torch::Tensor> grads;
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
-    model->forward(x.to(dtype) * (s + 1)).pow(2).sum().backward();
+    model->forward(x.to(g_device, dtype) * (s + 1)).pow(2).sum().backward();
     grads.clear();
     for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
     opt.step();
@@ -106,8 +112,8 @@ void default_hooks(Tap& tap, const ProcessGroupPtr& pg) {
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
   torch::manual_seed(1);
   auto alone = mlp({16, 32, 32, 4});
-  alone->to(at::kDouble);
-  alone->forward(x.to(at::kDouble)).pow(2).sum().backward();
+  alone->to(g_device, at::kDouble);
+  alone->forward(x.to(g_device, at::kDouble)).pow(2).sum().backward();
   std::vector<torch::Tensor> own;
   for (auto& p : alone->parameters()) own.push_back(p.grad());
   tap.check(max_relative(noop, own) < 1e-12 && identical(noop, local),
@@ -358,10 +364,19 @@ void convergence(Tap& tap, const ProcessGroupPtr& pg) {
 }  // namespace
 }  // namespace ddp::testing
 
-int main() {
+int main(int argc, char** argv) {
   torch::set_num_threads(1);
+  if (argc > 2 && std::string(argv[1]) == "--device") {
+    ddp::testing::g_device = ddp::testing::test_device(argv[2]);
+  }
   auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)));
   ddp::testing::Tap tap(pg->rank());
+  if (!ddp::testing::g_device.is_cpu()) {
+    tap.pass("on " + ddp::testing::g_device.str() + " over " + pg->backend_name());
+    ddp::testing::default_hooks(tap, pg);
+    ddp::testing::powersgd(tap, pg);
+    return tap.finish();
+  }
   ddp::testing::default_hooks(tap, pg);
   ddp::testing::registration_errors(tap, pg);
   ddp::testing::powersgd(tap, pg);

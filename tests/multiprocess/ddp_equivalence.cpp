@@ -4,10 +4,13 @@
 // Every rank computes the single-process reference itself and compares.
 // Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
 // With --errors it checks misuse and bad input instead (ddp_errors.cpp), with
-// --log the statistics and the DDP_DEBUG log.
+// --log the statistics and the DDP_DEBUG log. With --device cuda the models,
+// data and reference live on the GPU (LOCAL_RANK's, modulo the GPUs seen):
+// over nccl, or staged through host memory over the CPU backends.
 #include "ddp_errors.h"
 #include "ddp_models.h"
 #include "tap.h"
+#include "test_device.h"
 
 #include <ddp/ddp.h>
 
@@ -18,6 +21,9 @@ namespace {
 
 constexpr int64_t kBatch = 12;  // divisible by 1, 2, 3 and 4
 constexpr int kSteps = 5;
+
+// Where models, data and the reference live (--device).
+torch::Device g_device = torch::kCPU;
 
 enum class Optim { SGD, ADAM };
 
@@ -73,10 +79,10 @@ void run_case(
   const double tol = v.dtype == at::kDouble ? 1e-10 : 1e-5;
   torch::manual_seed(1);
   auto ref = make();
-  ref->to(v.dtype);
+  ref->to(g_device, v.dtype);
   torch::manual_seed(1);
   auto local = make();
-  local->to(v.dtype);
+  local->to(g_device, v.dtype);
   if (rank != 0) perturb(*local, rank);  // the construction broadcast must undo this
   DistributedDataParallel model(local, options.process_group(pg));
   auto ref_opt = make_optimizer(v.optim, ref->parameters());
@@ -87,8 +93,8 @@ void run_case(
     opt->zero_grad();
     for (int m = 0; m < v.micro_batches; ++m) {
       torch::manual_seed(1000 * step + m);
-      auto x = torch::randn({kBatch, 8}, v.dtype);
-      auto y = torch::randn({kBatch, 4}, v.dtype);
+      auto x = torch::randn({kBatch, 8}, v.dtype).to(g_device);
+      auto y = torch::randn({kBatch, 4}, v.dtype).to(g_device);
       // Reference: every rank's shard from the same starting buffers
       // (BatchNorm); rank 0's buffers survive, as DDP's broadcast does.
       std::vector<torch::Tensor> start, after_rank0;
@@ -262,9 +268,15 @@ void statistics_log(Tap& tap, const ProcessGroupPtr& pg) {
 
 int main(int argc, char** argv) {
   torch::set_num_threads(1);
+  if (argc > 2 && std::string(argv[1]) == "--device") {
+    ddp::testing::g_device = ddp::testing::test_device(argv[2]);
+  }
   auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)));
   ddp::testing::Tap tap(pg->rank());
-  if (argc > 1 && std::string(argv[1]) == "--errors") {
+  if (!ddp::testing::g_device.is_cpu()) {
+    tap.pass("on " + ddp::testing::g_device.str() + " over " + pg->backend_name());
+    ddp::testing::equivalence(tap, pg);
+  } else if (argc > 1 && std::string(argv[1]) == "--errors") {
     ddp::testing::bad_input(tap, pg);
   } else if (argc > 1 && std::string(argv[1]) == "--log") {
     ddp::testing::statistics_log(tap, pg);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cross-check against PyTorch's own DDP: the same model, initial weights and
-# data on both sides (exchanged through files), PyTorch's DDP (Debian's
-# python3-torch, Gloo) and ddp each on 2 ranks; every parameter after every
+# data on both sides (exchanged through files), PyTorch's DDP
+# ($DDP_REFERENCE_PYTHON's torch, Gloo) and ddp each on 2 ranks; every parameter after every
 # step must agree within 1e-5 relative (hook modes: gradients too, at the
 # hook's tolerance; see pytorch_ddp.py). Exits 77 (skip) without python3-torch.
 #
@@ -16,7 +16,7 @@ if [[ $# -ne 5 ]]; then
 fi
 ddprun=$1 side=$2 mode=$3 dtype=$4 work=$5
 here=$(cd "$(dirname "$0")" && pwd)
-# Debian's interpreter: the python3 first on PATH may be another build without torch.
+# The build's reference Python (CMake's DDP_REFERENCE_PYTHON); Debian's by default.
 python=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
 
 if ! "$python" -c "import torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null; then

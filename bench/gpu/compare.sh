@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# ddp against PyTorch's DDP on a GPU machine, in one run (docs/benchmarks.md,
+# "On a GPU"). The two sides alternate, ROUNDS times:
+#   world 1 over NCCL: the 16 x 4096 MLP (mlp4096, batch 256) and ResNet-50
+#     (batch 32, 224 x 224): ddp and local training (ddp_bench train),
+#     PyTorch's DDP and local training (bench/pytorch_ddp_train.py);
+#   world 2 on the one GPU: ddp over shm (CUDA tensors staged through host
+#     memory) against PyTorch's DDP over Gloo with CUDA tensors (the MLP).
+# Writes OUT/<case>-<side>-<round>.json and OUT/summary.md (summary.py).
+#   bench/gpu/compare.sh BUILD_DIR OUT [ROUNDS]    (default 2 rounds)
+set -euo pipefail
+build=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+rounds=${3:-2}
+here=$(cd "$(dirname "$0")" && pwd)
+python=${DDP_PYTHON:-python3}
+ddprun=$build/tools/ddprun/ddprun
+bench=$build/bench/ddp_bench
+export OMP_NUM_THREADS=1
+
+# case: name, world size, ddp's backend, PyTorch's backend, iterations, model arguments
+cases=(
+  "mlp4096-w1|1|nccl|nccl|30|--model mlp4096"
+  "resnet50-w1|1|nccl|nccl|30|--model resnet50 --batch 32 --image-size 224"
+  "mlp4096-w2|2|shm|gloo|8|--model mlp4096"
+)
+for round in $(seq 1 "$rounds"); do
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name world ours theirs iters model <<<"$c"
+    sides=(ddp pytorch)
+    [ $((round % 2)) -eq 0 ] && sides=(pytorch ddp)
+    for side in "${sides[@]}"; do
+      json=$out/$name-$side-$round.json
+      impls=ddp,local
+      [ "$world" -gt 1 ] && impls=ddp
+      echo "== round $round: $name, $side" >&2
+      if [ "$side" = ddp ]; then
+        DDP_BACKEND=$ours "$ddprun" --nproc-per-node "$world" "$bench" train $model \
+          --world-size "$world" --device cuda --impls "$impls" --iters "$iters" --warmup 3 \
+          --json "$json" --tag "round $round"
+      else
+        "$python" -m torch.distributed.run --standalone --nproc-per-node "$world" \
+          "$here/../pytorch_ddp_train.py" $model --world-size "$world" --device cuda \
+          --backend "$theirs" --impls "pytorch_${impls//,/,pytorch_}" --iters "$iters" \
+          --warmup 3 --json "$json" --tag "round $round"
+      fi
+    done
+  done
+done
+"$python" "$here/summary.py" "$out" | tee "$out/summary.md"

@@ -1,0 +1,183 @@
+#include "collectives/nccl/communicator.h"
+
+#include <ddp/errors.h>
+
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cstdio>
+#include <thread>
+
+namespace ddp::detail::nccl {
+namespace {
+
+// How long a poll of NCCL's state sleeps between two looks.
+constexpr std::chrono::microseconds kPollInterval(50);
+
+}  // namespace
+
+bool supported(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kInt:
+    case at::kLong:
+    case at::kByte:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ncclDataType_t data_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      throw InvalidArgument(std::string("ddp: nccl: no NCCL type for dtype ") +
+                            c10::toString(dtype));
+  }
+}
+
+ncclRedOp_t red_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+      return ncclSum;
+    case ReduceOp::AVG:
+      return ncclAvg;
+    case ReduceOp::MIN:
+      return ncclMin;
+    case ReduceOp::MAX:
+      return ncclMax;
+    case ReduceOp::PRODUCT:
+      return ncclProd;
+  }
+  return ncclSum;
+}
+
+std::string version() {
+  int v = 0;
+  ncclGetVersion(&v);
+  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+std::string new_unique_id() {
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    throw CommunicationError(std::string("ddp: rank 0: nccl: ncclGetUniqueId failed: ") +
+                             ncclGetErrorString(r));
+  }
+  std::string hex;
+  char byte[3];
+  for (unsigned char c : id.internal) {
+    std::snprintf(byte, sizeof byte, "%02x", c);
+    hex += byte;
+  }
+  return hex;
+}
+
+ncclUniqueId unique_id_from(const std::string& hex) {
+  ncclUniqueId id;
+  if (hex.size() != 2 * sizeof id.internal) {
+    throw InvalidArgument("ddp: nccl: rank 0's NCCL id in the store is " +
+                          std::to_string(hex.size()) + " characters, expected " +
+                          std::to_string(2 * sizeof id.internal) +
+                          ": another program shares the store's prefix");
+  }
+  for (size_t i = 0; i < sizeof id.internal; ++i) {
+    id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return id;
+}
+
+Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int device,
+                           Clock::time_point deadline, std::string where)
+    : where_(std::move(where)) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init and calls return at once; settle() polls them
+  ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    const std::string text = error_text(r);
+    abort();
+    throw CommunicationError("ddp: " + where_ + ": nccl: ncclCommInitRankConfig failed: " + text);
+  }
+  try {
+    r = settle(deadline, "making the communicator (the other ranks did not all join)");
+  } catch (...) {
+    abort();
+    throw;
+  }
+  if (r != ncclSuccess) {
+    const std::string text = error_text(r);
+    abort();
+    throw CommunicationError("ddp: " + where_ + ": nccl: making the communicator failed: " + text);
+  }
+}
+
+Communicator::~Communicator() { abort(); }
+
+void Communicator::run(const std::function<ncclResult_t()>& calls, const std::string& what,
+                       Clock::time_point deadline) {
+  ncclResult_t r = calls();
+  if (r == ncclInProgress) r = settle(deadline, what);
+  if (r != ncclSuccess) {
+    throw CommunicationError("ddp: " + where_ + ": nccl: " + what + " failed: " + error_text(r));
+  }
+}
+
+ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("ddp: " + where_ + ": nccl: " + what +
+                         ": not done within the group's timeout; the communicator is aborted. "
+                         "A peer may have died or not started; see its output.");
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+std::string Communicator::async_error() const {
+  if (aborted_) return "the communicator was aborted";
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+  if (r != ncclSuccess) return error_text(r);
+  if (state != ncclSuccess && state != ncclInProgress) return error_text(state);
+  return "";
+}
+
+void Communicator::abort() {
+  if (comm_ == nullptr || aborted_.exchange(true)) return;
+  ncclCommAbort(comm_);
+}
+
+std::string Communicator::error_text(ncclResult_t result) const {
+  std::string text = ncclGetErrorString(result);
+  if (comm_ != nullptr && !aborted_) {
+    const char* last = ncclGetLastError(comm_);
+    if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
+  }
+  return text;
+}
+
+}  // namespace ddp::detail::nccl

@@ -1,0 +1,66 @@
+// NCCL's C API, as the nccl backend uses it: one non-blocking communicator,
+// whose initialisation and calls are polled against a deadline, and the
+// mapping of ddp's dtypes and ops onto NCCL's.
+#pragma once
+
+#include <ddp/process_group.h>
+
+#include <c10/core/ScalarType.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace ddp::detail::nccl {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether NCCL reduces `dtype` (the seven dtypes of process_group.h).
+bool supported(at::ScalarType dtype);
+ncclDataType_t data_type(at::ScalarType dtype);
+ncclRedOp_t red_op(ReduceOp op);
+// "2.28.9": the NCCL this process loaded.
+std::string version();
+
+// The unique id rank 0 makes, as text for the store (hex), and back.
+std::string new_unique_id();
+ncclUniqueId unique_id_from(const std::string& hex);
+
+class Communicator {
+ public:
+  // Joins the communicator of `size` ranks named by `id` on CUDA device
+  // `device`. Blocks until every rank has joined; at `deadline`, aborts and
+  // raises TimeoutError. `where` names this rank in errors.
+  Communicator(const ncclUniqueId& id, int rank, int size, int device, Clock::time_point deadline,
+               std::string where);
+  ~Communicator();  // aborts: never waits for a peer
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Runs NCCL calls (`calls` returns the last one's result), then waits while
+  // NCCL reports them in progress (connections being made). CommunicationError
+  // naming `what` on an error; TimeoutError at `deadline`.
+  void run(const std::function<ncclResult_t()>& calls, const std::string& what,
+           Clock::time_point deadline);
+  // "" while healthy; else NCCL's asynchronous error (a peer failed, a
+  // network error). Thread-safe.
+  std::string async_error() const;
+  // Ends every pending operation; the communicator is unusable after it.
+  // Thread-safe; idempotent.
+  void abort();
+
+  ncclComm_t get() const { return comm_; }
+
+ private:
+  // Polls ncclCommGetAsyncError until NCCL is no longer in progress.
+  ncclResult_t settle(Clock::time_point deadline, const std::string& what);
+  std::string error_text(ncclResult_t result) const;
+
+  const std::string where_;
+  ncclComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace ddp::detail::nccl

@@ -1,0 +1,358 @@
+// The nccl backend's group: collectives enqueued on the group's stream after
+// the caller's, Works completed by a watchdog that polls their end events,
+// NCCL's asynchronous errors and their deadlines.
+#include <ddp/backends/nccl.h>
+
+#include <ddp/device.h>
+#include <ddp/errors.h>
+
+#include "collectives/nccl/communicator.h"
+#include "collectives/work_detail.h"
+#include "rendezvous/arrival.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace ddp {
+namespace {
+
+using detail::nccl::Clock;
+
+// How long the watchdog sleeps between two looks at a running collective.
+constexpr std::chrono::microseconds kWatchdogPoll(20);
+
+int choose_device(const NcclOptions& options, const std::string& where) {
+  const int count = c10::cuda::device_count();
+  if (count == 0) {
+    throw InvalidArgument("ddp: " + where +
+                          ": the nccl backend needs a GPU and this process sees none "
+                          "(check CUDA_VISIBLE_DEVICES and the driver); use shm or gloo, "
+                          "which stage CUDA tensors through host memory");
+  }
+  if (options.device() >= count || options.device() < -1) {
+    throw InvalidArgument("ddp: " + where + ": NcclOptions::device is " +
+                          std::to_string(options.device()) + " but this process sees " +
+                          std::to_string(count) + " GPU(s) (indices 0-" +
+                          std::to_string(count - 1) + "); -1 picks LOCAL_RANK's");
+  }
+  return options.device() >= 0 ? options.device() : local_device().index();
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Every rank's "<host> cuda:<device>", then rank 0's NCCL id, through the
+// store. Two ranks on one GPU are refused on every rank, naming both.
+std::string exchange_id(const StorePtr& store, int rank, int size, int device,
+                        std::chrono::milliseconds timeout, const std::string& where) {
+  const std::string mine = host_name() + " cuda:" + std::to_string(device);
+  auto all = detail::allgather_on_store(store, "nccl_gpu/", rank, size, mine, timeout,
+                                        "nccl: the ranks' GPUs", "; see their output.");
+  for (int r = 0; r < size; ++r) {
+    if (r != rank && all[r] == mine) {
+      throw InvalidArgument("ddp: " + where + ": nccl: ranks " + std::to_string(std::min(r, rank)) +
+                            " and " + std::to_string(std::max(r, rank)) + " both use " + mine +
+                            "; NCCL " + detail::nccl::version() +
+                            " needs a GPU per rank (NcclOptions::device, LOCAL_RANK). Ranks "
+                            "sharing a GPU can use shm, which stages CUDA tensors through "
+                            "host memory");
+    }
+  }
+  auto ids = detail::allgather_on_store(store, "nccl_id/", rank, size,
+                                        rank == 0 ? detail::nccl::new_unique_id() : "", timeout,
+                                        "nccl: rank 0's NCCL id", "; see their output.");
+  return ids[0];
+}
+
+}  // namespace
+
+class NcclProcessGroup::Impl {
+ public:
+  Impl(const StorePtr& store, int rank, int size, std::chrono::milliseconds timeout,
+       const NcclOptions& options, std::string where)
+      : where_(std::move(where)),
+        timeout_(timeout),
+        device_(choose_device(options, where_)),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
+                                             static_cast<c10::DeviceIndex>(device_))) {
+    const auto deadline = Clock::now() + timeout;
+    const std::string id = exchange_id(store, rank, size, device_, timeout, where_);
+    comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
+                                                         size, device_, deadline, where_);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();  // after the pending collectives ended or timed out
+    comm_->abort();
+  }
+
+  c10::Device device() const { return {c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)}; }
+
+  ncclComm_t comm() const { return comm_->get(); }
+  cudaStream_t stream() const { return stream_.stream(); }
+
+  // Enqueues `calls` (NCCL calls on stream()) after the work queued on the
+  // caller's current stream, then `after` (tensor ops, run with stream() as
+  // the current stream, once NCCL has enqueued its calls); `keep` are the
+  // tensors the stream reads or writes, kept from the caching allocator
+  // until it has.
+  WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                  const std::vector<at::Tensor>& keep, const std::function<ncclResult_t()>& calls,
+                  const std::function<void()>& after = {}) {
+    std::lock_guard<std::mutex> issue(issue_mutex_);
+    const uint32_t tag = next_tag_++;
+    auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(tag) + " (" +
+                                           detail + ") on " + where_,
+                                       timeout_, std::move(outputs));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_.empty()) {
+        work->finish(std::make_exception_ptr(CommunicationError(
+            work->description() + ": the group is broken by an earlier failure: " + broken_)));
+        return work;
+      }
+    }
+    const auto deadline = Clock::now() + timeout_;
+    Pending pending{work, std::make_shared<at::cuda::CUDAEvent>(), deadline};
+    try {
+      c10::cuda::CUDAGuard guard(device());
+      at::cuda::CUDAEvent ready;
+      ready.record(c10::cuda::getCurrentCUDAStream(device_));
+      ready.block(stream_);
+      comm_->run(calls, work->description(), deadline);
+      if (after) {
+        c10::cuda::CUDAStreamGuard on_stream(stream_);
+        after();
+      }
+      for (const auto& t : keep) {
+        if (t.defined() && t.numel() > 0) {
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+        }
+      }
+      pending.end->record(stream_);
+    } catch (const std::exception& e) {
+      fail_all(std::current_exception(), e.what());
+      work->finish(std::current_exception());
+      return work;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(std::move(pending));
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+ private:
+  struct Pending {
+    WorkPtr work;
+    std::shared_ptr<at::cuda::CUDAEvent> end;  // recorded on the group's stream
+    Clock::time_point deadline;
+  };
+
+  // The watchdog: completes Works in issue order as their end events fire;
+  // on NCCL's asynchronous error or a passed deadline, aborts the
+  // communicator and fails every pending Work.
+  void watch() {
+    c10::cuda::CUDAGuard guard(device());
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, nothing left
+      Pending front = pending_.front();
+      lock.unlock();
+      if (front.end->query()) {
+        {
+          std::lock_guard<std::mutex> relock(mutex_);
+          pending_.pop_front();
+        }
+        front.work->finish();
+      } else if (std::string error = comm_->async_error(); !error.empty()) {
+        const std::string message =
+            front.work->description() + ": nccl reported an error: " + error +
+            "; the communicator is aborted. A peer may have failed; see its output.";
+        fail_all(std::make_exception_ptr(CommunicationError("ddp: " + message)), message);
+      } else if (Clock::now() >= front.deadline) {
+        const std::string message =
+            front.work->description() + ": not complete after " +
+            std::to_string(timeout_.count()) +
+            " ms (the group's timeout); the communicator is aborted. A peer may be stuck or "
+            "issuing a different collective; run with DDP_DEBUG=detail to compare collectives "
+            "across ranks.";
+        fail_all(std::make_exception_ptr(TimeoutError("ddp: " + message)), message);
+      } else {
+        std::this_thread::sleep_for(kWatchdogPoll);
+      }
+      lock.lock();
+    }
+  }
+
+  // Breaks the group: aborts the communicator, fails every pending Work.
+  void fail_all(std::exception_ptr error, const std::string& reason) {
+    std::deque<Pending> failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (broken_.empty()) broken_ = reason;
+      failed.swap(pending_);
+    }
+    comm_->abort();
+    for (auto& p : failed) p.work->finish(error);
+  }
+
+  const std::string where_;
+  const std::chrono::milliseconds timeout_;
+  const int device_;
+  const c10::cuda::CUDAStream stream_;
+  std::unique_ptr<detail::nccl::Communicator> comm_;
+
+  std::mutex issue_mutex_;  // one enqueue at a time: NCCL calls in issue order
+  uint32_t next_tag_ = 0;   // guarded by issue_mutex_
+
+  std::mutex mutex_;
+  std::condition_variable cv_;    // signalled on enqueue and stop
+  std::deque<Pending> pending_;   // guarded by mutex_: enqueued, not complete, in issue order
+  std::string broken_;            // guarded by mutex_: "" while healthy
+  bool stopping_ = false;         // guarded by mutex_
+  std::thread watchdog_;
+};
+
+NcclProcessGroup::NcclProcessGroup(StorePtr store, int rank, int size,
+                                   std::chrono::milliseconds timeout, NcclOptions options)
+    : ProcessGroup(rank, size, timeout) {
+  if (!store) throw InvalidArgument("ddp: " + where() + ": the nccl backend needs a store");
+  impl_ = std::make_unique<Impl>(store, rank, size, timeout, options, where());
+}
+
+NcclProcessGroup::~NcclProcessGroup() = default;
+
+std::string NcclProcessGroup::nccl_version() { return detail::nccl::version(); }
+
+c10::Device NcclProcessGroup::device() const { return impl_->device(); }
+
+bool NcclProcessGroup::handles_device(c10::DeviceType type) const {
+  return type == c10::DeviceType::CUDA;
+}
+
+std::string NcclProcessGroup::unsupported_reason(const at::Tensor& t) const {
+  if (t.device() != device()) {
+    return "is on " + t.device().str() + "; this rank's nccl group takes CUDA tensors on " +
+           device().str() + " (NcclOptions::device; move it with .to(" + device().str() + "))";
+  }
+  if (!detail::nccl::supported(t.scalar_type())) {
+    return "has dtype " + std::string(c10::toString(t.scalar_type())) +
+           "; the nccl backend takes Float, Double, Half, BFloat16, Int, Long, Byte";
+  }
+  return "";
+}
+
+WorkPtr NcclProcessGroup::do_allreduce(at::Tensor t, ReduceOp op) {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  return impl_->enqueue("allreduce", detail::tensor_detail(t, to_string(op)), {t}, {t}, [=] {
+    return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                         detail::nccl::data_type(t.scalar_type()), detail::nccl::red_op(op), comm,
+                         stream);
+  });
+}
+
+WorkPtr NcclProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> ts, ReduceOp op) {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  return impl_->enqueue("allreduce_coalesced", detail::coalesced_detail(ts, op), ts, ts, [=] {
+    ncclGroupStart();
+    for (const auto& t : ts) {
+      ncclResult_t r = ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                                     detail::nccl::data_type(t.scalar_type()),
+                                     detail::nccl::red_op(op), comm, stream);
+      if (r != ncclSuccess) {
+        ncclGroupEnd();
+        return r;
+      }
+    }
+    return ncclGroupEnd();
+  });
+}
+
+WorkPtr NcclProcessGroup::do_broadcast(at::Tensor t, int root) {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  return impl_->enqueue(
+      "broadcast", detail::tensor_detail(t) + ", root " + std::to_string(root), {t}, {t}, [=] {
+        return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                             detail::nccl::data_type(t.scalar_type()), root, comm, stream);
+      });
+}
+
+WorkPtr NcclProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  // NCCL gathers into one flat buffer; the copies out of it follow on the
+  // group's stream.
+  const int64_t n = input.numel();
+  at::Tensor flat = at::empty({n * static_cast<int64_t>(outputs.size())}, input.options());
+  std::vector<at::Tensor> keep = outputs;
+  keep.push_back(input);
+  keep.push_back(flat);
+  return impl_->enqueue(
+      "allgather", detail::tensor_detail(input), outputs, keep,
+      [=] {
+        return ncclAllGather(input.data_ptr(), flat.data_ptr(), n,
+                             detail::nccl::data_type(input.scalar_type()), comm, stream);
+      },
+      [=] {
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          outputs[i].view({-1}).copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n), true);
+        }
+      });
+}
+
+WorkPtr NcclProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
+                                            ReduceOp op) {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  // One flat input, made on the caller's stream, after the inputs' producers.
+  std::vector<at::Tensor> flat_inputs;
+  for (const auto& t : inputs) flat_inputs.push_back(t.view({-1}));
+  at::Tensor flat = at::cat(flat_inputs);
+  return impl_->enqueue("reduce_scatter", detail::tensor_detail(output, to_string(op)), {output},
+                        {output, flat}, [=] {
+                          return ncclReduceScatter(flat.data_ptr(), output.data_ptr(),
+                                                   output.numel(),
+                                                   detail::nccl::data_type(output.scalar_type()),
+                                                   detail::nccl::red_op(op), comm, stream);
+                        });
+}
+
+WorkPtr NcclProcessGroup::do_barrier() {
+  ncclComm_t comm = impl_->comm();
+  cudaStream_t stream = impl_->stream();
+  at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device()));
+  return impl_->enqueue("barrier", "", {}, {one}, [=] {
+    return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm, stream);
+  });
+}
+
+}  // namespace ddp
