@@ -308,14 +308,15 @@ def main():
         if end >= 0:
             tx_per_iter = (end - tx_start) / args.iters
 
-    tx = torch.zeros(world, dtype=torch.float64)
+    # On the device: PyTorch's nccl group takes CUDA tensors only.
+    tx = torch.zeros(world, dtype=torch.float64, device=device)
     tx[rank] = tx_per_iter
     dist.all_reduce(tx)
     tx_ranks = tx.tolist()
 
     slowest = {}
     for impl in impls:
-        t = torch.tensor([s["total"] for s in samples[impl]], dtype=torch.float64)
+        t = torch.tensor([s["total"] for s in samples[impl]], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         slowest[impl] = t.tolist()
     if rank != 0:

@@ -10,7 +10,7 @@
 set(DDP_GLOO_UNAVAILABLE "")
 if(NOT Gloo_FOUND)
   set(DDP_GLOO_UNAVAILABLE
-      "this build of ddp found no Gloo (Debian: libgloo-dev; scripts/install-deps.sh)")
+      "this build of ddp found no Gloo (Debian: libgloo-dev, which scripts/install-deps.sh installs)")
 elseif(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
   # std::string crosses between the module and libgloo (gloo::transport::tcp::attr).
   set(DDP_GLOO_UNAVAILABLE

@@ -14,10 +14,11 @@
 // - Tensors: dense and contiguous, zero elements allowed; which devices and
 //   dtypes a group takes is its backend's to say (unsupported_reason). The
 //   CPU backends (gloo, mpi, shm) take tensors of dtype float32, float64,
-//   float16, bfloat16, int32, int64 or uint8; CUDA tensors they are given
-//   are staged through pinned host memory (collectives/host_staging.h):
-//   copied to the host on the caller's current stream, reduced there and
-//   copied back before the Work completes. nccl takes CUDA tensors only.
+//   float16, bfloat16, int32, int64 or uint8. A CPU or CUDA tensor on a
+//   device the backend does not handle is staged (src/collectives/staging.h):
+//   copied to staging_device() on the caller's current stream, reduced there
+//   and copied back before the Work completes. So the CPU backends take CUDA
+//   tensors through pinned host memory, and nccl CPU tensors through its GPU.
 // - After a communication failure the group is broken: the failed Work and all
 //   later ones raise CommunicationError (or TimeoutError) with the first cause.
 // - Thread-safe: operations may be issued from several threads, but then the
@@ -73,10 +74,12 @@ class ProcessGroup {
   // backend and what to do; "" when it can. Every operation checks each of
   // its tensors with it. Default: "" (any tensor).
   virtual std::string unsupported_reason(const at::Tensor& tensor) const;
-  // Whether the backend moves tensors on devices of `type` itself; tensors
-  // on any other device are staged through pinned host memory. Default:
+  // Whether the backend moves tensors on devices of `type` itself; CPU and
+  // CUDA tensors on another device are staged on staging_device(). Default:
   // the CPU only.
   virtual bool handles_device(c10::DeviceType type) const;
+  // Where such tensors are staged. Default: the CPU (pinned memory).
+  virtual c10::Device staging_device() const;
 
   // In place: every rank's `tensor` becomes the reduction over all ranks. AVG
   // is defined for floating dtypes only (use SUM on integers and divide).

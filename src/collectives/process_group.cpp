@@ -5,7 +5,7 @@
 
 #include <ddp/errors.h>
 
-#include "collectives/host_staging.h"
+#include "collectives/staging.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/ScalarType.h>
@@ -70,6 +70,8 @@ std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return "
 
 bool ProcessGroup::handles_device(c10::DeviceType type) const { return type == c10::DeviceType::CPU; }
 
+c10::Device ProcessGroup::staging_device() const { return c10::Device(c10::DeviceType::CPU); }
+
 at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
 
 std::string ProcessGroup::where() const {
@@ -92,16 +94,16 @@ class Checker {
     if (!t.defined()) fail(name + " is an undefined tensor");
     if (t.layout() != at::kStrided) fail(name + " must be a dense (strided) tensor");
     if (!t.is_contiguous()) fail(name + " must be contiguous; call .contiguous() first");
-    // A tensor to be staged is checked as its host copy will be.
+    // A tensor to be staged is checked as its staged copy will be.
     std::string why = group_.unsupported_reason(
-        staged(t) ? at::empty({0}, t.options().device(at::kCPU)) : t);
+        staged(t) ? at::empty({0}, t.options().device(group_.staging_device())) : t);
     if (!why.empty()) fail(name + " " + why);
   }
 
-  // A CUDA tensor given to a backend that moves host memory only.
+  // A CPU or CUDA tensor on a device the backend does not handle.
   bool staged(const at::Tensor& t) const {
-    return t.device().is_cuda() && !group_.handles_device(c10::DeviceType::CUDA) &&
-           group_.handles_device(c10::DeviceType::CPU);
+    return (t.device().is_cpu() || t.device().is_cuda()) &&
+           !group_.handles_device(t.device().type());
   }
   bool staged(const std::vector<at::Tensor>& ts) const {
     for (const auto& t : ts) {
@@ -156,8 +158,8 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
                       static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
   WorkPtr work;
   if (check.staged(tensor)) {
-    at::Tensor host = detail::host_copy(tensor, /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allreduce(host, op), {tensor}, {host}, timeout());
+    at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allreduce(staged, op), {tensor}, {staged}, timeout());
   } else {
     work = do_allreduce(std::move(tensor), op);
   }
@@ -184,9 +186,9 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
                       static_cast<int64_t>(tensors.size())};
   WorkPtr work;
   if (check.staged(tensors)) {
-    auto hosts = detail::host_copies(tensors, /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allreduce_coalesced(hosts, op), std::move(tensors),
-                                           hosts, timeout());
+    auto staged = detail::staged_copies(tensors, staging_device(), /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allreduce_coalesced(staged, op), std::move(tensors),
+                                           staged, timeout());
   } else {
     work = do_allreduce_coalesced(std::move(tensors), op);
   }
@@ -204,8 +206,8 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
                       tensor.numel(), root};
   WorkPtr work;
   if (check.staged(tensor)) {
-    at::Tensor host = detail::host_copy(tensor, /*copy=*/true);
-    work = detail::copy_back_on_completion(do_broadcast(host, root), {tensor}, {host}, timeout());
+    at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
+    work = detail::copy_back_on_completion(do_broadcast(staged, root), {tensor}, {staged}, timeout());
   } else {
     work = do_broadcast(std::move(tensor), root);
   }
@@ -225,10 +227,10 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
                       input.numel(), -1};
   WorkPtr work;
   if (check.staged(outputs) || check.staged(input)) {
-    auto hosts = detail::host_copies(outputs, /*copy=*/false);
-    at::Tensor host_input = detail::host_copy(input, /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allgather(hosts, host_input), std::move(outputs),
-                                           hosts, timeout());
+    auto staged = detail::staged_copies(outputs, staging_device(), /*copy=*/false);
+    at::Tensor staged_input = detail::staged_copy(input, staging_device(), /*copy=*/true);
+    work = detail::copy_back_on_completion(do_allgather(staged, staged_input), std::move(outputs),
+                                           staged, timeout());
   } else {
     work = do_allgather(std::move(outputs), std::move(input));
   }
@@ -250,10 +252,10 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
                       static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
   WorkPtr work;
   if (check.staged(inputs) || check.staged(output)) {
-    auto hosts = detail::host_copies(inputs, /*copy=*/true);
-    at::Tensor host_output = detail::host_copy(output, /*copy=*/false);
-    work = detail::copy_back_on_completion(do_reduce_scatter(host_output, hosts, op), {output},
-                                           {host_output}, timeout());
+    auto staged = detail::staged_copies(inputs, staging_device(), /*copy=*/true);
+    at::Tensor staged_output = detail::staged_copy(output, staging_device(), /*copy=*/false);
+    work = detail::copy_back_on_completion(do_reduce_scatter(staged_output, staged, op), {output},
+                                           {staged_output}, timeout());
   } else {
     work = do_reduce_scatter(std::move(output), std::move(inputs), op);
   }

@@ -46,8 +46,10 @@ void orthogonalize(at::Tensor m, double epsilon) {
 
 // Fills `q` with standard normal values from `generator` (seeded from
 // state.next_seed(): as torch.manual_seed(seed); torch.randn(...) would).
+// Drawn on the CPU whatever q's device, as PyTorch's hook does: the same Q
+// on every device.
 void fill_random(at::Tensor q, at::Generator& generator) {
-  q.copy_(at::randn(q.sizes(), generator, q.options()));
+  q.copy_(at::randn(q.sizes(), generator, q.options().device(at::kCPU)));
 }
 
 void allreduce_sum(const ProcessGroupPtr& pg, const at::Tensor& t) {

@@ -77,7 +77,8 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
     if (it_.ready[i]) continue;
     missing.push_back(i);
     detach_grad_from_bucket(i);
-    buckets_.view(i).zero_();
+    at::Tensor& view = buckets_.view(i);
+    write_bucket(view, {}, [&] { view.zero_(); });
     it_.ready[i] = true;
     --buckets_.of(i).pending;
   }

@@ -263,11 +263,12 @@ void Reducer::Impl::mark_ready(size_t i) {
   at::Tensor& view = buckets_.view(i);
   at::Tensor& grad = params_[i].mutable_grad();
   if (grad.defined() && !it_.joined) {
-    contribute(view, grad);
+    const at::Tensor read = grad;
+    write_bucket(view, read, [&] { contribute(view, read); });
     if (options_.gradient_as_bucket_view()) grad = view;
   } else {
     detach_grad_from_bucket(i);
-    view.zero_();
+    write_bucket(view, {}, [&] { view.zero_(); });
   }
   gradient_order_.note_ready(i);
   set_ready(i);
@@ -282,11 +283,21 @@ void Reducer::Impl::mark_ready_without_gradient(size_t i) {
   const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && params_[i].grad().defined();
   detach_grad_from_bucket(i);
   if (accumulated) {
-    contribute(view, params_[i].grad());
+    const at::Tensor read = params_[i].grad();
+    write_bucket(view, read, [&] { contribute(view, read); });
   } else {
-    view.zero_();
+    write_bucket(view, {}, [&] { view.zero_(); });
   }
   set_ready(i);
+}
+
+// Writes into a bucket slice go through the copy stream of its device
+// (copy_streams.h); with a communication hook, right here: the hook's thread
+// reads buckets in its own stream order.
+void Reducer::Impl::write_bucket(const at::Tensor& view, const at::Tensor& grad,
+                                 const std::function<void()>& write) {
+  if (hook_runner_) return write();
+  copy_streams_.write(view, grad, write);
 }
 
 // The one place that decides who averages. Without a hook the bucket
@@ -324,7 +335,7 @@ void Reducer::Impl::launch_ready_buckets() {
       b.future =
           hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params)));
     } else {
-      b.work = group_->allreduce(b.flat);
+      copy_streams_.launch(b.flat, [&] { b.work = group_->allreduce(b.flat); });
     }
   }
 }

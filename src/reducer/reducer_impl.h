@@ -8,6 +8,7 @@
 #include "hooks/hook_runner.h"
 #include "reducer/autograd_hooks.h"
 #include "reducer/bucket_set.h"
+#include "reducer/copy_streams.h"
 #include "reducer/gradient_order.h"
 #include "reducer/iteration.h"
 #include "reducer/iteration_status.h"
@@ -16,6 +17,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +69,8 @@ class Reducer::Impl {
   void mark_ready(size_t i);
   void mark_ready_without_gradient(size_t i);
   void contribute(at::Tensor& view, const at::Tensor& grad);
+  void write_bucket(const at::Tensor& view, const at::Tensor& grad,
+                    const std::function<void()>& write);
   void set_ready(size_t i);
   void launch_ready_buckets();
 
@@ -96,6 +100,7 @@ class Reducer::Impl {
   mutable std::mutex mutex_;
   detail::Iteration it_;                  // guarded by mutex_
   detail::BucketSet buckets_;             // guarded by mutex_
+  detail::CopyStreams copy_streams_;      // guarded by mutex_
   at::Tensor local_used_;                 // guarded by mutex_; int32, accumulated over no_sync
   detail::GradientOrder gradient_order_;  // guarded by mutex_
   detail::StaticGraph static_graph_;      // guarded by mutex_

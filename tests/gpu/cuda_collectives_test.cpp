@@ -103,9 +103,14 @@ void nccl_failures(Tap& tap, const torch::Device& device) {
 
   NcclProcessGroup pg(c10::make_intrusive<c10d::HashStore>(), 0, 1, milliseconds(5000),
                       NcclOptions().device(device.index()));
-  e = raises<InvalidArgument>([&] { pg.allreduce(torch::ones({4})); });
-  tap.check(e.find("nccl") != std::string::npos && e.find("cpu") != std::string::npos,
-            "nccl: a CPU tensor is an InvalidArgument naming the device", e);
+  e = raises<InvalidArgument>(
+      [&] { pg.allreduce(torch::ones({4}, torch::dtype(torch::kBool).device(device))); });
+  tap.check(e.find("nccl") != std::string::npos && e.find("Bool") != std::string::npos,
+            "nccl: an unsupported dtype is an InvalidArgument naming it", e);
+  at::Tensor on_cpu = torch::arange(6, torch::kLong);
+  pg.allreduce(on_cpu)->wait();
+  tap.check(torch::equal(on_cpu, torch::arange(6, torch::kLong)),
+            "nccl: a CPU tensor is staged through the GPU");
 
   // A communicator of 2 ranks that only this one joins: NCCL's
   // non-blocking initialisation is polled to its deadline, then aborted.

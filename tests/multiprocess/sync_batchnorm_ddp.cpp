@@ -3,8 +3,10 @@
 // Ranks hold 2r+1 samples each (uneven); a conv net with BatchNorm2d,
 // converted, wrapped in DDP, trained with ZeRO-sharded Adam, must end where
 // the same net trains in one process on the whole batch (each process
-// computes that reference itself). Prints "ok"/"not ok" lines.
+// computes that reference itself). Prints "ok"/"not ok" lines. With
+// --device cuda, nets and data live on the GPU (test_device.h).
 #include "tap.h"
+#include "test_device.h"
 
 #include <ddp/ddp.h>
 
@@ -29,7 +31,9 @@ torch::nn::Sequential make_net() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const torch::Device device = ddp::testing::test_device(
+      argc > 2 && std::string(argv[1]) == "--device" ? argv[2] : "cpu");
   auto pg = ddp::init_process_group();
   const int rank = pg->rank(), world = pg->size();
   ddp::testing::Tap tap(rank);
@@ -41,11 +45,12 @@ int main() {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(32);
   std::vector<torch::Tensor> xs, gs;
   for (int s = 0; s < steps; ++s) {
-    xs.push_back(at::randn({total, 2, 6, 6}, gen, torch::kFloat64));
-    gs.push_back(at::randn({total, 3}, gen, torch::kFloat64));
+    xs.push_back(at::randn({total, 2, 6, 6}, gen, torch::kFloat64).to(device));
+    gs.push_back(at::randn({total, 3}, gen, torch::kFloat64).to(device));
   }
 
   auto reference = make_net();
+  reference->to(device);
   torch::optim::Adam plain(reference->parameters(), torch::optim::AdamOptions(1e-2));
   for (int s = 0; s < steps; ++s) {
     plain.zero_grad();
@@ -55,6 +60,7 @@ int main() {
 
   auto net = make_net();
   ddp::convert_sync_batchnorm(net.ptr());
+  net->to(device);
   ddp::DistributedDataParallel model(
       net, ddp::DistributedDataParallelOptions().broadcast_buffers(false));
   ddp::ZeroRedundancyOptimizer opt(model->parameters(), torch::optim::AdamOptions(1e-2));

@@ -14,6 +14,8 @@
 // - Tensors: CUDA tensors on the group's GPU (NcclOptions::device), of
 //   dtype float32, float64, float16, bfloat16, int32, int64 or uint8;
 //   float16 and bfloat16 are reduced natively. Counts are NCCL's size_t.
+//   CPU tensors are staged through the group's GPU (process_group.h), so
+//   DDP's own small CPU collectives work over nccl too.
 // - Streams: each group has its own stream. A collective is ordered after
 //   the work already queued on the caller's current stream (an event the
 //   group's stream waits for), and its tensors are kept alive for the
@@ -57,7 +59,8 @@ class NcclProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   // CUDA tensors on device() of the seven dtypes.
   std::string unsupported_reason(const at::Tensor& tensor) const override;
-  bool handles_device(c10::DeviceType type) const override;
+  bool handles_device(c10::DeviceType type) const override;  // CUDA
+  c10::Device staging_device() const override;                // device()
   // This rank's GPU.
   c10::Device device() const;
   // NCCL's version, e.g. "2.28.9".

@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -34,6 +37,24 @@ using detail::nccl::Clock;
 
 // How long the watchdog sleeps between two looks at a running collective.
 constexpr std::chrono::microseconds kWatchdogPoll(20);
+
+// The live groups' shutdowns, run at the process's exit by an std::atexit
+// handler that the first group registers, after CUDA's runtime registered its
+// own teardown, so that it runs before: watchdogs stop and communicators are
+// aborted while CUDA and NCCL still work. A group destroyed later (the
+// default group is a static) then has nothing left to do; left running, its
+// NCCL threads crash the exit.
+std::mutex live_mutex;
+std::map<const void*, std::function<void()>> live_groups;  // guarded by live_mutex
+
+void shut_down_live_groups() {
+  std::map<const void*, std::function<void()>> groups;
+  {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    groups.swap(live_groups);
+  }
+  for (auto& [group, shutdown] : groups) shutdown();
+}
 
 int choose_device(const NcclOptions& options, const std::string& where) {
   const int count = c10::cuda::device_count();
@@ -92,20 +113,40 @@ class NcclProcessGroup::Impl {
         device_(choose_device(options, where_)),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
                                              static_cast<c10::DeviceIndex>(device_))) {
+    static const bool at_exit = (std::atexit(shut_down_live_groups), true);
+    (void)at_exit;
     const auto deadline = Clock::now() + timeout;
     const std::string id = exchange_id(store, rank, size, device_, timeout, where_);
     comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
                                                          size, device_, deadline, where_);
     watchdog_ = std::thread([this] { watch(); });
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live_groups[this] = [this] { shut_down(/*abandon_pending=*/true); };
   }
 
   ~Impl() {
     {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      live_groups.erase(this);
+    }
+    shut_down(/*abandon_pending=*/false);
+  }
+
+  // Stops the watchdog, after the pending collectives ended or timed out
+  // (or at once, failing them, when `abandon_pending`), then aborts the
+  // communicator. Idempotent.
+  void shut_down(bool abandon_pending) {
+    {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
       stopping_ = true;
     }
+    if (abandon_pending) {
+      const std::string why = "ddp: " + where_ + ": nccl: the process is exiting";
+      fail_all(std::make_exception_ptr(CommunicationError(why)), why);
+    }
     cv_.notify_all();
-    watchdog_.join();  // after the pending collectives ended or timed out
+    watchdog_.join();
     comm_->abort();
   }
 
@@ -255,6 +296,8 @@ c10::Device NcclProcessGroup::device() const { return impl_->device(); }
 bool NcclProcessGroup::handles_device(c10::DeviceType type) const {
   return type == c10::DeviceType::CUDA;
 }
+
+c10::Device NcclProcessGroup::staging_device() const { return device(); }
 
 std::string NcclProcessGroup::unsupported_reason(const at::Tensor& t) const {
   if (t.device() != device()) {
