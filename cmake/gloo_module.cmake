@@ -34,7 +34,8 @@ add_library(ddp_gloo MODULE
 target_link_libraries(ddp_gloo PRIVATE gloo ddp torch ${CMAKE_DL_LIBS})
 target_include_directories(ddp_gloo PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(ddp_gloo PRIVATE -Wall -Wextra)
-set_target_properties(ddp_gloo PROPERTIES PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+set_target_properties(ddp_gloo PROPERTIES PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}
+                                          INSTALL_RPATH_USE_LINK_PATH ON)
 set_property(SOURCE src/collectives/gloo/entry.cpp APPEND PROPERTY COMPILE_DEFINITIONS
              "DDP_GLOO_SONAME=\"$<TARGET_SONAME_FILE_NAME:gloo>\"")
 # Both sides of engine.h must come from one build (checked at load).

@@ -68,7 +68,9 @@ ProcessGroup::~ProcessGroup() = default;
 
 std::string ProcessGroup::unsupported_reason(const at::Tensor&) const { return ""; }
 
-bool ProcessGroup::handles_device(c10::DeviceType type) const { return type == c10::DeviceType::CPU; }
+bool ProcessGroup::handles_device(c10::DeviceType type) const {
+  return type == c10::DeviceType::CPU;
+}
 
 c10::Device ProcessGroup::staging_device() const { return c10::Device(c10::DeviceType::CPU); }
 
@@ -207,7 +209,8 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   WorkPtr work;
   if (check.staged(tensor)) {
     at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
-    work = detail::copy_back_on_completion(do_broadcast(staged, root), {tensor}, {staged}, timeout());
+    work =
+        detail::copy_back_on_completion(do_broadcast(staged, root), {tensor}, {staged}, timeout());
   } else {
     work = do_broadcast(std::move(tensor), root);
   }

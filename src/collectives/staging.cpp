@@ -26,19 +26,19 @@ WorkPtr copy_back_on_completion(const WorkPtr& staged_work, std::vector<at::Tens
                                 std::chrono::milliseconds timeout) {
   auto work = std::make_shared<Work>(staged_work->description(), timeout, originals);
   // The callback holds staged_work until it has run (Work drops its callbacks then).
-  staged_work->on_complete([work, staged_work, originals = std::move(originals),
-                            results = std::move(results)]() {
-    std::exception_ptr error = staged_work->exception();
-    if (!error) {
-      try {
-        // Blocking copies: the originals hold the result once they return.
-        for (size_t i = 0; i < originals.size(); ++i) originals[i].copy_(results[i]);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    work->finish(error);
-  });
+  staged_work->on_complete(
+      [work, staged_work, originals = std::move(originals), results = std::move(results)]() {
+        std::exception_ptr error = staged_work->exception();
+        if (!error) {
+          try {
+            // Blocking copies: the originals hold the result once they return.
+            for (size_t i = 0; i < originals.size(); ++i) originals[i].copy_(results[i]);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        work->finish(error);
+      });
   return work;
 }
 

@@ -34,7 +34,6 @@ std::vector<at::Tensor> staged_copies(const std::vector<at::Tensor>& tensors,
 // copied back into originals[i]; with staged_work's error if it failed, or
 // the copy's. Its result() is `originals`.
 WorkPtr copy_back_on_completion(const WorkPtr& staged_work, std::vector<at::Tensor> originals,
-                                std::vector<at::Tensor> results,
-                                std::chrono::milliseconds timeout);
+                                std::vector<at::Tensor> results, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::detail

@@ -97,18 +97,37 @@ void resolve_master(const Endpoint& master, int rank,
   }
 }
 
+// torchrun of PyTorch 2.x hosts the store in its agent and says so with
+// TORCHELASTIC_USE_AGENT_STORE=True: every rank is then a client, and the
+// job's keys go under a prefix per restart (TORCHELASTIC_RESTART_COUNT), since
+// the agent's store outlives the ranks it restarts.
+bool agent_hosts_store() {
+  return detail::env_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+}
+
 StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
+  const bool agent = master.source == "MASTER_ADDR" && agent_hosts_store();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(master.port);
-  opts.isServer = o.rank() == 0;
+  opts.isServer = o.rank() == 0 && !agent;
   opts.numWorkers = o.world_size();
   opts.waitWorkers = false;  // detail::wait_for_all_ranks counts arrivals
   opts.timeout = o.rendezvous_timeout();
   compat::use_classic_tcp_store(opts);
   const std::string where = master.host + ":" + std::to_string(master.port);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(master.host, opts);
+    StorePtr store = c10::make_intrusive<c10d::TCPStore>(master.host, opts);
+    if (!agent) return store;
+    const long restart = detail::env_int("TORCHELASTIC_RESTART_COUNT", 0, 1L << 30).value_or(0);
+    return c10::make_intrusive<c10d::PrefixStore>("ddp/attempt_" + std::to_string(restart),
+                                                  store);
   } catch (const std::exception& e) {
+    if (agent) {
+      throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
+                               ": cannot reach torchrun's store at " + where + " within " +
+                               std::to_string(o.rendezvous_timeout().count()) + " ms: " +
+                               e.what() + ". Check that torchrun's agent runs.");
+    }
     if (o.rank() == 0) {
       const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
       throw CommunicationError("ddp: rank 0: cannot host the rendezvous store at " + where + ": " +

@@ -95,9 +95,8 @@ std::string raises(F f) {
 #ifdef DDP_WITH_NCCL
 void nccl_failures(Tap& tap, const torch::Device& device) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::string e = raises<InvalidArgument>([&] {
-    NcclProcessGroup(store, 0, 1, milliseconds(5000), NcclOptions().device(99));
-  });
+  std::string e = raises<InvalidArgument>(
+      [&] { NcclProcessGroup(store, 0, 1, milliseconds(5000), NcclOptions().device(99)); });
   tap.check(e.find("NcclOptions::device is 99") != std::string::npos,
             "nccl: a bad device index is an InvalidArgument naming it", e);
 
@@ -120,10 +119,12 @@ void nccl_failures(Tap& tap, const torch::Device& device) {
         detail::nccl::unique_id_from(detail::nccl::new_unique_id()), 0, 2, device.index(),
         std::chrono::steady_clock::now() + milliseconds(3000), "rank 0 of 2 [nccl]");
   });
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  tap.check(!e.empty() && waited < 30, "nccl: a peer that never joins times out and is aborted (" +
-                                           std::to_string(waited) + " s)",
-            e);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  tap.check(
+      !e.empty() && waited < 30,
+      "nccl: a peer that never joins times out and is aborted (" + std::to_string(waited) + " s)",
+      e);
   tap.pass("nccl " + NcclProcessGroup::nccl_version() + " on " + device.str());
 }
 #endif

@@ -5,7 +5,7 @@
 
 int main() {
   const bool available = torch::cuda::is_available();
-  std::cout << "gpu_probe: " << static_cast<int>(torch::cuda::device_count())
-            << " GPU(s) visible" << std::endl;
+  std::cout << "gpu_probe: " << static_cast<int>(torch::cuda::device_count()) << " GPU(s) visible"
+            << std::endl;
   return available ? 0 : 1;
 }

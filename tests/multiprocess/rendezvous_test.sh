@@ -54,6 +54,18 @@ elif [ -x /usr/bin/torchrun ]; then
 else
   echo "ok - torchrun --no_python # SKIP /usr/bin/torchrun not installed"
 fi
+# torchrun of the build's own PyTorch (DDP_REFERENCE_PYTHON, set by CTest):
+# from 2.x its agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True) and
+# every rank must join it as a client.
+ref_python=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
+if [ "$ref_python" = /usr/bin/python3 ]; then
+  echo "ok - torchrun of the build's PyTorch # SKIP the build's Python is Debian's (above)"
+elif "$ref_python" -c "import torch.distributed.run" >/dev/null 2>&1; then
+  expect "torchrun of the build's PyTorch (agent store) --no-python" 0 "rank 1 of 2.*all correct" \
+    -- "$ref_python" -m torch.distributed.run --standalone --nproc-per-node 2 --no-python "$demo"
+else
+  echo "ok - torchrun of the build's PyTorch # SKIP $ref_python cannot import torch.distributed.run"
+fi
 if command -v mpirun >/dev/null; then
   expect "mpirun" 0 "rank 1 of 2.*all correct" -- mpirun -np 2 --allow-run-as-root --oversubscribe \
     -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)" "$demo"

@@ -32,8 +32,8 @@ torch::nn::Sequential make_net() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const torch::Device device = ddp::testing::test_device(
-      argc > 2 && std::string(argv[1]) == "--device" ? argv[2] : "cpu");
+  const torch::Device device =
+      ddp::testing::test_device(argc > 2 && std::string(argv[1]) == "--device" ? argv[2] : "cpu");
   auto pg = ddp::init_process_group();
   const int rank = pg->rank(), world = pg->size();
   ddp::testing::Tap tap(rank);

@@ -3,9 +3,11 @@
 # a consumer project with find_package(ddp) against it (and only it, plus the
 # libtorch the build used), and runs it on 2 ranks with the installed ddprun.
 # Fails if the installed package names a path of this machine.
-#   package_test.sh BUILD_DIR SOURCE_DIR TORCH_DIR
+#   package_test.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
+# TORCH_PREFIX: the libtorch's install prefix (pip's torch folder, or /usr),
+# searched before the system, where another libtorch may lie.
 set -euo pipefail
-build=$1 src=$2 torch_dir=$3
+build=$1 src=$2 torch_prefix=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
@@ -17,7 +19,7 @@ if grep -rnE -e '[";]/[A-Za-z]' -e "$build" -e "$src" "$prefix"/lib*/cmake/ddp; 
   echo "FAIL: the installed CMake package names a path of the build machine (above)"; exit 1
 fi
 cmake -S "$src/tests/package/consumer" -B "$tmp/consumer" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" >"$tmp/configure.log" 2>&1 || {
+      -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" >"$tmp/configure.log" 2>&1 || {
   cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/consumer" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 grep "^ddp_DIR" "$tmp/consumer/CMakeCache.txt"

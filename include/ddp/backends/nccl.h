@@ -60,7 +60,7 @@ class NcclProcessGroup : public ProcessGroup {
   // CUDA tensors on device() of the seven dtypes.
   std::string unsupported_reason(const at::Tensor& tensor) const override;
   bool handles_device(c10::DeviceType type) const override;  // CUDA
-  c10::Device staging_device() const override;                // device()
+  c10::Device staging_device() const override;               // device()
   // This rank's GPU.
   c10::Device device() const;
   // NCCL's version, e.g. "2.28.9".

@@ -15,21 +15,6 @@ constexpr std::chrono::microseconds kPollInterval(50);
 
 }  // namespace
 
-bool supported(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kHalf:
-    case at::kBFloat16:
-    case at::kInt:
-    case at::kLong:
-    case at::kByte:
-      return true;
-    default:
-      return false;
-  }
-}
-
 ncclDataType_t data_type(at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat:

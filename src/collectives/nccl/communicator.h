@@ -17,8 +17,7 @@ namespace ddp::detail::nccl {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether NCCL reduces `dtype` (the seven dtypes of process_group.h).
-bool supported(at::ScalarType dtype);
+// NCCL's type for one of the collective dtypes (collectives/dtypes.h).
 ncclDataType_t data_type(at::ScalarType dtype);
 ncclRedOp_t red_op(ReduceOp op);
 // "2.28.9": the NCCL this process loaded.

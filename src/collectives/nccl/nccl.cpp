@@ -6,6 +6,7 @@
 #include <ddp/device.h>
 #include <ddp/errors.h>
 
+#include "collectives/dtypes.h"
 #include "collectives/nccl/communicator.h"
 #include "collectives/work_detail.h"
 #include "rendezvous/arrival.h"
@@ -150,7 +151,9 @@ class NcclProcessGroup::Impl {
     comm_->abort();
   }
 
-  c10::Device device() const { return {c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)}; }
+  c10::Device device() const {
+    return {c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)};
+  }
 
   ncclComm_t comm() const { return comm_->get(); }
   cudaStream_t stream() const { return stream_.stream(); }
@@ -165,14 +168,16 @@ class NcclProcessGroup::Impl {
                   const std::function<void()>& after = {}) {
     std::lock_guard<std::mutex> issue(issue_mutex_);
     const uint32_t tag = next_tag_++;
-    auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(tag) + " (" +
-                                           detail + ") on " + where_,
-                                       timeout_, std::move(outputs));
+    auto work = std::make_shared<Work>(
+        std::string(kind) + " #" + std::to_string(tag) + " (" + detail + ") on " + where_, timeout_,
+        std::move(outputs));
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!broken_.empty()) {
+      if (!broken_.empty() || stopping_) {
         work->finish(std::make_exception_ptr(CommunicationError(
-            work->description() + ": the group is broken by an earlier failure: " + broken_)));
+            "ddp: " + work->description() +
+            (broken_.empty() ? ": the group is shut down (the process is exiting)"
+                             : ": the group is broken by an earlier failure: " + broken_))));
         return work;
       }
     }
@@ -238,8 +243,7 @@ class NcclProcessGroup::Impl {
         fail_all(std::make_exception_ptr(CommunicationError("ddp: " + message)), message);
       } else if (Clock::now() >= front.deadline) {
         const std::string message =
-            front.work->description() + ": not complete after " +
-            std::to_string(timeout_.count()) +
+            front.work->description() + ": not complete after " + std::to_string(timeout_.count()) +
             " ms (the group's timeout); the communicator is aborted. A peer may be stuck or "
             "issuing a different collective; run with DDP_DEBUG=detail to compare collectives "
             "across ranks.";
@@ -273,10 +277,10 @@ class NcclProcessGroup::Impl {
   uint32_t next_tag_ = 0;   // guarded by issue_mutex_
 
   std::mutex mutex_;
-  std::condition_variable cv_;    // signalled on enqueue and stop
-  std::deque<Pending> pending_;   // guarded by mutex_: enqueued, not complete, in issue order
-  std::string broken_;            // guarded by mutex_: "" while healthy
-  bool stopping_ = false;         // guarded by mutex_
+  std::condition_variable cv_;   // signalled on enqueue and stop
+  std::deque<Pending> pending_;  // guarded by mutex_: enqueued, not complete, in issue order
+  std::string broken_;           // guarded by mutex_: "" while healthy
+  bool stopping_ = false;        // guarded by mutex_
   std::thread watchdog_;
 };
 
@@ -304,11 +308,7 @@ std::string NcclProcessGroup::unsupported_reason(const at::Tensor& t) const {
     return "is on " + t.device().str() + "; this rank's nccl group takes CUDA tensors on " +
            device().str() + " (NcclOptions::device; move it with .to(" + device().str() + "))";
   }
-  if (!detail::nccl::supported(t.scalar_type())) {
-    return "has dtype " + std::string(c10::toString(t.scalar_type())) +
-           "; the nccl backend takes Float, Double, Half, BFloat16, Int, Long, Byte";
-  }
-  return "";
+  return detail::dtype_unsupported_reason(t.scalar_type(), "nccl");
 }
 
 WorkPtr NcclProcessGroup::do_allreduce(at::Tensor t, ReduceOp op) {
