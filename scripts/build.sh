@@ -14,13 +14,21 @@ export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
 command -v ccache >/dev/null || unset CMAKE_CXX_COMPILER_LAUNCHER
 if [ "$DDP_LIBTORCH" = debian ]; then
   dir=build-debian
+  torch_dir=/usr/lib/x86_64-linux-gnu/cmake/Torch
   args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3)
 else
   dir=build
   # The torch package's own folder as the prefix: its lib/ then comes before
   # the system's, where Debian's libtorch also lies.
   prefix=$("$DDP_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  torch_dir=$prefix/share/cmake/Torch
   args=(-DCMAKE_PREFIX_PATH="$prefix" -DDDP_REFERENCE_PYTHON="$DDP_PYTHON")
+fi
+# A build directory configured against another libtorch (an older build.sh,
+# another DDP_PYTHON) keeps it in its cache: start its configuration afresh.
+if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:PATH=$torch_dir" "$dir/CMakeCache.txt"; then
+  echo "build: $dir was configured against another libtorch; configuring it again" >&2
+  rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
 fi
 mkdir -p "$dir"
 # shellcheck disable=SC2086  # DDP_CMAKE_ARGS: words

@@ -36,6 +36,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# pip's torch is a CUDA build: configuring against it runs CUDA's CMake checks,
+# which need the CUDA toolkit's nvcc (no GPU). The project's machines have it.
+if [ "$DDP_LIBTORCH" != debian ] && ! command -v nvcc >/dev/null; then
+  echo "install-deps: no nvcc on PATH: building against pip's torch (a CUDA build) needs the" \
+       "CUDA toolkit (CUDA 13; no GPU needed). Install it, or use Debian's libtorch 1.13:" \
+       "DDP_LIBTORCH=debian scripts/test.sh" >&2
+  exit 1
+fi
+
 # pip's torch (several GB with NVIDIA's wheels): once per machine; pip's
 # cache keeps the download for a venv made again.
 installed=$("$DDP_PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)

@@ -22,6 +22,12 @@ std::string CheckedProcessGroup::unsupported_reason(const at::Tensor& tensor) co
   return inner_->unsupported_reason(tensor);
 }
 
+bool CheckedProcessGroup::handles_device(c10::DeviceType type) const {
+  return inner_->handles_device(type);
+}
+
+c10::Device CheckedProcessGroup::staging_device() const { return inner_->staging_device(); }
+
 // Zero-copy tensors pass through check() like any other.
 at::Tensor CheckedProcessGroup::allocate_zero_copy(int64_t bytes) {
   return inner_->allocate_zero_copy(bytes);

@@ -15,6 +15,8 @@ class CheckedProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override;
   std::string unsupported_reason(const at::Tensor& tensor) const override;
+  bool handles_device(c10::DeviceType type) const override;  // the inner group's
+  c10::Device staging_device() const override;               // the inner group's
   at::Tensor allocate_zero_copy(int64_t bytes) override;
 
  protected:

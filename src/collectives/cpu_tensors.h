@@ -1,5 +1,7 @@
-// The tensors the CPU backends (gloo, mpi, shm) take: on the CPU, of one of
-// the seven dtypes ddp's reduce kernels cover.
+// The tensors the CPU backends (gloo, mpi, shm) take: on the CPU, or on a
+// CUDA device (ProcessGroup stages those through pinned host memory, so a
+// group that wraps one may pass them on), of one of the seven dtypes ddp's
+// reduce kernels cover.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -98,11 +98,19 @@ void resolve_master(const Endpoint& master, int rank,
 }
 
 // torchrun of PyTorch 2.x hosts the store in its agent and says so with
-// TORCHELASTIC_USE_AGENT_STORE=True: every rank is then a client, and the
-// job's keys go under a prefix per restart (TORCHELASTIC_RESTART_COUNT), since
-// the agent's store outlives the ranks it restarts.
+// TORCHELASTIC_USE_AGENT_STORE=True: every rank is then a client. The agent's
+// store outlives the ranks it restarts and the groups a process makes, so the
+// keys go under a prefix per restart (TORCHELASTIC_RESTART_COUNT) and per
+// rendezvous of this process (every rank makes them in the same order).
 bool agent_hosts_store() {
   return detail::env_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+}
+
+std::string agent_store_prefix() {
+  static std::atomic<int> rendezvous_in_process{0};
+  const long restart = detail::env_int("TORCHELASTIC_RESTART_COUNT", 0, 1L << 30).value_or(0);
+  return "ddp/attempt_" + std::to_string(restart) + "/rendezvous_" +
+         std::to_string(rendezvous_in_process++);
 }
 
 StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
@@ -118,15 +126,13 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
   try {
     StorePtr store = c10::make_intrusive<c10d::TCPStore>(master.host, opts);
     if (!agent) return store;
-    const long restart = detail::env_int("TORCHELASTIC_RESTART_COUNT", 0, 1L << 30).value_or(0);
-    return c10::make_intrusive<c10d::PrefixStore>("ddp/attempt_" + std::to_string(restart),
-                                                  store);
+    return c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(), store);
   } catch (const std::exception& e) {
     if (agent) {
       throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
                                ": cannot reach torchrun's store at " + where + " within " +
-                               std::to_string(o.rendezvous_timeout().count()) + " ms: " +
-                               e.what() + ". Check that torchrun's agent runs.");
+                               std::to_string(o.rendezvous_timeout().count()) + " ms: " + e.what() +
+                               ". Check that torchrun's agent runs.");
     }
     if (o.rank() == 0) {
       const bool in_use = std::string(e.what()).find("in use") != std::string::npos;

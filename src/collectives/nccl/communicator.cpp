@@ -97,11 +97,15 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init and calls return at once; settle() polls them
-  ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    const std::string text = error_text(r);
-    abort();
-    throw CommunicationError("ddp: " + where_ + ": nccl: ncclCommInitRankConfig failed: " + text);
+  ncclResult_t r;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string text = error_text(r);
+      abort_locked();
+      throw CommunicationError("ddp: " + where_ + ": nccl: ncclCommInitRankConfig failed: " + text);
+    }
   }
   try {
     r = settle(deadline, "making the communicator (the other ranks did not all join)");
@@ -110,8 +114,9 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
     throw;
   }
   if (r != ncclSuccess) {
+    std::lock_guard<std::mutex> lock(mutex_);
     const std::string text = error_text(r);
-    abort();
+    abort_locked();
     throw CommunicationError("ddp: " + where_ + ": nccl: making the communicator failed: " + text);
   }
 }
@@ -120,19 +125,32 @@ Communicator::~Communicator() { abort(); }
 
 void Communicator::run(const std::function<ncclResult_t()>& calls, const std::string& what,
                        Clock::time_point deadline) {
-  ncclResult_t r = calls();
+  ncclResult_t r;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) {
+      throw CommunicationError("ddp: " + where_ + ": nccl: " + what +
+                               ": the communicator was aborted by an earlier failure");
+    }
+    r = calls();
+  }
   if (r == ncclInProgress) r = settle(deadline, what);
   if (r != ncclSuccess) {
+    std::lock_guard<std::mutex> lock(mutex_);
     throw CommunicationError("ddp: " + where_ + ": nccl: " + what + " failed: " + error_text(r));
   }
 }
 
 ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string& what) {
   for (;;) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-    if (r != ncclSuccess) return r;
-    if (state != ncclInProgress) return state;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) return ncclInvalidUsage;  // error_text says it was aborted
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) return r;
+      if (state != ncclInProgress) return state;
+    }
     if (Clock::now() >= deadline) {
       throw TimeoutError("ddp: " + where_ + ": nccl: " + what +
                          ": not done within the group's timeout; the communicator is aborted. "
@@ -143,6 +161,7 @@ ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string&
 }
 
 std::string Communicator::async_error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_) return "the communicator was aborted";
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -152,11 +171,18 @@ std::string Communicator::async_error() const {
 }
 
 void Communicator::abort() {
-  if (comm_ == nullptr || aborted_.exchange(true)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  abort_locked();
+}
+
+void Communicator::abort_locked() {
+  if (comm_ == nullptr || aborted_) return;
+  aborted_ = true;
   ncclCommAbort(comm_);
 }
 
 std::string Communicator::error_text(ncclResult_t result) const {
+  if (aborted_) return "the communicator was aborted by an earlier failure";
   std::string text = ncclGetErrorString(result);
   if (comm_ != nullptr && !aborted_) {
     const char* last = ncclGetLastError(comm_);

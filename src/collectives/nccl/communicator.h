@@ -8,9 +8,9 @@
 #include <c10/core/ScalarType.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace ddp::detail::nccl {
@@ -40,7 +40,9 @@ class Communicator {
 
   // Runs NCCL calls (`calls` returns the last one's result), then waits while
   // NCCL reports them in progress (connections being made). CommunicationError
-  // naming `what` on an error; TimeoutError at `deadline`.
+  // naming `what` on an error or once the communicator is aborted;
+  // TimeoutError at `deadline`. Thread-safe with abort(): NCCL calls on the
+  // communicator and its abort never overlap.
   void run(const std::function<ncclResult_t()>& calls, const std::string& what,
            Clock::time_point deadline);
   // "" while healthy; else NCCL's asynchronous error (a peer failed, a
@@ -53,13 +55,17 @@ class Communicator {
   ncclComm_t get() const { return comm_; }
 
  private:
-  // Polls ncclCommGetAsyncError until NCCL is no longer in progress.
+  // Polls ncclCommGetAsyncError until NCCL is no longer in progress, taking
+  // mutex_ for each look (so that an abort can come between two).
   ncclResult_t settle(Clock::time_point deadline, const std::string& what);
+  // Both with mutex_ held.
   std::string error_text(ncclResult_t result) const;
+  void abort_locked();
 
   const std::string where_;
-  ncclComm_t comm_ = nullptr;
-  std::atomic<bool> aborted_{false};
+  mutable std::mutex mutex_;   // held across every NCCL call on comm_, and its abort
+  ncclComm_t comm_ = nullptr;  // set in the constructor; freed by the abort
+  bool aborted_ = false;       // guarded by mutex_
 };
 
 }  // namespace ddp::detail::nccl

@@ -19,9 +19,11 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -45,16 +47,23 @@ constexpr std::chrono::microseconds kWatchdogPoll(20);
 // aborted while CUDA and NCCL still work. A group destroyed later (the
 // default group is a static) then has nothing left to do; left running, its
 // NCCL threads crash the exit.
-std::mutex live_mutex;
-std::map<const void*, std::function<void()>> live_groups;  // guarded by live_mutex
+// The registry is never destroyed: groups may outlive static destruction.
+struct LiveGroups {
+  std::mutex mutex;
+  std::map<const void*, std::function<void()>> shutdowns;  // guarded by mutex
+};
+LiveGroups& live_groups() {
+  static auto* live = new LiveGroups;
+  return *live;
+}
 
 void shut_down_live_groups() {
-  std::map<const void*, std::function<void()>> groups;
+  std::map<const void*, std::function<void()>> shutdowns;
   {
-    std::lock_guard<std::mutex> lock(live_mutex);
-    groups.swap(live_groups);
+    std::lock_guard<std::mutex> lock(live_groups().mutex);
+    shutdowns.swap(live_groups().shutdowns);
   }
-  for (auto& [group, shutdown] : groups) shutdown();
+  for (auto& [group, shutdown] : shutdowns) shutdown();
 }
 
 int choose_device(const NcclOptions& options, const std::string& where) {
@@ -80,17 +89,33 @@ std::string host_name() {
   return name;
 }
 
-// Every rank's "<host> cuda:<device>", then rank 0's NCCL id, through the
-// store. Two ranks on one GPU are refused on every rank, naming both.
+// The GPU's UUID: the same GPU whatever index CUDA_VISIBLE_DEVICES gives it
+// in each process.
+std::string gpu_uuid(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  std::string hex;
+  char byte[3];
+  for (char c : prop.uuid.bytes) {
+    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(c));
+    hex += byte;
+  }
+  return hex;
+}
+
+// Every rank's "<GPU UUID> <host> cuda:<device>", then rank 0's NCCL id,
+// through the store. Two ranks on one GPU are refused on every rank, naming
+// both.
 std::string exchange_id(const StorePtr& store, int rank, int size, int device,
                         std::chrono::milliseconds timeout, const std::string& where) {
-  const std::string mine = host_name() + " cuda:" + std::to_string(device);
+  const std::string uuid = gpu_uuid(device);
+  const std::string mine = uuid + " " + host_name() + " cuda:" + std::to_string(device);
   auto all = detail::allgather_on_store(store, "nccl_gpu/", rank, size, mine, timeout,
                                         "nccl: the ranks' GPUs", "; see their output.");
   for (int r = 0; r < size; ++r) {
-    if (r != rank && all[r] == mine) {
+    if (r != rank && !uuid.empty() && all[r].substr(0, uuid.size() + 1) == uuid + " ") {
       throw InvalidArgument("ddp: " + where + ": nccl: ranks " + std::to_string(std::min(r, rank)) +
-                            " and " + std::to_string(std::max(r, rank)) + " both use " + mine +
+                            " and " + std::to_string(std::max(r, rank)) + " both use GPU " + mine +
                             "; NCCL " + detail::nccl::version() +
                             " needs a GPU per rank (NcclOptions::device, LOCAL_RANK). Ranks "
                             "sharing a GPU can use shm, which stages CUDA tensors through "
@@ -121,14 +146,14 @@ class NcclProcessGroup::Impl {
     comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
                                                          size, device_, deadline, where_);
     watchdog_ = std::thread([this] { watch(); });
-    std::lock_guard<std::mutex> lock(live_mutex);
-    live_groups[this] = [this] { shut_down(/*abandon_pending=*/true); };
+    std::lock_guard<std::mutex> lock(live_groups().mutex);
+    live_groups().shutdowns[this] = [this] { shut_down(/*abandon_pending=*/true); };
   }
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(live_mutex);
-      live_groups.erase(this);
+      std::lock_guard<std::mutex> lock(live_groups().mutex);
+      live_groups().shutdowns.erase(this);
     }
     shut_down(/*abandon_pending=*/false);
   }
@@ -204,9 +229,19 @@ class NcclProcessGroup::Impl {
       work->finish(std::current_exception());
       return work;
     }
+    std::string failed_meanwhile;  // failed or shut down while this one was enqueued
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(std::move(pending));
+      if (broken_.empty() && !stopping_) {
+        pending_.push_back(std::move(pending));
+      } else {
+        failed_meanwhile = broken_.empty() ? std::string("the process is exiting") : broken_;
+      }
+    }
+    if (!failed_meanwhile.empty()) {
+      work->finish(std::make_exception_ptr(CommunicationError(
+          "ddp: " + work->description() + ": the group failed meanwhile: " + failed_meanwhile)));
+      return work;
     }
     cv_.notify_all();
     return work;
@@ -230,10 +265,22 @@ class NcclProcessGroup::Impl {
       if (pending_.empty()) return;  // stopping, nothing left
       Pending front = pending_.front();
       lock.unlock();
-      if (front.end->query()) {
+      bool done = false;
+      try {
+        done = front.end->query();
+      } catch (const std::exception& e) {  // a CUDA error (e.g. an illegal access)
+        const std::string message = front.work->description() +
+                                    ": CUDA reported an error: " + e.what() +
+                                    "; the communicator is aborted.";
+        fail_all(std::make_exception_ptr(CommunicationError("ddp: " + message)), message);
+        lock.lock();
+        continue;
+      }
+      if (done) {
         {
+          // fail_all may have emptied the queue meanwhile.
           std::lock_guard<std::mutex> relock(mutex_);
-          pending_.pop_front();
+          if (!pending_.empty() && pending_.front().work == front.work) pending_.pop_front();
         }
         front.work->finish();
       } else if (std::string error = comm_->async_error(); !error.empty()) {
@@ -304,7 +351,9 @@ bool NcclProcessGroup::handles_device(c10::DeviceType type) const {
 c10::Device NcclProcessGroup::staging_device() const { return device(); }
 
 std::string NcclProcessGroup::unsupported_reason(const at::Tensor& t) const {
-  if (t.device() != device()) {
+  // CPU tensors are staged through the group's GPU (ProcessGroup does it, so
+  // a group that wraps this one may pass them on).
+  if (t.device() != device() && !t.device().is_cpu()) {
     return "is on " + t.device().str() + "; this rank's nccl group takes CUDA tensors on " +
            device().str() + " (NcclOptions::device; move it with .to(" + device().str() + "))";
   }
