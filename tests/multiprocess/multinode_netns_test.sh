@@ -43,22 +43,47 @@ ip -n "$a" link set "va$id" up
 ip -n "$b" link set "vb$id" up
 set +e
 
-# No DDP_SOCKET_IFNAME: each node must bind where the master is reachable.
-run_node() {
-  timeout -s KILL 120 ip netns exec "$1" "$ddprun" --nnodes 2 --node-rank "$2" \
-    --master-addr 10.78.0.1 --master-port 29611 --nproc-per-node 2 "$demo"
+# Runs `$@` as node 0 in $a and node 1 in $b ("NODE_RANK" in the arguments
+# becomes each node's rank), and checks that 4 ranks, named by the pattern
+# `$backend`, got every collective right. Prints ok/not ok; returns 1 if not.
+run_both_nodes() {
+  local label=$1 backend=$2
+  shift 2
+  local a_args=("${@//NODE_RANK/0}") b_args=("${@//NODE_RANK/1}")
+  timeout -s KILL 120 ip netns exec "$a" "${a_args[@]}" >"$tmp/a" 2>&1 &
+  local node_a=$!
+  timeout -s KILL 120 ip netns exec "$b" "${b_args[@]}" >"$tmp/b" 2>&1
+  local status_b=$?
+  wait $node_a
+  local status_a=$?
+  cat "$tmp/a" "$tmp/b"
+  local correct
+  correct=$(cat "$tmp/a" "$tmp/b" | grep -c -E "rank [0-3] of 4 $backend.*all correct")
+  if [ "$status_a" -eq 0 ] && [ "$status_b" -eq 0 ] && [ "$correct" -eq 4 ]; then
+    echo "ok - $label: 4 ranks, every collective correct"
+    return 0
+  fi
+  echo "not ok - $label (node exits $status_a/$status_b, $correct of 4 ranks correct)"
+  return 1
 }
-run_node "$a" 0 >"$tmp/a" 2>&1 &
-node_a=$!
-run_node "$b" 1 >"$tmp/b" 2>&1
-status_b=$?
-wait $node_a
-status_a=$?
-cat "$tmp/a" "$tmp/b"
-correct=$(cat "$tmp/a" "$tmp/b" | grep -c -E "rank [0-3] of 4 \[hierarchical\(shm\+gloo\)\].*all correct")
-if [ "$status_a" -eq 0 ] && [ "$status_b" -eq 0 ] && [ "$correct" -eq 4 ]; then
-  echo "ok - two nodes over a veth link: 4 ranks, every collective correct"
-  exit 0
+
+# No DDP_SOCKET_IFNAME: each node must bind where the master is reachable.
+failed=0
+run_both_nodes "two nodes over a veth link (ddprun)" "\[hierarchical\(shm\+gloo\)\]" \
+  "$ddprun" --nnodes 2 --node-rank NODE_RANK --master-addr 10.78.0.1 --master-port 29611 \
+  --nproc-per-node 2 "$demo" || failed=1
+
+# torchrun of the build's own PyTorch 2.x (DDP_REFERENCE_PYTHON, set by
+# CTest): node 0's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE) and
+# the ranks of both nodes join it. The namespaces share the host name, so the
+# backend chosen may differ from ddprun's: any is fine if it is right.
+python=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
+if [ "$python" != /usr/bin/python3 ] && "$python" -c "import torch.distributed.run" 2>/dev/null; then
+  run_both_nodes "two nodes over a veth link (torchrun of the build's PyTorch)" "" \
+    "$python" -m torch.distributed.run --nnodes 2 --node-rank NODE_RANK \
+    --master-addr 10.78.0.1 --master-port 29612 --nproc-per-node 2 --no-python "$demo" ||
+    failed=1
+else
+  echo "ok - two nodes with torchrun # SKIP the build's Python ($python) has no PyTorch 2.x torchrun"
 fi
-echo "not ok - two nodes over a veth link (node exits $status_a/$status_b, $correct of 4 ranks correct)"
-exit 1
+exit $failed
