@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU checks on a lent GPU machine (docs/benchmarks.md, "On a GPU"): a
+# bare Ubuntu with pip's torch 2.11 in its python3, no Debian packages, no
+# network. Two steps:
+#   scripts/gpu-session.sh fetch   here: Debian's GoogleTest and Gloo headers
+#                                  as .deb files into .gpu/ (git-ignored
+#                                  through .git/info/exclude), to be carried
+#   scripts/gpu-session.sh run     there (with .gpu carried): builds the GPU
+#                                  targets with its torch (-j16, Ninja), runs
+#                                  the gpu tests, then bench/gpu/compare.sh;
+#                                  logs and results under $OUT (or /tmp/gpu-out)
+# Environment for `run`: ROUNDS (compare.sh's rounds, default 1), BENCH_S
+# (its time limit, default 200 s), SKIP_BENCH=1 (tests only).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+  fetch)
+    grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >>.git/info/exclude
+    mkdir -p .gpu
+    (cd .gpu && apt-get download libgtest-dev libgloo-dev libgloo0)
+    ;;
+  run)
+    out=${OUT:-/tmp/gpu-out}
+    mkdir -p "$out" /tmp/gt /tmp/gloo
+    dpkg -x .gpu/libgtest-dev_*.deb /tmp/gt
+    for f in .gpu/libgloo*.deb; do dpkg -x "$f" /tmp/gloo; done
+    nvidia-smi -L
+    python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
+    prefix=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+    python=$(command -v python3)
+    # Gloo's headers only (ddp_bench's c10d reference); the gloo backend
+    # itself is not built there (no libgloo to link).
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+      -DDDP_REFERENCE_PYTHON="$python" -DCMAKE_CXX_FLAGS=-isystem/tmp/gloo/usr/include \
+      -DGTest_DIR=/tmp/gt/usr/lib/x86_64-linux-gnu/cmake/GTest >"$out/configure.log" 2>&1 ||
+      { tail -40 "$out/configure.log"; exit 1; }
+    grep "ddp:" "$out/configure.log"
+    timeout 420 cmake --build build -j16 --target ddprun gpu_probe cuda_collectives_test \
+      ddp_equivalence comm_hooks_test sync_batchnorm_ddp ddp_bench >"$out/build.log" 2>&1 ||
+      { grep -B2 -A8 "error" "$out/build.log" | head -80; exit 1; }
+    timeout 300 ctest --test-dir build -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1
+    echo "ctest exit $?"
+    grep -E "Test +#|tests passed|not ok" "$out/gpu-tests.log" | head -40
+    [ -n "${SKIP_BENCH:-}" ] && exit 0
+    DDP_PYTHON=$python timeout "${BENCH_S:-200}" bench/gpu/compare.sh build "$out/bench" \
+      "${ROUNDS:-1}" >"$out/bench.log" 2>&1
+    echo "bench exit $?"
+    tail -8 "$out/bench.log"
+    # The results as one archive: a lent machine may bring back only a few files.
+    tar -C "$out" -czf "$out/bench.tgz" bench && rm -rf "$out/bench"
+    ;;
+  *)
+    echo "usage: scripts/gpu-session.sh fetch|run" >&2
+    exit 2
+    ;;
+esac
