@@ -17,3 +17,9 @@ DDP_TORCH_VERSION=2.11.0
 DDP_VENV=${DDP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp/venv-torch-$DDP_TORCH_VERSION}
 DDP_PYTHON=${DDP_PYTHON:-$DDP_VENV/bin/python}
 DDP_LIBTORCH=${DDP_LIBTORCH:-pip}
+
+# The CUDA toolkit's nvcc (configuring against pip's CUDA torch needs it),
+# where a login shell's profile would have put it on PATH.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
