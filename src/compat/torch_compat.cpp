@@ -1,6 +1,7 @@
 #include "compat/torch_compat.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/optim/optimizer.h>
 
 #include <type_traits>
 #include <utility>
@@ -21,8 +22,25 @@ void disable_libuv(T& options) {
   if constexpr (HasUseLibUV<T>::value) options.useLibUV = false;
 }
 
+// Whether Optimizer::zero_grad takes set_to_none (2.x, default true): then
+// it undefines gradients; 1.13's takes nothing and zeroes them. Detected.
+template <typename O, typename = void>
+struct ZeroGradSetsToNone : std::false_type {};
+template <typename O>
+struct ZeroGradSetsToNone<O, std::void_t<decltype(std::declval<O&>().zero_grad(true))>>
+    : std::true_type {};
+
 }  // namespace
 
 void use_classic_tcp_store(c10d::TCPStoreOptions& options) { disable_libuv(options); }
+
+void clear_as_zero_grad_does(at::Tensor& grad) {
+  if constexpr (ZeroGradSetsToNone<torch::optim::Optimizer>::value) {
+    grad = at::Tensor();
+  } else if (grad.defined()) {
+    grad.detach_();
+    grad.zero_();
+  }
+}
 
 }  // namespace ddp::compat

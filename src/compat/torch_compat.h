@@ -15,7 +15,9 @@
 // - Optimizer::zero_grad() undefines gradients in 2.x (1.13 zeroes them):
 //   the Reducer takes an undefined gradient as "not yet produced" and, with
 //   gradient_as_bucket_view, points it at its bucket view again after
-//   backward; the reference tests zero explicitly on both sides.
+//   backward; the reference tests zero explicitly on both sides. A rank that
+//   joined clears the gradients no training rank produced as the others'
+//   zero_grad() did: clear_as_zero_grad_does() below.
 // - Autograd hooks (FunctionPreHook, LambdaPostHook, add_post_hook): the
 //   same signatures through 2.6 (2.x adds compiled_args, defaulted).
 // - Checkpoints (src/checkpoint/): Generator::get_state/set_state (and its
@@ -44,6 +46,12 @@ struct TCPStoreOptions;
 }
 
 namespace ddp::compat {
+
+// What Optimizer::zero_grad() does by default to one gradient: undefines it
+// (2.x: set_to_none), or zeroes it in place (1.13). A rank that joined uses
+// it for the parameters no training rank used, which the others' zero_grad
+// cleared (docs/ddp.md, "Uneven inputs: Join").
+void clear_as_zero_grad_does(at::Tensor& grad);
 
 // TCPStore with its classic socket server on every version. 2.x added
 // TCPStoreOptions::useLibUV and turned it on by default, but builds without

@@ -7,6 +7,8 @@
 
 #include "reducer/iteration_stats.h"
 
+#include "compat/torch_compat.h"
+
 #include <c10/core/GradMode.h>
 
 #include <iostream>
@@ -124,7 +126,10 @@ void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports
 // Each gradient becomes its slice of the reduced bucket: no copy. Without
 // gradient_as_bucket_view the buckets are then swapped with spares, so
 // the next iteration communicates in other memory than the gradients.
-// A parameter no rank used keeps its gradient untouched.
+// A parameter no rank used keeps its gradient untouched, except on a rank
+// that joined: its gradient is stale there (its own last step's), where the
+// training ranks' zero_grad() cleared theirs, and an optimizer that steps
+// here (a ZeRO shard's owner) must see what they see.
 void Reducer::Impl::write_back_averages(const detail::IterationStatus& status) {
   stats_pending_.unused_parameters = 0;
   const int32_t* used = status.tensor().data_ptr<int32_t>();
@@ -133,6 +138,10 @@ void Reducer::Impl::write_back_averages(const detail::IterationStatus& status) {
       ++stats_pending_.unused_parameters;
       if (debug_ == detail::DebugLevel::DETAIL) {
         stats_pending_.unused_parameter_names.push_back(names_[i]);
+      }
+      if (it_.joined) {
+        detach_grad_from_bucket(i);
+        compat::clear_as_zero_grad_does(params_[i].mutable_grad());
       }
       continue;
     }

@@ -211,6 +211,19 @@ TEST(Join, AZeroRedundancyOptimizerStepsItsShardWhileItsRankShadows) {
   run(c);
 }
 
+// With find_unused_parameters, a parameter that no training rank uses in a
+// step gets no gradient on them (zero_grad freed it); the shard owner that
+// joined must not step it with the stale gradient its last own step left.
+// (overlap_with_ddp takes no find_unused_parameters: docs/ddp.md, "ZeRO".)
+TEST(Join, AJoinedZeroShardOwnerStepsOnlyWhatTheTrainingRanksStep) {
+  Case c{{3, 5, 7}, true, /*find_unused=*/true};
+  c.zero = true;
+  run(c);
+  c = Case{{1, 4, 6, 2}, true, /*find_unused=*/true};
+  c.zero = true;
+  run(c);
+}
+
 // A rank with no batch at all shadows from the first iteration, through
 // the bucket rebuild after it.
 TEST(Join, ARankWithoutAnyBatchShadowsFromTheStart) {
