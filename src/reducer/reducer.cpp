@@ -263,8 +263,7 @@ void Reducer::Impl::mark_ready(size_t i) {
   at::Tensor& view = buckets_.view(i);
   at::Tensor& grad = params_[i].mutable_grad();
   if (grad.defined() && !it_.joined) {
-    const at::Tensor read = grad;
-    write_bucket(view, read, [&] { contribute(view, read); });
+    write_bucket(view, grad, [&] { contribute(view, grad); });  // runs before grad changes
     if (options_.gradient_as_bucket_view()) grad = view;
   } else {
     detach_grad_from_bucket(i);
@@ -283,8 +282,8 @@ void Reducer::Impl::mark_ready_without_gradient(size_t i) {
   const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && params_[i].grad().defined();
   detach_grad_from_bucket(i);
   if (accumulated) {
-    const at::Tensor read = params_[i].grad();
-    write_bucket(view, read, [&] { contribute(view, read); });
+    const at::Tensor& grad = params_[i].grad();
+    write_bucket(view, grad, [&] { contribute(view, grad); });
   } else {
     write_bucket(view, {}, [&] { view.zero_(); });
   }

@@ -68,13 +68,17 @@ std::string new_unique_id() {
     throw CommunicationError(std::string("ddp: rank 0: nccl: ncclGetUniqueId failed: ") +
                              ncclGetErrorString(r));
   }
-  std::string hex;
-  char byte[3];
-  for (unsigned char c : id.internal) {
-    std::snprintf(byte, sizeof byte, "%02x", c);
-    hex += byte;
+  return hex(id.internal, sizeof id.internal);
+}
+
+std::string hex(const void* bytes, size_t n) {
+  std::string text;
+  char digits[3];
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(digits, sizeof digits, "%02x", static_cast<const unsigned char*>(bytes)[i]);
+    text += digits;
   }
-  return hex;
+  return text;
 }
 
 ncclUniqueId unique_id_from(const std::string& hex) {

@@ -23,6 +23,9 @@ ncclRedOp_t red_op(ReduceOp op);
 // "2.28.9": the NCCL this process loaded.
 std::string version();
 
+// `n` bytes as lowercase hex, two digits a byte: ids for the store.
+std::string hex(const void* bytes, size_t n);
+
 // The unique id rank 0 makes, as text for the store (hex), and back.
 std::string new_unique_id();
 ncclUniqueId unique_id_from(const std::string& hex);

@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -94,13 +93,7 @@ std::string host_name() {
 std::string gpu_uuid(int device) {
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
-  std::string hex;
-  char byte[3];
-  for (char c : prop.uuid.bytes) {
-    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(c));
-    hex += byte;
-  }
-  return hex;
+  return detail::nccl::hex(prop.uuid.bytes, sizeof prop.uuid.bytes);
 }
 
 // Every rank's "<GPU UUID> <host> cuda:<device>", then rank 0's NCCL id,
