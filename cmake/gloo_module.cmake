@@ -34,6 +34,9 @@ add_library(ddp_gloo MODULE
 target_link_libraries(ddp_gloo PRIVATE gloo ddp torch ${CMAKE_DL_LIBS})
 target_include_directories(ddp_gloo PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(ddp_gloo PRIVATE -Wall -Wextra)
+if(DDP_THREAD_SAFETY_ANALYSIS)
+  target_compile_options(ddp_gloo PRIVATE -Wthread-safety -Werror)
+endif()
 set_target_properties(ddp_gloo PROPERTIES PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}
                                           INSTALL_RPATH_USE_LINK_PATH ON)
 set_property(SOURCE src/collectives/gloo/entry.cpp APPEND PROPERTY COMPILE_DEFINITIONS

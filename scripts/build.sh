@@ -3,7 +3,8 @@
 # (Release, -j2): against pip's torch into build/, or with
 # DDP_LIBTORCH=debian against Debian's libtorch 1.13 into build-debian/.
 # Used by scripts/test.sh and scripts/run.sh. Prints the build directory's
-# name last. DDP_CMAKE_ARGS: more arguments for CMake (e.g. -DGTest_DIR=...).
+# name last. DDP_CMAKE_ARGS: more arguments for CMake (e.g. -DGTest_DIR=...);
+# DDP_BUILD_DIR: another build directory; DDP_BUILD_TARGETS: only these targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -13,11 +14,11 @@ cd "$(dirname "$0")/.."
 export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
 command -v ccache >/dev/null || unset CMAKE_CXX_COMPILER_LAUNCHER
 if [ "$DDP_LIBTORCH" = debian ]; then
-  dir=build-debian
+  dir=${DDP_BUILD_DIR:-build-debian}
   torch_dir=/usr/lib/x86_64-linux-gnu/cmake/Torch
   args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3)
 else
-  dir=build
+  dir=${DDP_BUILD_DIR:-build}
   # The torch package's own folder as the prefix: its lib/ then comes before
   # the system's, where Debian's libtorch also lies.
   prefix=$("$DDP_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
@@ -34,5 +35,7 @@ mkdir -p "$dir"
 # shellcheck disable=SC2086  # DDP_CMAKE_ARGS: words
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" ${DDP_CMAKE_ARGS:-} >"$dir/configure.log" 2>&1 || {
   cat "$dir/configure.log" >&2; exit 1; }
-cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" >&2
+targets=()
+for t in ${DDP_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" "${targets[@]}" >&2
 echo "$dir"

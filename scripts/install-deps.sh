@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake          # the build
   ccache                         # rebuilds (and CI's clean clones) reuse compiled files
+  clang                          # scripts/thread-safety.sh: the thread-safety annotations checked
   python3-venv                   # the virtual environment of pip's torch
   libgtest-dev                   # GoogleTest: the multirank test tier
   libtorch-dev                   # libtorch 1.13: the second tier (DDP_LIBTORCH=debian)

@@ -25,6 +25,7 @@
 //   caller must make every rank issue them in the same order.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <ATen/core/Tensor.h>
@@ -32,7 +33,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -145,8 +145,8 @@ class ProcessGroup {
     int64_t op, dtype, count, root;  // -1 where it does not apply
   };
   void note_issued(const Issued& collective);
-  std::mutex tally_mutex_;
-  Tally tally_;  // guarded by tally_mutex_
+  Mutex tally_mutex_;
+  Tally tally_ DDP_GUARDED_BY(tally_mutex_);
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

@@ -16,12 +16,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <ddp/mutex.h>
+
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,13 +62,13 @@ class Work {
   const std::chrono::milliseconds default_timeout_;
   const std::vector<at::Tensor> outputs_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable done_cv_;                     // signalled when settled
-  bool done_ = false;                                   // guarded by mutex_: result set
-  bool settled_ = false;                                // guarded by mutex_: callbacks ran too
-  std::chrono::steady_clock::time_point completed_at_;  // guarded by mutex_
-  std::exception_ptr error_;                            // guarded by mutex_
-  std::vector<std::function<void()>> callbacks_;        // guarded by mutex_
+  mutable Mutex mutex_;
+  CondVar done_cv_;                              // signalled when settled
+  bool done_ DDP_GUARDED_BY(mutex_) = false;     // result set
+  bool settled_ DDP_GUARDED_BY(mutex_) = false;  // callbacks ran too
+  std::chrono::steady_clock::time_point completed_at_ DDP_GUARDED_BY(mutex_);
+  std::exception_ptr error_ DDP_GUARDED_BY(mutex_);
+  std::vector<std::function<void()>> callbacks_ DDP_GUARDED_BY(mutex_);
 };
 
 using WorkPtr = std::shared_ptr<Work>;

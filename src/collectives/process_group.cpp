@@ -1,6 +1,7 @@
 // Argument validation shared by every backend: a misuse is reported on the
 // caller's thread, naming the rank, the operation and the argument, before
 // anything is sent.
+#include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
 #include <ddp/errors.h>
@@ -278,7 +279,7 @@ WorkPtr ProcessGroup::barrier() {
 // and a few multiplies): it runs for every collective, without DDP_DEBUG too.
 void ProcessGroup::note_issued(const Issued& c) {
   const int64_t fields[] = {static_cast<int64_t>(c.kind), c.op, c.dtype, c.count, c.root};
-  std::lock_guard<std::mutex> lock(tally_mutex_);
+  MutexLock lock(tally_mutex_);
   uint64_t h = tally_.hash;
   for (int64_t f : fields) {
     h ^= static_cast<uint64_t>(f) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -291,7 +292,7 @@ void ProcessGroup::note_issued(const Issued& c) {
 }
 
 ProcessGroup::Tally ProcessGroup::take_tally() {
-  std::lock_guard<std::mutex> lock(tally_mutex_);
+  MutexLock lock(tally_mutex_);
   Tally t = tally_;
   tally_ = Tally{};
   return t;

@@ -1,6 +1,7 @@
 // The backend registry: built-in backends are registered on first use, so a
 // program sees the same list whatever the order of static initialisation.
 #include <ddp/backend.h>
+#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
@@ -11,7 +12,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 
 namespace ddp {
 namespace {
@@ -30,8 +30,8 @@ const std::map<std::string, std::string>& known_optional_backends() {
 }
 
 struct Registry {
-  std::mutex mutex;
-  std::map<std::string, Backend> backends;  // guarded by mutex
+  Mutex mutex;
+  std::map<std::string, Backend> backends DDP_GUARDED_BY(mutex);
 };
 
 void add(Registry& registry, Backend backend) {
@@ -43,7 +43,7 @@ void add(Registry& registry, Backend backend) {
     throw InvalidArgument("ddp: register_backend('" + backend.name +
                           "'): a backend that needs no store must say its world");
   }
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  MutexLock lock(registry.mutex);
   auto name = backend.name;
   if (!registry.backends.emplace(name, std::move(backend)).second) {
     throw InvalidArgument("ddp: register_backend: a backend named '" + name +
@@ -82,20 +82,20 @@ void register_backend(Backend backend) { add(registry(), std::move(backend)); }
 const Backend& find_backend(const std::string& name, const std::string& chosen_by) {
   Registry& r = registry();
   {
-    std::lock_guard<std::mutex> lock(r.mutex);
+    MutexLock lock(r.mutex);
     auto it = r.backends.find(name);
     if (it != r.backends.end()) return it->second;  // entries are never removed
   }
   std::string message = "ddp: backend '" + name + "' is not available in this build";
   auto known = known_optional_backends().find(name);
   if (known != known_optional_backends().end()) message += ": " + known->second;
-  throw InvalidArgument(message + ". Available: " + joined(backend_names()) +
-                        " (chosen by " + chosen_by + ")");
+  throw InvalidArgument(message + ". Available: " + joined(backend_names()) + " (chosen by " +
+                        chosen_by + ")");
 }
 
 std::vector<std::string> backend_names() {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  MutexLock lock(r.mutex);
   std::vector<std::string> names;
   for (const auto& [name, backend] : r.backends) names.push_back(name);
   return names;  // std::map keeps them sorted

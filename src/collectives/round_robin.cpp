@@ -1,4 +1,5 @@
 #include <ddp/backends/round_robin.h>
+#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
@@ -53,7 +54,7 @@ std::string RoundRobinProcessGroup::unsupported_reason(const at::Tensor& tensor)
 
 template <typename Issue>
 WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   WorkPtr inner = issue(*groups_[next_]);
   next_ = (next_ + 1) % groups_.size();
   auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
@@ -89,7 +90,7 @@ WorkPtr RoundRobinProcessGroup::do_reduce_scatter(at::Tensor output, std::vector
 
 WorkPtr RoundRobinProcessGroup::do_barrier() {
   // A barrier must order against every member's traffic: pass it through all.
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<WorkPtr> inner;
   for (auto& g : groups_) inner.push_back(g->barrier());
   auto outer = std::make_shared<Work>(inner[0]->description(), timeout());

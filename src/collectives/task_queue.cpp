@@ -4,6 +4,7 @@
 #include "collectives/no_sigpipe.h"
 
 #include <ddp/errors.h>
+#include <ddp/mutex.h>
 
 namespace ddp::detail {
 
@@ -17,7 +18,7 @@ TaskQueue::~TaskQueue() { stop(); }
 
 void TaskQueue::stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
@@ -31,7 +32,7 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
   WorkPtr work;
   bool refused = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const uint32_t tag = next_tag_++;
     work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(tag) +
                                       (detail.empty() ? "" : " (" + detail + ")") + " on " + where_,
@@ -52,7 +53,7 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
 }
 
 std::string TaskQueue::broken_reason() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return broken_reason_;
 }
 
@@ -60,8 +61,8 @@ void TaskQueue::work_loop() {
   for (;;) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mutex_);
+      queue_cv_.wait(mutex_, [&]() DDP_REQUIRES(mutex_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -73,7 +74,7 @@ void TaskQueue::work_loop() {
 
 std::exception_ptr TaskQueue::run(Task& task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!broken_reason_.empty()) {
       return std::make_exception_ptr(CommunicationError(
           "ddp: " + task.work->description() +
@@ -85,7 +86,7 @@ std::exception_ptr TaskQueue::run(Task& task) {
   try {
     std::rethrow_exception(error);
   } catch (const CommunicationError& e) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (broken_reason_.empty()) broken_reason_ = e.what();
   } catch (...) {}
   return error;

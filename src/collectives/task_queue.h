@@ -8,17 +8,16 @@
 // running, citing the first failure.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,13 +63,13 @@ class TaskQueue {
   const std::string where_;
   const std::chrono::milliseconds timeout_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable queue_cv_;  // signalled on enqueue and stop
-  std::deque<Task> queue_;            // guarded by mutex_
-  uint32_t next_tag_ = 0;             // guarded by mutex_
-  WorkPtr last_;                      // guarded by mutex_: the last Work issued
-  bool stopping_ = false;             // guarded by mutex_
-  std::string broken_reason_;         // guarded by mutex_: "" while healthy
+  mutable Mutex mutex_;
+  CondVar queue_cv_;  // signalled on enqueue and stop
+  std::deque<Task> queue_ DDP_GUARDED_BY(mutex_);
+  uint32_t next_tag_ DDP_GUARDED_BY(mutex_) = 0;
+  WorkPtr last_ DDP_GUARDED_BY(mutex_);  // the last Work issued
+  bool stopping_ DDP_GUARDED_BY(mutex_) = false;
+  std::string broken_reason_ DDP_GUARDED_BY(mutex_);  // "" while healthy
   std::vector<std::thread> workers_;  // started in the constructor, joined by stop()
 };
 

@@ -1,3 +1,4 @@
+#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <ddp/errors.h>
@@ -12,8 +13,8 @@ Work::Work(std::string description, std::chrono::milliseconds default_timeout,
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_for(lock, timeout, [&] { return settled_; })) {
+  MutexLock lock(mutex_);
+  if (!done_cv_.wait_for(mutex_, timeout, [&]() DDP_REQUIRES(mutex_) { return settled_; })) {
     throw TimeoutError(description_ + ": not complete after " + std::to_string(timeout.count()) +
                        " ms (Work::wait timeout). A peer may be stuck or "
                        "issuing a different collective; run with "
@@ -23,28 +24,28 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::is_completed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return done_;
 }
 
 bool Work::is_success() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return done_ && !error_;
 }
 
 std::exception_ptr Work::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return error_;
 }
 
 std::chrono::steady_clock::time_point Work::completion_time() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return completed_at_;
 }
 
 void Work::on_complete(std::function<void()> callback) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     // Until the completing thread has run every callback, a new one joins
     // its queue: callbacks run in the order they were added, even when one
     // is added from another thread while the earlier ones are running
@@ -60,7 +61,7 @@ void Work::on_complete(std::function<void()> callback) {
 void Work::finish(std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (done_) return;
     done_ = true;
     completed_at_ = std::chrono::steady_clock::now();
@@ -70,7 +71,7 @@ void Work::finish(std::exception_ptr error) {
   for (;;) {
     for (auto& callback : callbacks) callback();
     callbacks.clear();
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (callbacks_.empty()) {
       settled_ = true;
       break;

@@ -1,6 +1,7 @@
 #include "hooks/hook_runner.h"
 
 #include <ddp/errors.h>
+#include <ddp/mutex.h>
 
 namespace ddp::detail {
 
@@ -8,7 +9,7 @@ HookRunner::HookRunner(CommHook hook) : hook_(std::move(hook)), thread_([this] {
 
 HookRunner::~HookRunner() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -18,7 +19,7 @@ HookRunner::~HookRunner() {
 FuturePtr HookRunner::submit(GradBucket bucket) {
   auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     queue_.emplace_back(std::move(bucket), future);
   }
   cv_.notify_one();
@@ -27,10 +28,11 @@ FuturePtr HookRunner::submit(GradBucket bucket) {
 
 void HookRunner::loop() {
   for (;;) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    MutexLock lock(mutex_);
+    cv_.wait(mutex_, [&]() DDP_REQUIRES(mutex_) { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;
-    auto [bucket, future] = std::move(queue_.front());
+    GradBucket bucket = std::move(queue_.front().first);
+    FuturePtr future = std::move(queue_.front().second);
     queue_.pop_front();
     lock.unlock();
     try {
@@ -50,13 +52,13 @@ void HookRunner::loop() {
 
 at::Tensor wait_for(const FuturePtr& future, std::chrono::milliseconds timeout,
                     const std::string& what) {
-  auto signal = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto signal = std::make_shared<std::pair<Mutex, CondVar>>();
   future->addCallback([signal](c10::ivalue::Future&) {
-    std::lock_guard<std::mutex> lock(signal->first);
+    MutexLock lock(signal->first);
     signal->second.notify_all();
   });
-  std::unique_lock<std::mutex> lock(signal->first);
-  if (!signal->second.wait_for(lock, timeout, [&] { return future->completed(); })) {
+  MutexLock lock(signal->first);
+  if (!signal->second.wait_for(signal->first, timeout, [&] { return future->completed(); })) {
     throw TimeoutError("ddp: " + what + " not complete after " + std::to_string(timeout.count()) +
                        " ms");
   }

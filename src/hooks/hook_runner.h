@@ -4,12 +4,11 @@
 #pragma once
 
 #include <ddp/comm_hook.h>
+#include <ddp/mutex.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 namespace ddp::detail {
@@ -29,10 +28,10 @@ class HookRunner {
   void loop();
 
   const CommHook hook_;
-  std::mutex mutex_;
-  std::condition_variable cv_;                          // signalled on submit and stop
-  std::deque<std::pair<GradBucket, FuturePtr>> queue_;  // guarded by mutex_
-  bool stopping_ = false;                               // guarded by mutex_
+  Mutex mutex_;
+  CondVar cv_;  // signalled on submit and stop
+  std::deque<std::pair<GradBucket, FuturePtr>> queue_ DDP_GUARDED_BY(mutex_);
+  bool stopping_ DDP_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

@@ -5,6 +5,8 @@
 // iteration issues the same collectives with nothing to contribute.
 #include "reducer/reducer_impl.h"
 
+#include <ddp/mutex.h>
+
 #include "reducer/iteration_stats.h"
 
 #include "compat/torch_compat.h"
@@ -18,7 +20,7 @@ namespace ddp {
 // At the end of backward, on the autograd thread; what it throws comes out
 // of backward() on every rank alike.
 void Reducer::Impl::finalize_backward() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   it_.phase = Phase::FINALIZING;
   BackToIdle back_to_idle{it_};
   const Clock::time_point compute_end = it_.last_hook;
@@ -42,7 +44,7 @@ void Reducer::Impl::finalize_backward() {
 // one), the status marked joined; then the averages are written back as on
 // the others. What no_sync passes accumulated here is dropped.
 void Reducer::Impl::shadow_iteration() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   begin_synchronized_iteration();
   it_.phase = Phase::SHADOWING;
   it_.joined = true;

@@ -18,6 +18,7 @@
 
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
+#include <ddp/mutex.h>
 
 #include "module/model_sync.h"
 
@@ -90,7 +91,7 @@ Reducer::Impl::~Impl() {
 
 // Algorithm 1, lines 8-11, after the wrapped forward ran.
 void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (synchronize || !uneven_inputs_) ++forwards_;
   if (!synchronize) {
     it_.phase = Phase::ACCUMULATING;
@@ -105,7 +106,7 @@ void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs,
 // order; what its backward produces, and what no_sync passes accumulated
 // here, is not contributed (zeros, an empty used bitmap, status joined).
 void Reducer::Impl::prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   begin_synchronized_iteration();
   it_.joined = true;
   local_used_.zero_();
@@ -130,7 +131,7 @@ void Reducer::Impl::watch_outputs(const std::vector<at::Tensor>& outputs) {
 }
 
 void Reducer::Impl::set_divisor(int64_t ranks) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (ranks < 1 || ranks > group_->size()) {
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
                           ": Reducer::set_divisor(" + std::to_string(ranks) + "): must be in [1, " +
@@ -146,17 +147,17 @@ void Reducer::Impl::set_divisor(int64_t ranks) {
 }
 
 void Reducer::Impl::set_uneven_inputs(bool uneven) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   uneven_inputs_ = uneven;
 }
 
 bool Reducer::Impl::has_comm_hook() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return hook_runner_ != nullptr;
 }
 
 void Reducer::Impl::set_comm_hook(CommHook hook) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string where =
       "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
   if (!hook) throw InvalidArgument(where + "the hook is empty");
@@ -176,17 +177,17 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
 }
 
 void Reducer::Impl::record_forward_time(double forward_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   stats_pending_.forward_ms = forward_ms;
 }
 
 IterationStats Reducer::Impl::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return stats_;
 }
 
 std::vector<std::vector<size_t>> Reducer::Impl::bucket_indices() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<std::vector<size_t>> out;
   for (const auto& b : buckets_.all()) out.push_back(b.params);
   return out;
@@ -218,7 +219,7 @@ void Reducer::Impl::build_buckets(const std::vector<size_t>& sequence) {
 // started, so the end-of-backward callback goes to it (a gradient hook may
 // first fire inside a reentrant backward, e.g. checkpointing).
 void Reducer::Impl::on_backward_start() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (it_.phase != Phase::REDUCING) return;
   if (!it_.backward_start) it_.backward_start = Clock::now();
   queue_finalize();
@@ -232,7 +233,7 @@ void Reducer::Impl::queue_finalize() {
 
 // Algorithm 1, lines 12-19: parameter i's gradient was accumulated.
 void Reducer::Impl::autograd_hook(size_t i) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (it_.phase == Phase::IDLE) {  // not reduced: reported to every rank in the next status
     if (stray_after_ < 0) stray_after_ = forwards_;
     return;
@@ -263,7 +264,9 @@ void Reducer::Impl::mark_ready(size_t i) {
   at::Tensor& view = buckets_.view(i);
   at::Tensor& grad = params_[i].mutable_grad();
   if (grad.defined() && !it_.joined) {
-    write_bucket(view, grad, [&] { contribute(view, grad); });  // runs before grad changes
+    write_bucket(view, grad, [&]() DDP_REQUIRES(mutex_) {
+      contribute(view, grad);
+    });  // runs before grad changes
     if (options_.gradient_as_bucket_view()) grad = view;
   } else {
     detach_grad_from_bucket(i);
@@ -283,7 +286,7 @@ void Reducer::Impl::mark_ready_without_gradient(size_t i) {
   detach_grad_from_bucket(i);
   if (accumulated) {
     const at::Tensor& grad = params_[i].grad();
-    write_bucket(view, grad, [&] { contribute(view, grad); });
+    write_bucket(view, grad, [&]() DDP_REQUIRES(mutex_) { contribute(view, grad); });
   } else {
     write_bucket(view, {}, [&] { view.zero_(); });
   }

@@ -3,6 +3,7 @@
 // finalizing step the paper omits, and Join's shadow iteration.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/reducer.h>
 
 #include "hooks/hook_runner.h"
@@ -19,7 +20,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,35 +57,36 @@ class Reducer::Impl {
     }
   };
 
-  // reducer.cpp: forward and autograd_hook.
-  void begin_synchronized_iteration();
+  // reducer.cpp: forward and autograd_hook. The steps below expect mutex_
+  // held: the public operations and autograd_hook take it.
+  void begin_synchronized_iteration() DDP_REQUIRES(mutex_);
   void check_same_zero_copy_option();  // collective, at construction
   // Backward start and, with find_unused_parameters, the unreached parameters.
-  void watch_outputs(const std::vector<at::Tensor>& outputs);
-  void build_buckets(const std::vector<size_t>& sequence);
-  void on_backward_start();
-  void queue_finalize();
-  void autograd_hook(size_t i);
-  void mark_ready(size_t i);
-  void mark_ready_without_gradient(size_t i);
-  void contribute(at::Tensor& view, const at::Tensor& grad);
+  void watch_outputs(const std::vector<at::Tensor>& outputs) DDP_REQUIRES(mutex_);
+  void build_buckets(const std::vector<size_t>& sequence) DDP_REQUIRES(mutex_);
+  void on_backward_start() DDP_EXCLUDES(mutex_);
+  void queue_finalize() DDP_REQUIRES(mutex_);
+  void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
+  void mark_ready(size_t i) DDP_REQUIRES(mutex_);
+  void mark_ready_without_gradient(size_t i) DDP_REQUIRES(mutex_);
+  void contribute(at::Tensor& view, const at::Tensor& grad) DDP_REQUIRES(mutex_);
   void write_bucket(const at::Tensor& view, const at::Tensor& grad,
-                    const std::function<void()>& write);
-  void set_ready(size_t i);
-  void launch_ready_buckets();
+                    const std::function<void()>& write) DDP_REQUIRES(mutex_);
+  void set_ready(size_t i) DDP_REQUIRES(mutex_);
+  void launch_ready_buckets() DDP_REQUIRES(mutex_);
 
   // finalize.cpp: the finalizing step.
-  void finalize_backward();
-  void learn_static_graph();
-  std::vector<size_t> launch_the_rest_with_zeros_for_missing();
+  void finalize_backward() DDP_EXCLUDES(mutex_);
+  void learn_static_graph() DDP_REQUIRES(mutex_);
+  std::vector<size_t> launch_the_rest_with_zeros_for_missing() DDP_REQUIRES(mutex_);
   detail::IterationStatus exchange_status(const std::vector<size_t>& missing,
-                                          Clock::time_point& comm_end);
+                                          Clock::time_point& comm_end) DDP_REQUIRES(mutex_);
   void check_reports(const std::vector<detail::RankReport>& reports,
-                     const std::vector<size_t>& missing);
-  void write_back_averages(const detail::IterationStatus& status);
-  void end_synchronized_iteration(const detail::IterationStatus& status);
-  void detach_grad_from_bucket(size_t i);
-  void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end);
+                     const std::vector<size_t>& missing) DDP_REQUIRES(mutex_);
+  void write_back_averages(const detail::IterationStatus& status) DDP_REQUIRES(mutex_);
+  void end_synchronized_iteration(const detail::IterationStatus& status) DDP_REQUIRES(mutex_);
+  void detach_grad_from_bucket(size_t i) DDP_REQUIRES(mutex_);
+  void finish_stats(Clock::time_point compute_end, Clock::time_point comm_end) DDP_REQUIRES(mutex_);
   bool has_bitmap() const { return options_.find_unused_parameters() || options_.static_graph(); }
 
   const std::vector<at::Tensor> params_;
@@ -97,21 +98,25 @@ class Reducer::Impl {
 
   // Hooks run on the autograd thread, the rest on the training thread: one
   // mutex for the state below.
-  mutable std::mutex mutex_;
-  detail::Iteration it_;                  // guarded by mutex_
-  detail::BucketSet buckets_;             // guarded by mutex_
-  detail::CopyStreams copy_streams_;      // guarded by mutex_
-  at::Tensor local_used_;                 // guarded by mutex_; int32, accumulated over no_sync
-  detail::GradientOrder gradient_order_;  // guarded by mutex_
-  detail::StaticGraph static_graph_;      // guarded by mutex_
-  int64_t iterations_ = 0;                // guarded by mutex_; synchronized ones completed
-  int64_t forwards_ = 0;        // guarded by mutex_; forward passes, no_sync ones unless uneven
-  bool uneven_inputs_ = false;  // guarded by mutex_; set_uneven_inputs
-  int64_t stray_after_ = -1;    // guarded by mutex_; >= 0: a stray backward ran after forward #this
-  // guarded by mutex_; what gradients are divided by: the world size, unless set_divisor
-  at::Tensor divisor_ = at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
-  IterationStats stats_pending_, stats_;             // guarded by mutex_
-  std::unique_ptr<detail::HookRunner> hook_runner_;  // guarded by mutex_; set once, before training
+  mutable Mutex mutex_;
+  detail::Iteration it_ DDP_GUARDED_BY(mutex_);
+  detail::BucketSet buckets_ DDP_GUARDED_BY(mutex_);
+  detail::CopyStreams copy_streams_ DDP_GUARDED_BY(mutex_);
+  at::Tensor local_used_ DDP_GUARDED_BY(mutex_);  // int32, accumulated over no_sync
+  detail::GradientOrder gradient_order_ DDP_GUARDED_BY(mutex_);
+  detail::StaticGraph static_graph_ DDP_GUARDED_BY(mutex_);
+  int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;      // synchronized ones completed
+  int64_t forwards_ DDP_GUARDED_BY(mutex_) = 0;        // forward passes, no_sync ones unless uneven
+  bool uneven_inputs_ DDP_GUARDED_BY(mutex_) = false;  // set_uneven_inputs
+  int64_t stray_after_ DDP_GUARDED_BY(mutex_) =
+      -1;  // >= 0: a stray backward ran after forward #this
+  // What gradients are divided by: the world size, unless set_divisor.
+  at::Tensor divisor_ DDP_GUARDED_BY(mutex_) =
+      at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
+  IterationStats stats_pending_ DDP_GUARDED_BY(mutex_);
+  IterationStats stats_ DDP_GUARDED_BY(mutex_);
+  std::unique_ptr<detail::HookRunner> hook_runner_
+      DDP_GUARDED_BY(mutex_);  // set once, before training
   // Last member: hooks go first at destruction, before the state they use.
   std::vector<std::unique_ptr<detail::GradReadyHook>> hooks_;
 };

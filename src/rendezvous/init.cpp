@@ -1,6 +1,7 @@
 // Rendezvous (env://, tcp://, file://) on libtorch's c10d stores, and the
 // default process group.
 #include <ddp/init.h>
+#include <ddp/mutex.h>
 
 #include <ddp/backends/round_robin.h>
 #include <ddp/errors.h>
@@ -19,15 +20,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 namespace ddp {
 namespace {
 
-std::mutex default_mutex;
-ProcessGroupPtr default_group;  // guarded by default_mutex
+Mutex default_mutex;
+ProcessGroupPtr default_group DDP_GUARDED_BY(default_mutex);
 
 constexpr long kMaxRanks = 1 << 20;
 
@@ -338,7 +338,7 @@ void adopt_backend_world(const Backend& backend, InitOptions& o) {
 
 ProcessGroupPtr init_process_group(InitOptions options) {
   {
-    std::lock_guard<std::mutex> lock(default_mutex);
+    MutexLock lock(default_mutex);
     if (default_group) {
       throw InvalidArgument(
           "ddp: init_process_group called twice; call "
@@ -356,13 +356,13 @@ ProcessGroupPtr init_process_group(InitOptions options) {
     adopt_backend_world(backend, options);
   }
   auto group = new_process_group(store, options.rank(), options.world_size(), options);
-  std::lock_guard<std::mutex> lock(default_mutex);
+  MutexLock lock(default_mutex);
   default_group = group;
   return group;
 }
 
 ProcessGroupPtr default_process_group() {
-  std::lock_guard<std::mutex> lock(default_mutex);
+  MutexLock lock(default_mutex);
   if (!default_group) {
     throw InvalidArgument(
         "ddp: no default process group: call ddp::init_process_group() "
@@ -372,12 +372,12 @@ ProcessGroupPtr default_process_group() {
 }
 
 bool is_initialized() {
-  std::lock_guard<std::mutex> lock(default_mutex);
+  MutexLock lock(default_mutex);
   return default_group != nullptr;
 }
 
 void destroy_process_group() {
-  std::lock_guard<std::mutex> lock(default_mutex);
+  MutexLock lock(default_mutex);
   default_group.reset();
 }
 

@@ -1,6 +1,7 @@
 #include "timeline/rank_timeline.h"
 
 #include <ddp/errors.h>
+#include <ddp/mutex.h>
 #include <ddp/timeline.h>
 
 #include <cerrno>
@@ -27,8 +28,8 @@ thread_local std::weak_ptr<RankTimeline> current_timeline;
 // Every rank's timeline of this process, written out at exit (when the
 // program never destroyed its modules, or holds them in globals).
 struct Registry {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<RankTimeline>> by_path;  // guarded by mutex
+  Mutex mutex;
+  std::map<std::string, std::shared_ptr<RankTimeline>> by_path DDP_GUARDED_BY(mutex);
   ~Registry() {
     for (auto& entry : by_path) entry.second->flush();
   }
@@ -73,7 +74,7 @@ std::shared_ptr<RankTimeline> RankTimeline::open_from_env(int rank) {
   if (!value || !*value) return nullptr;
   const std::string path = timeline_file(value, rank);
   Registry& reg = registry();
-  std::lock_guard<std::mutex> lock(reg.mutex);
+  MutexLock lock(reg.mutex);
   auto& slot = reg.by_path[path];
   if (!slot) {
     try {
@@ -96,7 +97,7 @@ RankTimeline::RankTimeline(int rank, std::string path, const std::string& variab
                           ". Set DDP_TIMELINE to a file or directory this process can write "
                           "(see docs/ddp.md, Timeline), or unset it.");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string head = "[\n";
   write_all(fd_, head.data(), head.size(), 0);
   body_end_ = static_cast<int64_t>(head.size());
@@ -106,12 +107,12 @@ RankTimeline::RankTimeline(int rank, std::string path, const std::string& variab
 
 RankTimeline::~RankTimeline() {
   flush();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (fd_ >= 0) ::close(fd_);
 }
 
 void RankTimeline::add(const TraceSpan& span, int64_t iteration) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (fd_ < 0) return;
   encoder_.span(pending_, span.lane, span.name, trace_micros(span.start), trace_micros(span.end),
                 span.blocking, iteration >= 0 ? "\"iteration\":" + std::to_string(iteration) : "");
@@ -121,7 +122,7 @@ void RankTimeline::add(const TraceSpan& span, int64_t iteration) {
 }
 
 void RankTimeline::flush() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   write_locked();
 }
 

@@ -8,9 +8,10 @@
 
 #include "timeline/chrome_trace.h"
 
+#include <ddp/mutex.h>
+
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace ddp::detail {
@@ -46,16 +47,16 @@ class RankTimeline {
   static void make_current(const std::shared_ptr<RankTimeline>& timeline);
 
  private:
-  void write_locked();  // guarded by mutex_ (held)
+  void write_locked() DDP_REQUIRES(mutex_);
 
   const int rank_;
   const std::string path_;
-  std::mutex mutex_;
-  int fd_ = -1;                        // guarded by mutex_; -1 once a write failed
-  int64_t body_end_ = 0;               // guarded by mutex_: where the closing "]" goes
-  TraceText pending_;                  // guarded by mutex_: not yet written
-  ChromeTraceEncoder encoder_;         // guarded by mutex_
-  TraceClock::time_point last_write_;  // guarded by mutex_
+  Mutex mutex_;
+  int fd_ DDP_GUARDED_BY(mutex_) = -1;           // -1 once a write failed
+  int64_t body_end_ DDP_GUARDED_BY(mutex_) = 0;  // where the closing "]" goes
+  TraceText pending_ DDP_GUARDED_BY(mutex_);     // not yet written
+  ChromeTraceEncoder encoder_ DDP_GUARDED_BY(mutex_);
+  TraceClock::time_point last_write_ DDP_GUARDED_BY(mutex_);
 };
 
 }  // namespace ddp::detail

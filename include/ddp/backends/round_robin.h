@@ -8,11 +8,11 @@
 // - The composite's timeout is the members' largest.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 namespace ddp {
@@ -41,9 +41,9 @@ class RoundRobinProcessGroup : public ProcessGroup {
   WorkPtr dispatch(Issue&& issue);
 
   const std::vector<ProcessGroupPtr> groups_;
-  std::mutex mutex_;
-  size_t next_ = 0;  // guarded by mutex_: index of the next member
-  WorkPtr last_;     // guarded by mutex_: the last Work returned
+  Mutex mutex_;
+  size_t next_ DDP_GUARDED_BY(mutex_) = 0;  // index of the next member
+  WorkPtr last_ DDP_GUARDED_BY(mutex_);     // the last Work returned
 };
 
 }  // namespace ddp

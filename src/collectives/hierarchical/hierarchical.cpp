@@ -6,6 +6,7 @@
 // all-reduces were issued, on every rank: that is what makes the chain safe
 // to pipeline. The outer Works complete in issue order (issue_order.h).
 #include <ddp/backends/hierarchical.h>
+#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
@@ -19,7 +20,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
-#include <mutex>
 
 namespace ddp {
 
@@ -74,7 +74,7 @@ class HierarchicalProcessGroup::Impl {
   ~Impl() {
     WorkPtr last;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       last = last_;
     }
     try {
@@ -82,7 +82,7 @@ class HierarchicalProcessGroup::Impl {
     } catch (...) {  // a failure went to its Work; a timeout: closing fails the rest
     }
     {
-      std::lock_guard<std::recursive_mutex> lock(stage_mutex_);
+      RecursiveMutexLock lock(stage_mutex_);
       closing_ = true;
     }
     first_local_.reset();
@@ -159,8 +159,8 @@ class HierarchicalProcessGroup::Impl {
                                const std::vector<int>& members) {
     BackendSetup sub = setup;
     sub.store = c10::make_intrusive<c10d::PrefixStore>("hierarchical/" + prefix, setup.store);
-    sub.rank = static_cast<int>(std::find(members.begin(), members.end(), setup.rank) -
-                                members.begin());
+    sub.rank =
+        static_cast<int>(std::find(members.begin(), members.end(), setup.rank) - members.begin());
     sub.world_size = static_cast<int>(members.size());
     sub.world_ranks.clear();
     for (int r : members) {
@@ -193,8 +193,9 @@ class HierarchicalProcessGroup::Impl {
       if (all[r] != mine) {
         throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
                               ": the hierarchical group's parts differ across ranks: this rank "
-                              "composes " + mine + ", rank " + std::to_string(r) + " composes " +
-                              all[r] + ". Set DDP_CROSS_BACKEND (or HierarchicalOptions) the "
+                              "composes " +
+                              mine + ", rank " + std::to_string(r) + " composes " + all[r] +
+                              ". Set DDP_CROSS_BACKEND (or HierarchicalOptions) the "
                               "same on every rank (mpirun -x DDP_CROSS_BACKEND)");
       }
     }
@@ -203,7 +204,7 @@ class HierarchicalProcessGroup::Impl {
   // The outer Work of a new operation, and the one issued before it.
   std::pair<WorkPtr, WorkPtr> issue(const char* kind, const std::string& what,
                                     std::vector<at::Tensor> outputs) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(next_++) +
                                            (what.empty() ? "" : " (" + what + ")") + " on " +
                                            owner_.where(),
@@ -214,7 +215,7 @@ class HierarchicalProcessGroup::Impl {
   }
 
   std::exception_ptr broken() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return broken_;
   }
 
@@ -232,7 +233,7 @@ class HierarchicalProcessGroup::Impl {
         error = std::make_exception_ptr(Error("ddp: " + r->outer->description() + ": " + e.what()));
       }
     } else {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (!broken_) broken_ = error;
     }
     detail::finish_after(r->previous, r->outer, error);
@@ -244,7 +245,7 @@ class HierarchicalProcessGroup::Impl {
       if (auto error = stage->exception()) return finish(r, error);
       // Held while the next stage is issued (re-entered when that stage
       // completes at once): the destructor's closing waits for it.
-      std::lock_guard<std::recursive_mutex> lock(stage_mutex_);
+      RecursiveMutexLock lock(stage_mutex_);
       if (closing_) {
         return finish(r, std::make_exception_ptr(CommunicationError(
                              "ddp: " + r->outer->description() +
@@ -310,13 +311,18 @@ class HierarchicalProcessGroup::Impl {
   ProcessGroupPtr cross_;         // stage 2; null on non-first ranks of uneven hosts
   ProcessGroupPtr flat_;          // every rank: the other collectives
 
-  std::recursive_mutex stage_mutex_;
-  bool closing_ = false;  // guarded by stage_mutex_: the destructor has begun
+  // Lock order: stage_mutex_, then mutex_, then a sub-group's own (taken by
+  // the stage then() issues, and by Works completing). then() holds
+  // stage_mutex_ while it issues the next stage, and takes it again on the
+  // same thread when that stage completes at once: hence recursive. mutex_
+  // is held only for a few fields and never while anything else is taken.
+  RecursiveMutex stage_mutex_ DDP_ACQUIRED_BEFORE(mutex_);
+  bool closing_ DDP_GUARDED_BY(stage_mutex_) = false;  // the destructor has begun
 
-  std::mutex mutex_;
-  uint64_t next_ = 0;          // guarded by mutex_: the next operation's number
-  WorkPtr last_;               // guarded by mutex_: the last outer Work issued
-  std::exception_ptr broken_;  // guarded by mutex_: the first stage failure
+  Mutex mutex_;
+  uint64_t next_ DDP_GUARDED_BY(mutex_) = 0;          // the next operation's number
+  WorkPtr last_ DDP_GUARDED_BY(mutex_);               // the last outer Work issued
+  std::exception_ptr broken_ DDP_GUARDED_BY(mutex_);  // the first stage failure
 };
 
 HierarchicalProcessGroup::HierarchicalProcessGroup(const BackendSetup& setup,

@@ -7,6 +7,7 @@
 // no timeout. Half and BFloat16 travel as 2-byte words reduced by ddp's
 // kernels (runtime.cpp); AVG is SUM, then a division.
 #include <ddp/backends/mpi.h>
+#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
@@ -98,7 +99,7 @@ class MpiProcessGroup::Impl {
 
   ~Impl() {
     queue_.stop();
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     int finalized = 0;
     MPI_Finalized(&finalized);
     // An abandoned collective still uses the communicator: leave it.
@@ -164,7 +165,7 @@ class MpiProcessGroup::Impl {
   std::exception_ptr abandon(const std::shared_ptr<Op>& op, MPI_Request request, const Work& work) {
     mpi::collective_abandoned();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       abandoned_.push_back({op, request});
     }
     return std::make_exception_ptr(TimeoutError(
@@ -183,9 +184,9 @@ class MpiProcessGroup::Impl {
   MpiProcessGroup& owner_;
   const MpiOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::mutex mutex_;
-  std::vector<Abandoned> abandoned_;  // guarded by mutex_
-  detail::TaskQueue queue_;           // last: stopped first, before comm_ is freed
+  Mutex mutex_;
+  std::vector<Abandoned> abandoned_ DDP_GUARDED_BY(mutex_);
+  detail::TaskQueue queue_;  // last: stopped first, before comm_ is freed
 };
 
 namespace {
@@ -200,12 +201,12 @@ int group_rank(const std::vector<int>& world_ranks) {
   for (size_t i = 0; i < world_ranks.size(); ++i) {
     const int r = world_ranks[i];
     if (r < 0 || r >= world.world_size || seen[r]) {
-      throw InvalidArgument("ddp: MpiProcessGroup: world_ranks[" + std::to_string(i) + "] = " +
-                            std::to_string(r) + " is " +
-                            (r < 0 || r >= world.world_size
-                                 ? "outside MPI_COMM_WORLD's " + std::to_string(world.world_size) +
-                                       " ranks"
-                                 : std::string("listed twice")));
+      throw InvalidArgument(
+          "ddp: MpiProcessGroup: world_ranks[" + std::to_string(i) + "] = " + std::to_string(r) +
+          " is " +
+          (r < 0 || r >= world.world_size
+               ? "outside MPI_COMM_WORLD's " + std::to_string(world.world_size) + " ranks"
+               : std::string("listed twice")));
     }
     seen[r] = true;
     if (r == world.rank) mine = static_cast<int>(i);

@@ -4,17 +4,17 @@
 
 #include <ddp/errors.h>
 #include <ddp/init.h>
+#include <ddp/mutex.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 namespace ddp::detail::mpi {
 namespace {
 
-std::mutex init_mutex;
-bool checked = false;  // guarded by init_mutex: ensure_initialized succeeded once
+Mutex init_mutex;
+bool checked DDP_GUARDED_BY(init_mutex) = false;  // ensure_initialized succeeded once
 std::atomic<int> running{0};
 std::atomic<bool> abandoned{false};
 
@@ -125,7 +125,7 @@ MPI_Op half_op(ReduceOp op) {
 }  // namespace
 
 void ensure_initialized() {
-  std::lock_guard<std::mutex> lock(init_mutex);
+  MutexLock lock(init_mutex);
   if (checked) return;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);

@@ -1,6 +1,7 @@
 #include "collectives/nccl/communicator.h"
 
 #include <ddp/errors.h>
+#include <ddp/mutex.h>
 
 #include <c10/cuda/CUDAGuard.h>
 
@@ -103,7 +104,7 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
   config.blocking = 0;  // init and calls return at once; settle() polls them
   ncclResult_t r;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string text = error_text(r);
@@ -118,7 +119,7 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
     throw;
   }
   if (r != ncclSuccess) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const std::string text = error_text(r);
     abort_locked();
     throw CommunicationError("ddp: " + where_ + ": nccl: making the communicator failed: " + text);
@@ -131,7 +132,7 @@ void Communicator::run(const std::function<ncclResult_t()>& calls, const std::st
                        Clock::time_point deadline) {
   ncclResult_t r;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (aborted_) {
       throw CommunicationError("ddp: " + where_ + ": nccl: " + what +
                                ": the communicator was aborted by an earlier failure");
@@ -140,7 +141,7 @@ void Communicator::run(const std::function<ncclResult_t()>& calls, const std::st
   }
   if (r == ncclInProgress) r = settle(deadline, what);
   if (r != ncclSuccess) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     throw CommunicationError("ddp: " + where_ + ": nccl: " + what + " failed: " + error_text(r));
   }
 }
@@ -148,7 +149,7 @@ void Communicator::run(const std::function<ncclResult_t()>& calls, const std::st
 ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string& what) {
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (aborted_) return ncclInvalidUsage;  // error_text says it was aborted
       ncclResult_t state = ncclSuccess;
       ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -165,7 +166,7 @@ ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string&
 }
 
 std::string Communicator::async_error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (aborted_) return "the communicator was aborted";
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -175,7 +176,7 @@ std::string Communicator::async_error() const {
 }
 
 void Communicator::abort() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   abort_locked();
 }
 

@@ -3,6 +3,7 @@
 // mapping of ddp's dtypes and ops onto NCCL's.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
 #include <c10/core/ScalarType.h>
@@ -10,7 +11,6 @@
 
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <string>
 
 namespace ddp::detail::nccl {
@@ -61,14 +61,14 @@ class Communicator {
   // Polls ncclCommGetAsyncError until NCCL is no longer in progress, taking
   // mutex_ for each look (so that an abort can come between two).
   ncclResult_t settle(Clock::time_point deadline, const std::string& what);
-  // Both with mutex_ held.
-  std::string error_text(ncclResult_t result) const;
-  void abort_locked();
+  std::string error_text(ncclResult_t result) const DDP_REQUIRES(mutex_);
+  void abort_locked() DDP_REQUIRES(mutex_);
 
   const std::string where_;
-  mutable std::mutex mutex_;   // held across every NCCL call on comm_, and its abort
-  ncclComm_t comm_ = nullptr;  // set in the constructor; freed by the abort
-  bool aborted_ = false;       // guarded by mutex_
+  mutable Mutex mutex_;  // held across every NCCL call on comm_, and its abort
+  // Set in the constructor; NCCL calls on it with mutex_ held; freed by the abort.
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ DDP_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace ddp::detail::nccl

@@ -2,6 +2,7 @@
 // the caller's, Works completed by a watchdog that polls their end events,
 // NCCL's asynchronous errors and their deadlines.
 #include <ddp/backends/nccl.h>
+#include <ddp/mutex.h>
 
 #include <ddp/device.h>
 #include <ddp/errors.h>
@@ -26,9 +27,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -48,8 +47,8 @@ constexpr std::chrono::microseconds kWatchdogPoll(20);
 // NCCL threads crash the exit.
 // The registry is never destroyed: groups may outlive static destruction.
 struct LiveGroups {
-  std::mutex mutex;
-  std::map<const void*, std::function<void()>> shutdowns;  // guarded by mutex
+  Mutex mutex;
+  std::map<const void*, std::function<void()>> shutdowns DDP_GUARDED_BY(mutex);
 };
 LiveGroups& live_groups() {
   static auto* live = new LiveGroups;
@@ -59,7 +58,7 @@ LiveGroups& live_groups() {
 void shut_down_live_groups() {
   std::map<const void*, std::function<void()>> shutdowns;
   {
-    std::lock_guard<std::mutex> lock(live_groups().mutex);
+    MutexLock lock(live_groups().mutex);
     shutdowns.swap(live_groups().shutdowns);
   }
   for (auto& [group, shutdown] : shutdowns) shutdown();
@@ -139,13 +138,13 @@ class NcclProcessGroup::Impl {
     comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
                                                          size, device_, deadline, where_);
     watchdog_ = std::thread([this] { watch(); });
-    std::lock_guard<std::mutex> lock(live_groups().mutex);
+    MutexLock lock(live_groups().mutex);
     live_groups().shutdowns[this] = [this] { shut_down(/*abandon_pending=*/true); };
   }
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(live_groups().mutex);
+      MutexLock lock(live_groups().mutex);
       live_groups().shutdowns.erase(this);
     }
     shut_down(/*abandon_pending=*/false);
@@ -156,7 +155,7 @@ class NcclProcessGroup::Impl {
   // communicator. Idempotent.
   void shut_down(bool abandon_pending) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_) return;
       stopping_ = true;
     }
@@ -184,13 +183,13 @@ class NcclProcessGroup::Impl {
   WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                   const std::vector<at::Tensor>& keep, const std::function<ncclResult_t()>& calls,
                   const std::function<void()>& after = {}) {
-    std::lock_guard<std::mutex> issue(issue_mutex_);
+    MutexLock issue(issue_mutex_);
     const uint32_t tag = next_tag_++;
     auto work = std::make_shared<Work>(
         std::string(kind) + " #" + std::to_string(tag) + " (" + detail + ") on " + where_, timeout_,
         std::move(outputs));
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (!broken_.empty() || stopping_) {
         work->finish(std::make_exception_ptr(CommunicationError(
             "ddp: " + work->description() +
@@ -224,7 +223,7 @@ class NcclProcessGroup::Impl {
     }
     std::string failed_meanwhile;  // failed or shut down while this one was enqueued
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (broken_.empty() && !stopping_) {
         pending_.push_back(std::move(pending));
       } else {
@@ -252,9 +251,9 @@ class NcclProcessGroup::Impl {
   // communicator and fails every pending Work.
   void watch() {
     c10::cuda::CUDAGuard guard(device());
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      cv_.wait(mutex_, [&]() DDP_REQUIRES(mutex_) { return stopping_ || !pending_.empty(); });
       if (pending_.empty()) return;  // stopping, nothing left
       Pending front = pending_.front();
       lock.unlock();
@@ -272,7 +271,7 @@ class NcclProcessGroup::Impl {
       if (done) {
         {
           // fail_all may have emptied the queue meanwhile.
-          std::lock_guard<std::mutex> relock(mutex_);
+          MutexLock relock(mutex_);
           if (!pending_.empty() && pending_.front().work == front.work) pending_.pop_front();
         }
         front.work->finish();
@@ -299,7 +298,7 @@ class NcclProcessGroup::Impl {
   void fail_all(std::exception_ptr error, const std::string& reason) {
     std::deque<Pending> failed;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (broken_.empty()) broken_ = reason;
       failed.swap(pending_);
     }
@@ -313,14 +312,14 @@ class NcclProcessGroup::Impl {
   const c10::cuda::CUDAStream stream_;
   std::unique_ptr<detail::nccl::Communicator> comm_;
 
-  std::mutex issue_mutex_;  // one enqueue at a time: NCCL calls in issue order
-  uint32_t next_tag_ = 0;   // guarded by issue_mutex_
+  Mutex issue_mutex_;  // one enqueue at a time: NCCL calls in issue order
+  uint32_t next_tag_ DDP_GUARDED_BY(issue_mutex_) = 0;
 
-  std::mutex mutex_;
-  std::condition_variable cv_;   // signalled on enqueue and stop
-  std::deque<Pending> pending_;  // guarded by mutex_: enqueued, not complete, in issue order
-  std::string broken_;           // guarded by mutex_: "" while healthy
-  bool stopping_ = false;        // guarded by mutex_
+  Mutex mutex_;
+  CondVar cv_;                                          // signalled on enqueue and stop
+  std::deque<Pending> pending_ DDP_GUARDED_BY(mutex_);  // enqueued, not complete, in issue order
+  std::string broken_ DDP_GUARDED_BY(mutex_);           // "" while healthy
+  bool stopping_ DDP_GUARDED_BY(mutex_) = false;
   std::thread watchdog_;
 };
 

@@ -27,8 +27,15 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-// The futex word: the counter's low 32 bits (x86-64 and aarch64 are
-// little-endian). It changes whenever the counter does.
+// The futex word: the counter's low 32 bits, which on a little-endian host
+// are its first 4 bytes. It changes whenever the counter does (counters only
+// grow by small steps). A big-endian host would sleep on the high half, which
+// never changes: refuse to build there rather than hang.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "shm's futex word is the low half of a 64-bit counter: little-endian hosts only");
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
+                  alignof(std::atomic<uint64_t>) >= alignof(uint32_t),
+              "shm's futex word aliases the counter's storage");
 uint32_t* futex_word(Counter& c) { return reinterpret_cast<uint32_t*>(&c.value); }
 
 void futex_wait(Counter& c, uint32_t expected, std::chrono::milliseconds timeout) {

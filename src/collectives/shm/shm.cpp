@@ -6,6 +6,7 @@
 // every error of an operation breaks the group: it becomes a
 // CommunicationError (which breaks the queue) and is marked in the segment.
 #include <ddp/backends/shm.h>
+#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
@@ -21,7 +22,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 namespace ddp {
@@ -103,7 +103,7 @@ class ShmProcessGroup::Impl {
     std::shared_ptr<shm::Region> region = *made;
     if (!region) return at::Tensor();  // no room in /dev/shm (said on stderr)
     {
-      std::lock_guard<std::mutex> lock(regions_mutex_);
+      MutexLock lock(regions_mutex_);
       regions_.erase(std::remove_if(regions_.begin(), regions_.end(),
                                     [](const auto& r) { return r.expired(); }),
                      regions_.end());
@@ -117,7 +117,7 @@ class ShmProcessGroup::Impl {
   // The live region whose part on this rank holds all of `t`, and `t`'s
   // offset there; null when none does.
   std::pair<std::shared_ptr<shm::Region>, size_t> region_of(const at::Tensor& t) {
-    std::lock_guard<std::mutex> lock(regions_mutex_);
+    MutexLock lock(regions_mutex_);
     const char* begin = static_cast<const char*>(t.data_ptr());
     for (const auto& weak : regions_) {
       auto region = weak.lock();
@@ -159,8 +159,8 @@ class ShmProcessGroup::Impl {
   ShmProcessGroup& owner_;
   const ShmOptions options_;
   uint64_t regions_made_ = 0;  // caller threads, in collective order
-  std::mutex regions_mutex_;
-  std::vector<std::weak_ptr<shm::Region>> regions_;  // guarded by regions_mutex_
+  Mutex regions_mutex_;
+  std::vector<std::weak_ptr<shm::Region>> regions_ DDP_GUARDED_BY(regions_mutex_);
   shm::Channel channel_;     // used by the progress thread only, then by ~Impl
   detail::TaskQueue queue_;  // last: its worker uses channel_
 };
