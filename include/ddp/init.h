@@ -103,8 +103,11 @@ void destroy_process_group();
 
 // Builds a group of `options.backend` on an existing store (no rendezvous
 // wait): what init_process_group uses, and what tests use on a HashStore.
-// Each round-robin member gets the store under its own prefix ("group<i>/");
-// two groups on one store need a PrefixStore of their own each.
+// Several groups may share one store: each gets keys of its own (a
+// generation per group, counted per rank on the store, then a prefix per
+// round-robin member), as long as every rank builds its groups on that store
+// in the same order. Groups of different members on one store (subgroups)
+// need a PrefixStore of their own each.
 // Applies round_robin_groups and the DDP_DEBUG wrapper. `store` may be null
 // for a backend that needs none.
 ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,

@@ -30,6 +30,8 @@ Mutex default_mutex;
 ProcessGroupPtr default_group DDP_GUARDED_BY(default_mutex);
 
 constexpr long kMaxRanks = 1 << 20;
+// Counts, per rank, the groups built on a store (new_process_group).
+const std::string kGroupsBuiltKey = "ddp_groups_built/rank";
 
 struct Endpoint {
   std::string host;
@@ -294,12 +296,20 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
   setup.timeout = options.timeout();
   setup.master_host = rendezvous_master_host(options);
   setup.options = options.backend_options();
+  // Every group built on one store has keys of its own: its generation is
+  // the number of groups this rank has built on the store so far, the same
+  // on every rank as long as the ranks build their groups in the same order.
+  const std::string generation =
+      store ? "generation" + std::to_string(store->add(kGroupsBuiltKey + std::to_string(rank), 1))
+            : "";
   std::vector<ProcessGroupPtr> groups;
   for (int i = 0; i < options.round_robin_groups(); ++i) {
     setup.index = i;
     setup.store = StorePtr();
-    if (store)
-      setup.store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(i), store);
+    if (store) {
+      setup.store = c10::make_intrusive<c10d::PrefixStore>(
+          generation + "/group" + std::to_string(i), store);
+    }
     groups.push_back(backend.create(setup));
   }
   ProcessGroupPtr group =

@@ -72,6 +72,39 @@ TEST(ProcessGroup, RoundRobinDispatchesToEveryGroupInTurn) {
   });
 }
 
+// Several groups of one backend built on one store (new_process_group
+// twice and more, round-robin ones too): each has keys of its own, so they
+// neither meet each other's members nor share counters. Used interleaved,
+// each all-reduce sums only its own group's contributions.
+TEST(ProcessGroup, SeveralGroupsOfEachBackendOnOneStore) {
+  for (const std::string& backend : backend_names()) {
+    if (backend == "mpi" || backend == "nccl" || backend == "auto") continue;  // no threads as ranks
+    SCOPED_TRACE(backend);
+    spawn(3, [&](int rank, StorePtr store) {
+      std::vector<ProcessGroupPtr> groups;
+      for (int g = 0; g < 3; ++g) {
+        InitOptions options = InitOptions().backend(backend).timeout(std::chrono::seconds(60));
+        groups.push_back(new_process_group(store, rank, 3, options.round_robin_groups(1 + g % 2)));
+      }
+      for (int round = 0; round < 3; ++round) {
+        std::vector<at::Tensor> tensors;
+        std::vector<WorkPtr> works;
+        for (int g = 0; g < 3; ++g) {
+          tensors.push_back(at::full({1 << 12}, 100.0 * g + rank + round, at::kDouble));
+          works.push_back(groups[g]->allreduce(tensors.back()));
+        }
+        for (int g = 0; g < 3; ++g) {
+          works[g]->wait();
+          const double want = 3 * (100.0 * g + round) + (0 + 1 + 2);
+          ASSERT_TRUE(at::equal(tensors[g], at::full({1 << 12}, want, at::kDouble)))
+              << "group " << g << " round " << round << ": got " << tensors[g][0].item<double>()
+              << ", want " << want;
+        }
+      }
+    });
+  }
+}
+
 TEST(ProcessGroup, RoundRobinRejectsGroupsOfDifferentRanks) {
   spawn(2, [](int rank, StorePtr store) {
     auto a = make_group("gloo", store, rank, 2);

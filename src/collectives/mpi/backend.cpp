@@ -58,7 +58,9 @@ Backend mpi_backend() {
   backend.world = [] { return mpi::world(); };
   backend.create = [](const BackendSetup& setup) -> ProcessGroupPtr {
     auto options = options_for<MpiOptions>(setup, "mpi", "MpiOptions");
-    if (!setup.options && setup.store) options.poll_interval(kPartPollInterval);
+    // A part of a composed group is built with world_ranks; a group of its
+    // own (init_process_group, new_process_group, even on a store) spins.
+    if (!setup.options && !setup.world_ranks.empty()) options.poll_interval(kPartPollInterval);
     std::vector<int> members = setup.world_ranks;
     if (members.empty()) {
       for (int r = 0; r < setup.world_size; ++r) members.push_back(r);
