@@ -38,7 +38,8 @@ class TimeoutError : public CommunicationError {
 };
 
 // Collectives whose arguments disagree across ranks (size, dtype, op, kind),
-// detected by the DDP_DEBUG=detail fingerprint check before anything is mixed.
+// detected before anything is mixed: always on shm, on every backend by the
+// DDP_DEBUG=detail fingerprint check (docs/errors.md).
 class CollectiveMismatch : public InvalidArgument {
  public:
   using InvalidArgument::InvalidArgument;

@@ -13,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
+#include <vector>
 
 namespace ddp::testing {
 namespace {
@@ -186,6 +188,83 @@ TEST(Shm, RanksWithDifferentOptionsFailAtOnceOnEveryRank) {
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(own_segments(), 0);
+}
+
+// Collectives that disagree across ranks are an error on every rank, with
+// DDP_DEBUG off: each rank's descriptor, compared at the operation's first
+// step, before anything is mixed. Never a result, never the timeout.
+struct MismatchCase {
+  const char* name;
+  std::function<std::vector<WorkPtr>(int rank, ProcessGroup& pg)> issue;
+};
+
+std::vector<MismatchCase> mismatch_cases() {
+  const auto f = [](int64_t n) { return at::ones({n}, at::kFloat); };
+  return {
+      {"allreduce SUM vs MAX",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(f(100), rank ? ReduceOp::MAX : ReduceOp::SUM)};
+       }},
+      {"allreduce float32 vs float64",
+       [](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(at::ones({100}, rank ? at::kDouble : at::kFloat))};
+       }},
+      {"allreduce of 100 vs 101 elements (one step)",
+       [f](int rank, ProcessGroup& pg) { return std::vector<WorkPtr>{pg.allreduce(f(100 + rank))}; }},
+      {"allreduce of 20000 vs 20001 elements (pipelined)",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(f(20000 + rank))};
+       }},
+      {"allreduce of 200 vs 300 elements (one step vs pipelined)",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(f(rank ? 300 : 200))};
+       }},
+      {"allreduce vs broadcast",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{rank ? pg.broadcast(f(100), 0) : pg.allreduce(f(100))};
+       }},
+      {"broadcast from root 0 vs root 1",
+       [f](int rank, ProcessGroup& pg) { return std::vector<WorkPtr>{pg.broadcast(f(100), rank)}; }},
+      {"allgather of 10 vs 11 elements",
+       [f](int rank, ProcessGroup& pg) {
+         std::vector<at::Tensor> out{f(10 + rank), f(10 + rank)};
+         return std::vector<WorkPtr>{pg.allgather(out, f(10 + rank))};
+       }},
+      {"reduce_scatter SUM vs MIN",
+       [f](int rank, ProcessGroup& pg) {
+         std::vector<at::Tensor> in{f(64), f(64)};
+         return std::vector<WorkPtr>{
+             pg.reduce_scatter(f(64), in, rank ? ReduceOp::MIN : ReduceOp::SUM)};
+       }},
+      {"barrier vs allreduce",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{rank ? pg.barrier() : pg.allreduce(f(8))};
+       }},
+      {"allreduce of 0 vs 10 elements, then a barrier",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(f(rank ? 10 : 0)), pg.barrier()};
+       }},
+  };
+}
+
+TEST(Shm, CollectivesThatDisagreeFailOnEveryRank) {
+  for (const MismatchCase& c : mismatch_cases()) {
+    SCOPED_TRACE(c.name);
+    spawn(2, [&](int rank, StorePtr store) {
+      auto pg = shm_group(store, rank, 2);
+      pg->allreduce(at::ones({4}))->wait();  // a good one first: the check is not at setup
+      std::vector<WorkPtr> works = c.issue(rank, *pg);
+      try {
+        for (auto& w : works) w->wait();
+        ADD_FAILURE() << "rank " << rank << ": no error";
+      } catch (const TimeoutError& e) {
+        ADD_FAILURE() << "rank " << rank << ": waited for the timeout: " << e.what();
+      } catch (const CollectiveMismatch&) {  // this rank found it
+      } catch (const CommunicationError&) {  // its peer did, and broke the group
+      }
+      EXPECT_THROW(pg->barrier()->wait(), CommunicationError) << "rank " << rank;
+    });
+  }
 }
 
 TEST(Shm, BadOptionsAreRejected) {

@@ -22,6 +22,10 @@
 //   TimeoutError naming the peer and its process state after the timeout.
 //   The first rank to fail marks the segment broken, and every other rank
 //   fails at once citing it. The group is broken from then on.
+// - Ranks that issue different collectives (another kind, element count,
+//   dtype, reduce op or root, or one that skips one) fail before any data
+//   is mixed, always (DDP_DEBUG need not be set): the rank that finds it
+//   with CollectiveMismatch naming both operations, the others as above.
 // - Results are the same on every rank, bit for bit (each element is reduced
 //   once, in a fixed order, by one rank).
 #pragma once

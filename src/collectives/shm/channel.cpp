@@ -3,6 +3,9 @@
 #include "collectives/shm/peers.h"
 
 #include <ddp/errors.h>
+#include <ddp/process_group.h>
+
+#include <c10/core/ScalarType.h>
 
 #include <algorithm>
 #include <climits>
@@ -50,6 +53,58 @@ void futex_wake(Counter& c) {
   syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+const char* kind_name(uint32_t kind) {
+  switch (static_cast<OpKind>(kind)) {
+    case OpKind::UNDESCRIBED:
+      return "a collective";
+    case OpKind::ALLREDUCE_ONE_STEP:
+    case OpKind::ALLREDUCE_PIPELINED:
+    case OpKind::ALLREDUCE_ZERO_COPY:
+      return "allreduce";
+    case OpKind::BROADCAST:
+      return "broadcast";
+    case OpKind::ALLGATHER:
+      return "allgather";
+    case OpKind::REDUCE_SCATTER:
+      return "reduce_scatter";
+    case OpKind::BARRIER:
+      return "barrier";
+    case OpKind::ALLOCATE_ZERO_COPY:
+      return "allocate_zero_copy";
+  }
+  return "an unknown collective";
+}
+
+// "allreduce #12 (SUM, Float, 4096 elements, one step)": numbered as the
+// operations' Works are (from 0).
+std::string to_text(const OpDescriptor& d) {
+  const auto kind = static_cast<OpKind>(d.kind);
+  std::string details;
+  const auto add = [&](const std::string& part) { details += (details.empty() ? "" : ", ") + part; };
+  if (d.reduce_op >= 0) add(to_string(static_cast<ReduceOp>(d.reduce_op)));
+  if (d.dtype >= 0) add(c10::toString(static_cast<c10::ScalarType>(d.dtype)));
+  if (kind == OpKind::ALLOCATE_ZERO_COPY) {
+    add(std::to_string(d.count) + " bytes per rank");
+  } else if (kind != OpKind::UNDESCRIBED && kind != OpKind::BARRIER) {
+    add(std::to_string(d.count) + " elements");
+  }
+  if (d.root >= 0) add("root " + std::to_string(d.root));
+  if (kind == OpKind::ALLREDUCE_ONE_STEP) add("one step: at most ShmOptions::small_bytes");
+  if (kind == OpKind::ALLREDUCE_PIPELINED) add("pipelined: over ShmOptions::small_bytes");
+  if (kind == OpKind::ALLREDUCE_ZERO_COPY) {
+    add("zero-copy: byte offset " + std::to_string(d.offset) + " of region #" +
+        std::to_string(d.region));
+  }
+  return std::string(kind_name(d.kind)) + " #" + std::to_string(d.op_number - 1) +
+         (details.empty() ? "" : " (" + details + ")");
+}
+
+bool same(const OpDescriptor& a, const OpDescriptor& b) {
+  return a.op_number == b.op_number && a.kind == b.kind && a.dtype == b.dtype &&
+         a.reduce_op == b.reduce_op && a.root == b.root && a.count == b.count &&
+         a.region == b.region && a.offset == b.offset;
+}
+
 }  // namespace
 
 Channel::Channel(Segment segment, Config config)
@@ -79,6 +134,9 @@ void Channel::begin_op(const std::string& description,
   const auto now = std::chrono::steady_clock::now();
   next_liveness_check_ = now + config_.liveness_interval;
   op_number_ = mine_.ops_started.fetch_add(1, std::memory_order_relaxed) + 1;
+  described_ = OpDescriptor();
+  described_.op_number = op_number_;
+  announced_ = false;
   // Waits check the flag only when they block: an operation whose peers are
   // all ahead would otherwise run on a group another rank declared broken.
   if (segment_.header().broken.load(std::memory_order_acquire) != 0) {
@@ -86,11 +144,65 @@ void Channel::begin_op(const std::string& description,
   }
 }
 
+void Channel::describe(OpKind kind, int64_t count, int dtype, int reduce_op, int root) {
+  described_.kind = static_cast<uint32_t>(kind);
+  described_.count = count;
+  described_.dtype = dtype;
+  described_.reduce_op = reduce_op;
+  described_.root = root;
+}
+
+void Channel::describe_memory(uint64_t region, uint64_t offset) {
+  described_.region = region;
+  described_.offset = offset;
+}
+
 uint64_t Channel::begin_step(bool writes) {
   const uint64_t step = next_step_++;
   // The slot of `step` last held step - slots; every rank must have consumed it.
-  if (writes && step >= static_cast<uint64_t>(slots_)) wait_all(CONSUMED, step - slots_);
+  if ((writes || !announced_) && step >= static_cast<uint64_t>(slots_)) {
+    wait_all(CONSUMED, step - slots_);
+  }
+  if (!announced_) announce(step);
   return step;
+}
+
+uint64_t Channel::take_steps(uint64_t n) {
+  const uint64_t first = next_step_;
+  next_step_ += n;
+  if (!announced_) {
+    if (first >= static_cast<uint64_t>(slots_)) wait_all(CONSUMED, first - slots_);
+    announce(first);
+  }
+  return first;
+}
+
+void Channel::announce(uint64_t step) {
+  segment_.descriptor(config_.rank, static_cast<int>(step % static_cast<uint64_t>(slots_))) =
+      described_;
+  first_step_ = step;
+  announced_ = true;
+}
+
+void Channel::agree(int peer) {
+  const OpDescriptor& theirs =
+      segment_.descriptor(peer, static_cast<int>(first_step_ % static_cast<uint64_t>(slots_)));
+  if (same(theirs, described_)) return;
+  const std::string why = "rank " + std::to_string(peer) + " issued " + to_text(theirs) +
+                          " where this rank issued " + to_text(described_);
+  mark_broken("rank " + std::to_string(config_.rank) + ": " + op_ + ": " + why);
+  const bool zero_copy = described_.kind == static_cast<uint32_t>(OpKind::ALLREDUCE_ZERO_COPY);
+  throw CollectiveMismatch("ddp: " + op_ + " failed: " + why +
+                           ". Every rank must issue the same collectives, with the same element "
+                           "counts, dtypes, reduce ops and roots, in the same order, with the "
+                           "same ShmOptions" +
+                           (zero_copy ? ", on the same part of the same zero-copy region" : ""));
+}
+
+void Channel::agree_all() {
+  for (int q = 0; q < world_; ++q) {
+    if (q != config_.rank) agree(q);
+  }
 }
 
 void Channel::publish(Phase phase, uint64_t step) {

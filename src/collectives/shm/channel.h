@@ -17,6 +17,15 @@
 // the publisher stores the counter, then reads `waiters` (all seq_cst): one of
 // them sees the other, so a wake-up is never lost, and FUTEX_WAIT itself
 // returns at once if the word moved.
+//
+// Agreement: at an operation's first step every rank writes what the
+// operation is (an OpDescriptor: kind, element count, dtype, reduce op, root,
+// its number) into the descriptor of that step's slot, before it publishes
+// COPIED; once it sees a peer's COPIED of that step it compares the peer's.
+// Ranks that issue different collectives, or the same with different
+// arguments, fail there with CollectiveMismatch on every rank, always,
+// before any data is mixed. The slot-free rule protects descriptors as it
+// does slots.
 #pragma once
 
 #include "collectives/shm/segment.h"
@@ -36,6 +45,20 @@ inline void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+// OpDescriptor::kind. The two all-reduce paths differ, so that ranks whose
+// ShmOptions::small_bytes differ are told so rather than mixing paths.
+enum class OpKind : uint32_t {
+  UNDESCRIBED = 0,  // an operation that said nothing: compared by number only
+  ALLREDUCE_ONE_STEP,
+  ALLREDUCE_PIPELINED,
+  ALLREDUCE_ZERO_COPY,
+  BROADCAST,
+  ALLGATHER,
+  REDUCE_SCATTER,
+  BARRIER,
+  ALLOCATE_ZERO_COPY,
+};
 
 class Channel {
  public:
@@ -58,9 +81,19 @@ class Channel {
   // ends by `deadline` (its issue time plus the timeout, so that the
   // backend's error, naming the peer, comes before Work::wait's own).
   void begin_op(const std::string& description, std::chrono::steady_clock::time_point deadline);
+  // What the running operation is: after begin_op, before its first step.
+  void describe(OpKind kind, int64_t count, int dtype = -1, int reduce_op = -1, int root = -1);
+  // And, for a zero-copy all-reduce, which memory it reduces.
+  void describe_memory(uint64_t region, uint64_t offset);
   // Takes the next step's number; waits until its slot is free on this rank
-  // when `writes` (every peer consumed what step - slots left there).
+  // when `writes` (every peer consumed what step - slots left there). The
+  // operation's first step always waits so, and announces its descriptor.
   uint64_t begin_step(bool writes);
+  // Once `peer` (every peer) published COPIED of this operation's first
+  // step: throws CollectiveMismatch, having marked the group broken, unless
+  // it runs the same operation as this rank.
+  void agree(int peer);
+  void agree_all();
   RankControl& control(int rank) const { return segment_.control(rank); }
   char* slot(int rank, uint64_t step) const {
     return segment_.slot(rank, static_cast<int>(step % static_cast<uint64_t>(slots_)));
@@ -71,11 +104,7 @@ class Channel {
   void finish_step(uint64_t step);
   // Takes `n` consecutive step numbers at once, for an operation that
   // schedules its own steps (pipeline.h); returns the first.
-  uint64_t take_steps(uint64_t n) {
-    const uint64_t first = next_step_;
-    next_step_ += n;
-    return first;
-  }
+  uint64_t take_steps(uint64_t n);
   // Without blocking: has `peer` finished `phase` of `step`? Has every rank?
   bool reached(int peer, Phase phase, uint64_t step) const {
     return segment_.control(peer).phase[phase].value.load(std::memory_order_acquire) >= step + 1;
@@ -110,6 +139,8 @@ class Channel {
  private:
   [[noreturn]] void fail_waiting(int peer, Phase phase, uint64_t step, bool timed_out);
   void check(int peer, Phase phase, uint64_t step);
+  // Writes this rank's descriptor for `step`, the operation's first.
+  void announce(uint64_t step);
   void wake_all();
   std::string broken_reason() const;
 
@@ -122,6 +153,9 @@ class Channel {
   std::string op_;
   std::chrono::steady_clock::time_point deadline_;
   uint64_t op_number_ = 0;
+  OpDescriptor described_;  // what this rank says the operation is
+  bool announced_ = false;  // its first step was taken
+  uint64_t first_step_ = 0;
   uint64_t next_step_ = 0;
   uint64_t published_[kPhases] = {0, 0, 0};
   int spin_budget_ = 0;

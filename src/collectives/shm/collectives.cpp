@@ -13,6 +13,8 @@ namespace {
 
 char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+int dtype_of(const at::Tensor& t) { return static_cast<int>(t.scalar_type()); }
+
 void allreduce_small(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
   const size_t bytes = t.nbytes();
   const int w = ch.world(), r = ch.rank();
@@ -20,6 +22,7 @@ void allreduce_small(Channel& ch, const at::Tensor& t, ReduceKernel kernel) {
   std::memcpy(ch.slot(r, s), bytes_of(t), bytes);
   ch.publish(COPIED, s);
   ch.wait_all(COPIED, s);
+  ch.agree_all();
   // Every rank reduces all slots in rank order: the same bits everywhere.
   if (w > 1) {
     kernel(bytes_of(t), ch.slot(0, s), ch.slot(1, s), static_cast<size_t>(t.numel()));
@@ -37,7 +40,10 @@ void finish_average(const at::Tensor& t, ReduceOp op, int world) {
 void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes) {
   if (tensor.numel() == 0) return;
   const ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
-  if (static_cast<int64_t>(tensor.nbytes()) <= small_bytes) {
+  const bool one_step = static_cast<int64_t>(tensor.nbytes()) <= small_bytes;
+  ch.describe(one_step ? OpKind::ALLREDUCE_ONE_STEP : OpKind::ALLREDUCE_PIPELINED, tensor.numel(),
+              dtype_of(tensor), static_cast<int>(op));
+  if (one_step) {
     allreduce_small(ch, tensor, kernel);
   } else {
     allreduce_pipelined(ch, bytes_of(tensor), tensor.numel(), tensor.element_size(), kernel);
@@ -45,17 +51,27 @@ void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small
   finish_average(tensor, op, ch.world());
 }
 
+// At the first step every rank publishes COPIED (non-roots: of nothing but
+// their descriptor), and the root waits for them all: so that a root that
+// disagrees (two ranks each the root) is found on every rank.
 void broadcast(Channel& ch, const at::Tensor& tensor, int root) {
   const int64_t total = static_cast<int64_t>(tensor.nbytes());
   const bool is_root = ch.rank() == root;
+  ch.describe(OpKind::BROADCAST, tensor.numel(), dtype_of(tensor), -1, root);
   for (int64_t off = 0; off < total; off += ch.chunk_bytes()) {
     const size_t len = static_cast<size_t>(std::min(ch.chunk_bytes(), total - off));
     const uint64_t s = ch.begin_step(is_root);
     if (is_root) {
       std::memcpy(ch.slot(root, s), bytes_of(tensor) + off, len);
       ch.publish(COPIED, s);
+      if (off == 0) {
+        ch.wait_all(COPIED, s);
+        ch.agree_all();
+      }
     } else {
+      if (off == 0) ch.publish(COPIED, s);
       ch.wait(root, COPIED, s);
+      if (off == 0) ch.agree(root);
       std::memcpy(bytes_of(tensor) + off, ch.slot(root, s), len);
     }
     ch.finish_step(s);
@@ -65,12 +81,14 @@ void broadcast(Channel& ch, const at::Tensor& tensor, int root) {
 void allgather(Channel& ch, const std::vector<at::Tensor>& outputs, const at::Tensor& input) {
   const int64_t total = static_cast<int64_t>(input.nbytes());
   const int w = ch.world(), r = ch.rank();
+  ch.describe(OpKind::ALLGATHER, input.numel(), dtype_of(input));
   for (int64_t off = 0; off < total; off += ch.chunk_bytes()) {
     const size_t len = static_cast<size_t>(std::min(ch.chunk_bytes(), total - off));
     const uint64_t s = ch.begin_step(true);
     std::memcpy(ch.slot(r, s), bytes_of(input) + off, len);
     ch.publish(COPIED, s);
     ch.wait_all(COPIED, s);
+    if (off == 0) ch.agree_all();
     for (int q = 0; q < w; ++q) {
       std::memcpy(bytes_of(outputs[q]) + off, q == r ? bytes_of(input) + off : ch.slot(q, s), len);
     }
@@ -90,6 +108,7 @@ void reduce_scatter(Channel& ch, const at::Tensor& output, const std::vector<at:
   const int64_t per_step =
       std::max<int64_t>(1, ch.chunk_bytes() / (w * static_cast<int64_t>(es)) / unit * unit);
   const ReduceKernel kernel = reduce_kernel(output.scalar_type(), op);
+  ch.describe(OpKind::REDUCE_SCATTER, n, dtype_of(output), static_cast<int>(op));
   for (int64_t off = 0; off < n; off += per_step) {
     const int64_t m = std::min(per_step, n - off);
     const uint64_t s = ch.begin_step(true);
@@ -99,6 +118,7 @@ void reduce_scatter(Channel& ch, const at::Tensor& output, const std::vector<at:
     }
     ch.publish(COPIED, s);
     ch.wait_all(COPIED, s);
+    if (off == 0) ch.agree_all();
     char* dst = bytes_of(output) + off * es;
     const char* own = bytes_of(inputs[r]) + off * es;
     if (w == 1) std::memcpy(dst, own, m * es);
@@ -114,9 +134,11 @@ void reduce_scatter(Channel& ch, const at::Tensor& output, const std::vector<at:
 }
 
 void barrier(Channel& ch) {
+  ch.describe(OpKind::BARRIER, 0);
   const uint64_t s = ch.begin_step(false);
   ch.publish(COPIED, s);
   ch.wait_all(COPIED, s);
+  ch.agree_all();
   ch.finish_step(s);
 }
 

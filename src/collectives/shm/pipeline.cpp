@@ -110,6 +110,7 @@ class Pipeline {
   }
 
   void reduce(uint64_t i) {
+    if (i == 0) ch_.agree_all();  // every rank copied chunk 0 in: its descriptor too
     const int64_t off = static_cast<int64_t>(i) * per_step_;
     const Slices sl(std::min(per_step_, n_ - off), ch_.world(), es_);
     const int r = ch_.rank();

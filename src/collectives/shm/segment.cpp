@@ -19,8 +19,13 @@ namespace {
 
 size_t control_offset() { return sizeof(Header); }
 
-size_t data_offset(int world) {
-  size_t end = control_offset() + sizeof(RankControl) * static_cast<size_t>(world);
+size_t descriptor_offset(int world) {
+  return control_offset() + sizeof(RankControl) * static_cast<size_t>(world);
+}
+
+size_t data_offset(int world, int slots) {
+  size_t end = descriptor_offset(world) +
+               sizeof(OpDescriptor) * static_cast<size_t>(world) * static_cast<size_t>(slots);
   return (end + 4095) / 4096 * 4096;
 }
 
@@ -48,7 +53,7 @@ void* map(int fd, size_t bytes, const std::string& name) {
 }  // namespace
 
 size_t Segment::size_for(int world, int slots, int64_t chunk_bytes) {
-  return data_offset(world) +
+  return data_offset(world, slots) +
          static_cast<size_t>(world) * static_cast<size_t>(slots) * static_cast<size_t>(chunk_bytes);
 }
 
@@ -98,7 +103,10 @@ Segment Segment::create(const std::string& name, int world, int slots, int64_t c
   h->world = static_cast<uint32_t>(world);
   h->slots = static_cast<uint32_t>(slots);
   h->chunk_bytes = static_cast<uint64_t>(chunk_bytes);
-  for (int r = 0; r < world; ++r) new (&s.control(r)) RankControl();
+  for (int r = 0; r < world; ++r) {
+    new (&s.control(r)) RankControl();
+    for (int k = 0; k < slots; ++k) new (&s.descriptor(r, k)) OpDescriptor();
+  }
   return s;
 }
 
@@ -145,8 +153,17 @@ RankControl& Segment::control(int rank) const {
 
 char* Segment::slot(int rank, int slot) const {
   const auto& h = header();
-  return static_cast<char*>(base_) + data_offset(static_cast<int>(h.world)) +
+  return static_cast<char*>(base_) +
+         data_offset(static_cast<int>(h.world), static_cast<int>(h.slots)) +
          (static_cast<size_t>(rank) * h.slots + static_cast<size_t>(slot)) * h.chunk_bytes;
+}
+
+OpDescriptor& Segment::descriptor(int rank, int slot) const {
+  const auto& h = header();
+  return reinterpret_cast<OpDescriptor*>(static_cast<char*>(base_) + descriptor_offset(
+                                             static_cast<int>(h.world)))[static_cast<size_t>(rank) *
+                                                                             h.slots +
+                                                                         static_cast<size_t>(slot)];
 }
 
 }  // namespace ddp::detail::shm

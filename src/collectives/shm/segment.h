@@ -7,6 +7,8 @@
 //   Header        one page: magic, geometry, attach count, broken flag
 //   RankControl   one per rank: its three step counters, each on its own
 //                 line, then its process id, liveness and progress
+//   OpDescriptor  one per rank and slot, a line each: what operation the
+//                 rank runs at the step that uses the slot (its first)
 //   data          rank r's slot s at data + (r * slots + s) * chunk_bytes
 #pragma once
 
@@ -18,7 +20,7 @@
 namespace ddp::detail::shm {
 
 constexpr size_t kLine = 64;
-constexpr uint64_t kMagic = 0x64647073686d3032ull;  // "ddpshm02": RankControl's layout
+constexpr uint64_t kMagic = 0x64647073686d3033ull;  // "ddpshm03": the layout above
 
 // A step counter a rank publishes and its peers wait on. `value` is the
 // number of steps done; its low 32 bits are the futex word. `waiters` counts
@@ -43,14 +45,23 @@ struct alignas(kLine) RankControl {
   std::atomic<uint32_t> left{0};         // 1 once the rank closed its group
   std::atomic<uint64_t> ops_started{0};  // operations this rank has begun
   std::atomic<int64_t> progress_ms{0};   // CLOCK_MONOTONIC ms of its last step
-  // The zero-copy all-reduce this rank runs (zero_copy.h): written before it
-  // publishes COPIED of `zc_step`, so that peers can check they run the same.
-  alignas(kLine) std::atomic<uint64_t> zc_step{~0ull};
-  std::atomic<uint64_t> zc_region{0};
-  std::atomic<uint64_t> zc_offset{0};
-  std::atomic<uint64_t> zc_bytes{0};
-  std::atomic<uint64_t> zc_kind{0};  // dtype and reduce op
 };
+
+// What a rank says an operation is, at the operation's first step, so that
+// its peers can check they run the same one (channel.h: describe, agree).
+// Plain fields: written before the rank publishes COPIED of that step and
+// read after a peer sees it, as slot contents are.
+struct alignas(kLine) OpDescriptor {
+  uint64_t op_number = 0;  // the rank's count of operations, from 1
+  uint32_t kind = 0;       // OpKind (channel.h)
+  int32_t dtype = -1;      // at::ScalarType; -1: none
+  int32_t reduce_op = -1;  // ReduceOp; -1: none
+  int32_t root = -1;       // -1: none
+  int64_t count = 0;       // elements
+  uint64_t region = 0;     // zero-copy: the region's number
+  uint64_t offset = 0;     // zero-copy: the tensor's byte offset in its part
+};
+static_assert(sizeof(OpDescriptor) == kLine);
 
 struct alignas(4096) Header {
   uint64_t magic;
@@ -97,8 +108,9 @@ class Segment {
 
   Header& header() const { return *static_cast<Header*>(base_); }
   RankControl& control(int rank) const;
-  // Rank `rank`'s slot `slot`.
+  // Rank `rank`'s slot `slot`, and the descriptor of the step using it.
   char* slot(int rank, int slot) const;
+  OpDescriptor& descriptor(int rank, int slot) const;
   int world() const { return static_cast<int>(header().world); }
   int slots() const { return static_cast<int>(header().slots); }
   int64_t chunk_bytes() const { return static_cast<int64_t>(header().chunk_bytes); }

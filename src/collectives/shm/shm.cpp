@@ -149,6 +149,8 @@ class ShmProcessGroup::Impl {
       return nullptr;
     } catch (const CommunicationError&) {
       return std::current_exception();  // the channel marked the segment already
+    } catch (const CollectiveMismatch&) {
+      return std::current_exception();  // so did it for this
     } catch (const std::exception& e) {
       std::string message = "ddp: " + work.description() + " failed: " + e.what();
       channel_.mark_broken("rank " + std::to_string(owner_.rank()) + ": " + message);

@@ -25,43 +25,6 @@ constexpr int64_t kReduceChunkBytes = 64 << 10;
 
 constexpr char kErrorMark = '!';
 
-// Dtype and reduce op in one word, for the descriptor.
-uint64_t kind_of(const at::Tensor& t, ReduceOp op) {
-  return static_cast<uint64_t>(t.scalar_type()) * 16 + static_cast<uint64_t>(op);
-}
-
-std::string describe(const RankControl& c) {
-  const auto load = [](const std::atomic<uint64_t>& v) {
-    return v.load(std::memory_order_relaxed);
-  };
-  const uint64_t kind = load(c.zc_kind);
-  return std::to_string(load(c.zc_bytes)) + " bytes at offset " +
-         std::to_string(load(c.zc_offset)) + " of zero-copy region #" +
-         std::to_string(load(c.zc_region)) + " (" +
-         c10::toString(static_cast<at::ScalarType>(kind / 16)) + ", " +
-         to_string(static_cast<ReduceOp>(kind % 16)) + ")";
-}
-
-// Throws unless `peer` runs the same zero-copy all-reduce as this rank in `step`.
-void check_same_reduction(Channel& ch, int peer, uint64_t step, const RankControl& mine) {
-  const RankControl& theirs = ch.control(peer);
-  const auto same = [&](const std::atomic<uint64_t> RankControl::*field) {
-    return (theirs.*field).load(std::memory_order_relaxed) ==
-           (mine.*field).load(std::memory_order_relaxed);
-  };
-  const bool this_step = theirs.zc_step.load(std::memory_order_relaxed) == step;
-  if (this_step && same(&RankControl::zc_region) && same(&RankControl::zc_offset) &&
-      same(&RankControl::zc_bytes) && same(&RankControl::zc_kind)) {
-    return;
-  }
-  throw InvalidArgument(
-      "zero-copy allreduce of " + describe(mine) + ": rank " + std::to_string(peer) +
-      (this_step ? " reduces " + describe(theirs)
-                 : " runs another collective (a tensor outside its zero-copy memory)") +
-      " in this step. Every rank must allreduce the same part of its zero-copy memory "
-      "(ProcessGroup::allocate_zero_copy), with the same dtype and op, in the same order");
-}
-
 }  // namespace
 
 Region::~Region() { munmap(base_, per_rank_ * static_cast<size_t>(world_)); }
@@ -75,6 +38,7 @@ std::shared_ptr<Region> allocate_region(Channel& ch, uint64_t id, size_t per_ran
 
   // Rank 0 creates the file, or says why it could not: then nobody has
   // zero-copy memory this time (a small /dev/shm, as in containers).
+  ch.describe(OpKind::ALLOCATE_ZERO_COPY, static_cast<int64_t>(per_rank));
   const uint64_t s = ch.begin_step(root);
   if (root) {
     std::string message;
@@ -98,6 +62,7 @@ std::shared_ptr<Region> allocate_region(Channel& ch, uint64_t id, size_t per_ran
     }
   } else {
     ch.wait(0, COPIED, s);
+    ch.agree(0);  // rank 0 learns of a disagreement at the next step, which waits for all
     name = ch.slot(0, s);
     ch.finish_step(s);
     if (!name.empty() && name[0] == kErrorMark) return nullptr;
@@ -133,18 +98,14 @@ void allreduce_in_region(Channel& ch, const Region& region, size_t offset, const
   const size_t es = tensor.element_size();
   const ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
 
+  // Every rank must reduce the same part of the region: the descriptor says which.
+  ch.describe(OpKind::ALLREDUCE_ZERO_COPY, n, static_cast<int>(tensor.scalar_type()),
+              static_cast<int>(op));
+  ch.describe_memory(region.id(), offset);
   const uint64_t s = ch.begin_step(false);
-  RankControl& mine = ch.control(r);
-  mine.zc_region.store(region.id(), std::memory_order_relaxed);
-  mine.zc_offset.store(offset, std::memory_order_relaxed);
-  mine.zc_bytes.store(tensor.nbytes(), std::memory_order_relaxed);
-  mine.zc_kind.store(kind_of(tensor, op), std::memory_order_relaxed);
-  mine.zc_step.store(s, std::memory_order_relaxed);
   ch.publish(COPIED, s);
   ch.wait_all(COPIED, s);
-  for (int q = 0; q < w; ++q) {
-    if (q != r) check_same_reduction(ch, q, s, mine);
-  }
+  ch.agree_all();
 
   const Slices slices(n, w, es);
   const int64_t per_chunk = std::max<int64_t>(1, kReduceChunkBytes / static_cast<int64_t>(es));

@@ -5,8 +5,8 @@
 // A region holds `per_rank` bytes for each rank, rank r's part at
 // base + r * per_rank. Every rank all-reduces a tensor at the same offset of
 // its own part (DDP lays its buckets out alike on every rank). Step s:
-//   1. every rank writes its descriptor (region, offset, bytes, s) and
-//      publishes COPIED: its tensor holds its contribution;
+//   1. every rank writes its descriptor (channel.h: region, offset, count,
+//      dtype, op) and publishes COPIED: its tensor holds its contribution;
 //   2. once all have, rank r checks every descriptor against its own (a
 //      rank that runs anything else fails the group on every rank), reduces
 //      slice r of the tensor over every rank's part into its own part, and
