@@ -1,6 +1,8 @@
 // examples/train's command line: the flags, their defaults and --help.
 #pragma once
 
+#include "fashion_mnist.h"
+
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -34,7 +36,14 @@ inline const char* const kUsage =
     "  --uneven            rank r trains on (100 - 10 r)% of its shard each epoch (at\n"
     "                      least half): a ddp::Join keeps the ranks that finished\n"
     "                      answering the others' collectives\n"
-    "  --mnist DIR         train on MNIST from DIR instead of synthetic data\n"
+    "  --data NAME         fashion-mnist: Fashion-MNIST (Debian's dataset-fashion-mnist)\n"
+    "                      with a small CNN, or synthetic data where the package is\n"
+    "                      absent; synthetic: a synthetic 10-class set with an MLP\n"
+    "                      (default fashion-mnist)\n"
+    "  --data-dir DIR      where the Fashion-MNIST .gz files are (default\n"
+    "                      /usr/share/datasets/fashion-mnist); unzipped once into\n"
+    "                      $XDG_CACHE_HOME/ddp/fashion-mnist (else ~/.cache/...)\n"
+    "  --mnist DIR         train an MLP on MNIST from DIR (the four unzipped files)\n"
     "  --train-size N      synthetic training samples (default 40000)\n"
     "  --dropout P         dropout after each hidden layer (default 0); each rank\n"
     "                      draws its masks from its own seed\n"
@@ -64,6 +73,8 @@ struct Flags {
   bool find_unused = false;
   bool zero = false;
   bool uneven = false;
+  std::string data = "fashion-mnist";
+  std::string data_dir = kFashionMnistDir;
   std::string mnist;
   int threads = 1;
   int timeout_s = 0;  // 0: the default
@@ -136,6 +147,10 @@ inline Flags parse(int argc, char** argv) {
       f.zero = true;
     else if (flag == "--uneven")
       f.uneven = true;
+    else if (flag == "--data")
+      f.data = next();
+    else if (flag == "--data-dir")
+      f.data_dir = next();
     else if (flag == "--mnist")
       f.mnist = next();
     else if (flag == "--threads")
@@ -148,6 +163,9 @@ inline Flags parse(int argc, char** argv) {
                          flag == "--uneven" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
     }
+  }
+  if (f.data != "fashion-mnist" && f.data != "synthetic") {
+    throw UsageError("--data expects fashion-mnist or synthetic, got '" + f.data + "'");
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
   if (f.zero && f.checkpoint_every > 0) {

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake          # the build
   ccache                         # rebuilds (and CI's clean clones) reuse compiled files
+  dataset-fashion-mnist          # the main job's data (examples/train)
+  zlib1g-dev                     # examples/train unzips it
   clang                          # scripts/thread-safety.sh: the thread-safety annotations checked
   python3-venv                   # the virtual environment of pip's torch
   libgtest-dev                   # GoogleTest: the multirank test tier

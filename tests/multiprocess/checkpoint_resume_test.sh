@@ -22,7 +22,7 @@ LIMIT=90  # seconds any one job may take before the test kills it
 
 # 2 epochs of 64 steps on 2 ranks; 2 ranks so that the sums are exact in
 # any bucket layout.
-JOB=(--float64 --train-size 4096 --epochs 2 --batch-size 32 --dropout 0.1 --log-every 1
+JOB=(--data synthetic --float64 --train-size 4096 --epochs 2 --batch-size 32 --dropout 0.1 --log-every 1
      --timeout 20)
 STEPS=128
 EVERY=10

@@ -12,10 +12,7 @@ job=$build/tests/multiprocess/shm_job
 tmp=$(mktemp -d)
 pids=()
 trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
-failed=0
-ok() { echo "ok - $1"; }
-not_ok() { echo "not ok - $1"; failed=1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/../support/tap.sh"
 
 # Segments of this machine; "clean" passes when none appeared since the start.
 segments() { ls /dev/shm 2>/dev/null | grep '^ddp-shm-' | sort; }

@@ -11,9 +11,7 @@ ddprun=$build/tools/ddprun/ddprun
 job=$build/tests/multiprocess/timeline_job
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failed=0
-ok() { echo "ok - $1"; }
-not_ok() { echo "not ok - $1"; failed=1; }
+. "$(dirname "$0")/../support/tap.sh"
 iterations=4
 
 # check FILE RANK COMM: the trace of RANK, buckets named "COMM bucket K (size)".

@@ -18,7 +18,7 @@ failed=0
 run() {
   local name=$1
   shift
-  if ! timeout 240 "$ddprun" --nproc-per-node 3 "$train" --uneven --float64 --epochs 2 \
+  if ! timeout 240 "$ddprun" --nproc-per-node 3 "$train" --data synthetic --uneven --float64 --epochs 2 \
       --train-size 3000 --log-every 1000 --checkpoint "$tmp/$name.pt" "$@" >"$tmp/$name.log" 2>&1; then
     echo "not ok - $name: the job failed:" >&2
     tail -5 "$tmp/$name.log" >&2
