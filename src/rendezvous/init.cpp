@@ -9,6 +9,7 @@
 #include "collectives/checked_process_group.h"
 #include "rendezvous/arrival.h"
 #include "rendezvous/bounded.h"
+#include "rendezvous/store_handshake.h"
 #include "rendezvous/env.h"
 #include "compat/torch_compat.h"
 
@@ -115,7 +116,8 @@ std::string agent_store_prefix() {
          std::to_string(rendezvous_in_process++);
 }
 
-StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
+StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o,
+                        std::chrono::steady_clock::time_point deadline) {
   const bool agent = master.source == "MASTER_ADDR" && agent_hosts_store();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(master.port);
@@ -126,9 +128,25 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o) {
   compat::use_classic_tcp_store(opts);
   const std::string where = master.host + ":" + std::to_string(master.port);
   try {
-    StorePtr store = c10::make_intrusive<c10d::TCPStore>(master.host, opts);
+    StorePtr store;
+    if (opts.isServer) {
+      store = c10::make_intrusive<c10d::TCPStore>(master.host, opts);
+    } else {
+      // Told apart within seconds: a store not up yet, and a port whose
+      // program accepts and never answers (store_handshake.h).
+      const std::string who = "rank " + std::to_string(o.rank()) + ": " +
+                              (agent ? "torchrun's store at " : "the rendezvous store at ") + where;
+      detail::wait_until_listening(master.host, master.port, who, deadline);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      store = detail::handshake(
+          [host = master.host, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); },
+          who, std::clamp(left, std::chrono::milliseconds(1), detail::kStoreHandshake));
+    }
     if (!agent) return store;
     return c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(), store);
+  } catch (const Error&) {
+    throw;  // ours already say where and what to check
   } catch (const std::exception& e) {
     if (agent) {
       throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
@@ -239,7 +257,7 @@ StorePtr rendezvous(InitOptions& o) {
       *step = "resolving the master address";
       resolve_master(*master, options.rank(), deadline);
       *step = "connecting to the store";
-      store = make_tcp_store(*master, options);
+      store = make_tcp_store(*master, options, deadline);
     } else {
       store = c10::make_intrusive<c10d::FileStore>(options.init_method().substr(7),
                                                    options.world_size());
