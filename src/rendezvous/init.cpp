@@ -325,8 +325,8 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
     setup.index = i;
     setup.store = StorePtr();
     if (store) {
-      setup.store = c10::make_intrusive<c10d::PrefixStore>(
-          generation + "/group" + std::to_string(i), store);
+      setup.store =
+          c10::make_intrusive<c10d::PrefixStore>(generation + "/group" + std::to_string(i), store);
     }
     groups.push_back(backend.create(setup));
   }

@@ -70,9 +70,11 @@ void wait_until_listening(const std::string& host, int port, const std::string& 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  throw TimeoutError("ddp: " + where + ": nothing accepted a connection there within the "
-                     "rendezvous timeout (last: " + last + "). Check MASTER_ADDR/MASTER_PORT and "
-                     "that rank 0 (or the launcher that hosts the store) runs.");
+  const std::string what = ": nothing accepted a connection there within the rendezvous timeout";
+  const std::string check =
+      ". Check MASTER_ADDR/MASTER_PORT and that rank 0 (or the launcher that hosts the store) "
+      "runs.";
+  throw TimeoutError("ddp: " + where + what + " (last: " + last + ")" + check);
 }
 
 StorePtr handshake(std::function<StorePtr()> connect, const std::string& where,
@@ -83,10 +85,12 @@ StorePtr handshake(std::function<StorePtr()> connect, const std::string& where,
     return store;
   };
   return run_bounded<StorePtr>(first_request, handshake, [&] {
-    throw CommunicationError(
-        "ddp: " + where + " accepted the connection but did not answer the store's handshake "
-        "within " + std::to_string(handshake.count()) + " ms: another program holds that port "
-        "(choose another MASTER_PORT), or the store's host (rank 0) is stopped or cut off.");
+    const std::string why = " accepted the connection but did not answer the store's handshake";
+    const std::string check =
+        ": another program holds that port (choose another MASTER_PORT), or the store's host "
+        "(rank 0) is stopped or cut off.";
+    throw CommunicationError("ddp: " + where + why + " within " +
+                             std::to_string(handshake.count()) + " ms" + check);
   });
 }
 

@@ -207,10 +207,13 @@ std::vector<MismatchCase> mismatch_cases() {
        }},
       {"allreduce float32 vs float64",
        [](int rank, ProcessGroup& pg) {
-         return std::vector<WorkPtr>{pg.allreduce(at::ones({100}, rank ? at::kDouble : at::kFloat))};
+         return std::vector<WorkPtr>{
+             pg.allreduce(at::ones({100}, rank ? at::kDouble : at::kFloat))};
        }},
       {"allreduce of 100 vs 101 elements (one step)",
-       [f](int rank, ProcessGroup& pg) { return std::vector<WorkPtr>{pg.allreduce(f(100 + rank))}; }},
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce(f(100 + rank))};
+       }},
       {"allreduce of 20000 vs 20001 elements (pipelined)",
        [f](int rank, ProcessGroup& pg) {
          return std::vector<WorkPtr>{pg.allreduce(f(20000 + rank))};
@@ -224,7 +227,9 @@ std::vector<MismatchCase> mismatch_cases() {
          return std::vector<WorkPtr>{rank ? pg.broadcast(f(100), 0) : pg.allreduce(f(100))};
        }},
       {"broadcast from root 0 vs root 1",
-       [f](int rank, ProcessGroup& pg) { return std::vector<WorkPtr>{pg.broadcast(f(100), rank)}; }},
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.broadcast(f(100), rank)};
+       }},
       {"allgather of 10 vs 11 elements",
        [f](int rank, ProcessGroup& pg) {
          std::vector<at::Tensor> out{f(10 + rank), f(10 + rank)};

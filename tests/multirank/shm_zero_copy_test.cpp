@@ -121,7 +121,8 @@ TEST(ShmZeroCopy, RanksReducingDifferentMemoryFailOnEveryRank) {
     auto pg = shm_group(store, rank, 2);
     at::Tensor region = pg->allocate_zero_copy(1 << 16);
     at::Tensor t = rank == 0 ? carve(region, 0, 4096, at::kFloat) : at::ones({4096});
-    expect_refused(rank, [&] { pg->allreduce(t)->wait(); }, "zero-copy");
+    expect_refused(
+        rank, [&] { pg->allreduce(t)->wait(); }, "zero-copy");
   });
 }
 
@@ -131,7 +132,8 @@ TEST(ShmZeroCopy, RanksReducingDifferentPartsFailOnEveryRank) {
     auto pg = shm_group(store, rank, 2);
     at::Tensor region = pg->allocate_zero_copy(1 << 16);
     at::Tensor t = carve(region, rank * 4096, 1024, at::kFloat);
-    expect_refused(rank, [&] { pg->allreduce(t)->wait(); }, "offset");
+    expect_refused(
+        rank, [&] { pg->allreduce(t)->wait(); }, "offset");
   });
 }
 
@@ -140,8 +142,8 @@ TEST(ShmZeroCopy, RanksReducingWithDifferentOpsFailOnEveryRank) {
   spawn(2, [](int rank, StorePtr store) {
     auto pg = shm_group(store, rank, 2);
     at::Tensor t = carve(pg->allocate_zero_copy(1 << 16), 0, 4096, at::kFloat);
-    expect_refused(rank, [&] { pg->allreduce(t, rank == 0 ? ReduceOp::SUM : ReduceOp::MAX)->wait(); },
-                   "MAX");
+    expect_refused(
+        rank, [&] { pg->allreduce(t, rank == 0 ? ReduceOp::SUM : ReduceOp::MAX)->wait(); }, "MAX");
   });
 }
 

@@ -3,7 +3,6 @@
 #include "collectives/shm/peers.h"
 
 #include <ddp/errors.h>
-#include <ddp/process_group.h>
 
 #include <c10/core/ScalarType.h>
 
@@ -53,56 +52,39 @@ void futex_wake(Counter& c) {
   syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-const char* kind_name(uint32_t kind) {
-  switch (static_cast<OpKind>(kind)) {
-    case OpKind::UNDESCRIBED:
-      return "a collective";
-    case OpKind::ALLREDUCE_ONE_STEP:
-    case OpKind::ALLREDUCE_PIPELINED:
-    case OpKind::ALLREDUCE_ZERO_COPY:
-      return "allreduce";
-    case OpKind::BROADCAST:
-      return "broadcast";
-    case OpKind::ALLGATHER:
-      return "allgather";
-    case OpKind::REDUCE_SCATTER:
-      return "reduce_scatter";
-    case OpKind::BARRIER:
-      return "barrier";
-    case OpKind::ALLOCATE_ZERO_COPY:
-      return "allocate_zero_copy";
-  }
-  return "an unknown collective";
-}
-
-// "allreduce #12 (SUM, Float, 4096 elements, one step)": numbered as the
-// operations' Works are (from 0).
+// "allreduce #12 (SUM, Float, 4096 elements, one step ...)": numbered as
+// the operations' Works are (from 0).
 std::string to_text(const OpDescriptor& d) {
-  const auto kind = static_cast<OpKind>(d.kind);
+  const auto variant = static_cast<Variant>(d.variant);
   std::string details;
-  const auto add = [&](const std::string& part) { details += (details.empty() ? "" : ", ") + part; };
+  const auto add = [&](const std::string& part) {
+    details += (details.empty() ? "" : ", ") + part;
+  };
   if (d.reduce_op >= 0) add(to_string(static_cast<ReduceOp>(d.reduce_op)));
   if (d.dtype >= 0) add(c10::toString(static_cast<c10::ScalarType>(d.dtype)));
-  if (kind == OpKind::ALLOCATE_ZERO_COPY) {
+  if (variant == Variant::ZERO_COPY_MEMORY) {
     add(std::to_string(d.count) + " bytes per rank");
-  } else if (kind != OpKind::UNDESCRIBED && kind != OpKind::BARRIER) {
+  } else if (d.kind >= 0 && static_cast<OpKind>(d.kind) != OpKind::BARRIER) {
     add(std::to_string(d.count) + " elements");
   }
   if (d.root >= 0) add("root " + std::to_string(d.root));
-  if (kind == OpKind::ALLREDUCE_ONE_STEP) add("one step: at most ShmOptions::small_bytes");
-  if (kind == OpKind::ALLREDUCE_PIPELINED) add("pipelined: over ShmOptions::small_bytes");
-  if (kind == OpKind::ALLREDUCE_ZERO_COPY) {
+  if (variant == Variant::ONE_STEP) add("one step: at most ShmOptions::small_bytes");
+  if (variant == Variant::PIPELINED) add("pipelined: over ShmOptions::small_bytes");
+  if (variant == Variant::ZERO_COPY) {
     add("zero-copy: byte offset " + std::to_string(d.offset) + " of region #" +
         std::to_string(d.region));
   }
-  return std::string(kind_name(d.kind)) + " #" + std::to_string(d.op_number - 1) +
+  const std::string name = d.kind >= 0 ? to_string(static_cast<OpKind>(d.kind))
+                           : variant == Variant::ZERO_COPY_MEMORY ? "allocate_zero_copy"
+                                                                  : "a collective";
+  return name + " #" + std::to_string(d.op_number - 1) +
          (details.empty() ? "" : " (" + details + ")");
 }
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
-  return a.op_number == b.op_number && a.kind == b.kind && a.dtype == b.dtype &&
-         a.reduce_op == b.reduce_op && a.root == b.root && a.count == b.count &&
-         a.region == b.region && a.offset == b.offset;
+  return a.op_number == b.op_number && a.kind == b.kind && a.variant == b.variant &&
+         a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.root == b.root &&
+         a.count == b.count && a.region == b.region && a.offset == b.offset;
 }
 
 }  // namespace
@@ -144,12 +126,19 @@ void Channel::begin_op(const std::string& description,
   }
 }
 
-void Channel::describe(OpKind kind, int64_t count, int dtype, int reduce_op, int root) {
-  described_.kind = static_cast<uint32_t>(kind);
+void Channel::describe(OpKind kind, int64_t count, int dtype, int reduce_op, int root,
+                       Variant variant) {
+  described_.kind = static_cast<int32_t>(kind);
+  described_.variant = static_cast<uint32_t>(variant);
   described_.count = count;
   described_.dtype = dtype;
   described_.reduce_op = reduce_op;
   described_.root = root;
+}
+
+void Channel::describe_allocation(int64_t bytes_per_rank) {
+  described_.variant = static_cast<uint32_t>(Variant::ZERO_COPY_MEMORY);
+  described_.count = bytes_per_rank;
 }
 
 void Channel::describe_memory(uint64_t region, uint64_t offset) {
@@ -191,7 +180,7 @@ void Channel::agree(int peer) {
   const std::string why = "rank " + std::to_string(peer) + " issued " + to_text(theirs) +
                           " where this rank issued " + to_text(described_);
   mark_broken("rank " + std::to_string(config_.rank) + ": " + op_ + ": " + why);
-  const bool zero_copy = described_.kind == static_cast<uint32_t>(OpKind::ALLREDUCE_ZERO_COPY);
+  const bool zero_copy = described_.variant == static_cast<uint32_t>(Variant::ZERO_COPY);
   throw CollectiveMismatch("ddp: " + op_ + " failed: " + why +
                            ". Every rank must issue the same collectives, with the same element "
                            "counts, dtypes, reduce ops and roots, in the same order, with the "

@@ -30,6 +30,8 @@
 
 #include "collectives/shm/segment.h"
 
+#include <ddp/process_group.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -46,18 +48,15 @@ inline void cpu_relax() {
 #endif
 }
 
-// OpDescriptor::kind. The two all-reduce paths differ, so that ranks whose
-// ShmOptions::small_bytes differ are told so rather than mixing paths.
-enum class OpKind : uint32_t {
-  UNDESCRIBED = 0,  // an operation that said nothing: compared by number only
-  ALLREDUCE_ONE_STEP,
-  ALLREDUCE_PIPELINED,
-  ALLREDUCE_ZERO_COPY,
-  BROADCAST,
-  ALLGATHER,
-  REDUCE_SCATTER,
-  BARRIER,
-  ALLOCATE_ZERO_COPY,
+// OpDescriptor::variant: what an shm operation is beyond its ddp::OpKind.
+// The all-reduce's paths differ, so that ranks whose ShmOptions::small_bytes
+// differ are told so rather than mixing paths.
+enum class Variant : uint32_t {
+  NONE = 0,
+  ONE_STEP,          // all-reduce of at most small_bytes
+  PIPELINED,         // all-reduce of more
+  ZERO_COPY,         // all-reduce in zero-copy memory (with its region and offset)
+  ZERO_COPY_MEMORY,  // allocate_zero_copy (no OpKind; count: bytes per rank)
 };
 
 class Channel {
@@ -82,7 +81,9 @@ class Channel {
   // backend's error, naming the peer, comes before Work::wait's own).
   void begin_op(const std::string& description, std::chrono::steady_clock::time_point deadline);
   // What the running operation is: after begin_op, before its first step.
-  void describe(OpKind kind, int64_t count, int dtype = -1, int reduce_op = -1, int root = -1);
+  void describe(OpKind kind, int64_t count, int dtype = -1, int reduce_op = -1, int root = -1,
+                Variant variant = Variant::NONE);
+  void describe_allocation(int64_t bytes_per_rank);
   // And, for a zero-copy all-reduce, which memory it reduces.
   void describe_memory(uint64_t region, uint64_t offset);
   // Takes the next step's number; waits until its slot is free on this rank

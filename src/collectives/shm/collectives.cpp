@@ -41,8 +41,8 @@ void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small
   if (tensor.numel() == 0) return;
   const ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
   const bool one_step = static_cast<int64_t>(tensor.nbytes()) <= small_bytes;
-  ch.describe(one_step ? OpKind::ALLREDUCE_ONE_STEP : OpKind::ALLREDUCE_PIPELINED, tensor.numel(),
-              dtype_of(tensor), static_cast<int>(op));
+  ch.describe(OpKind::ALLREDUCE, tensor.numel(), dtype_of(tensor), static_cast<int>(op), -1,
+              one_step ? Variant::ONE_STEP : Variant::PIPELINED);
   if (one_step) {
     allreduce_small(ch, tensor, kernel);
   } else {

@@ -53,7 +53,8 @@ struct alignas(kLine) RankControl {
 // read after a peer sees it, as slot contents are.
 struct alignas(kLine) OpDescriptor {
   uint64_t op_number = 0;  // the rank's count of operations, from 1
-  uint32_t kind = 0;       // OpKind (channel.h)
+  int32_t kind = -1;       // ddp::OpKind; -1: none (said nothing, or an allocation)
+  uint32_t variant = 0;    // Variant (channel.h): the path, or an allocation
   int32_t dtype = -1;      // at::ScalarType; -1: none
   int32_t reduce_op = -1;  // ReduceOp; -1: none
   int32_t root = -1;       // -1: none

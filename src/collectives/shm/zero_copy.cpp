@@ -38,7 +38,7 @@ std::shared_ptr<Region> allocate_region(Channel& ch, uint64_t id, size_t per_ran
 
   // Rank 0 creates the file, or says why it could not: then nobody has
   // zero-copy memory this time (a small /dev/shm, as in containers).
-  ch.describe(OpKind::ALLOCATE_ZERO_COPY, static_cast<int64_t>(per_rank));
+  ch.describe_allocation(static_cast<int64_t>(per_rank));
   const uint64_t s = ch.begin_step(root);
   if (root) {
     std::string message;
@@ -99,8 +99,8 @@ void allreduce_in_region(Channel& ch, const Region& region, size_t offset, const
   const ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
 
   // Every rank must reduce the same part of the region: the descriptor says which.
-  ch.describe(OpKind::ALLREDUCE_ZERO_COPY, n, static_cast<int>(tensor.scalar_type()),
-              static_cast<int>(op));
+  ch.describe(OpKind::ALLREDUCE, n, static_cast<int>(tensor.scalar_type()), static_cast<int>(op),
+              -1, Variant::ZERO_COPY);
   ch.describe_memory(region.id(), offset);
   const uint64_t s = ch.begin_step(false);
   ch.publish(COPIED, s);
