@@ -80,7 +80,7 @@ struct NetImpl : torch::nn::Module {
   torch::Tensor drop(torch::Tensor x) {
     return dropout > 0 ? torch::dropout(x, dropout, is_training()) : x;
   }
-  const char* name() const { return kind == Kind::CNN ? "CNN" : "MLP"; }
+  const char* architecture() const { return kind == Kind::CNN ? "CNN" : "MLP"; }
 };
 TORCH_MODULE(Net);
 
@@ -193,10 +193,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
         "train: %s with %lld %s parameters, batch %lld per rank (%lld global), "
         "SGD lr %g momentum 0.9%s, %d epochs of %lld steps%s\n",
         world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
-        static_cast<long long>(test_images.size(0)), net->name(), static_cast<long long>(params),
-        f.float64 ? "float64" : "float32", static_cast<long long>(f.batch_size),
-        static_cast<long long>(f.batch_size * world), f.lr, f.zero ? " (ZeRO: state sharded)" : "",
-        f.epochs, static_cast<long long>(steps_per_epoch),
+        static_cast<long long>(test_images.size(0)), net->architecture(),
+        static_cast<long long>(params), f.float64 ? "float64" : "float32",
+        static_cast<long long>(f.batch_size), static_cast<long long>(f.batch_size * world), f.lr,
+        f.zero ? " (ZeRO: state sharded)" : "", f.epochs, static_cast<long long>(steps_per_epoch),
         f.uneven ? " at most (--uneven: rank r stops at (100 - 10 r)%)" : "");
     std::fflush(stdout);
   }
