@@ -245,6 +245,15 @@ std::vector<MismatchCase> mismatch_cases() {
        [f](int rank, ProcessGroup& pg) {
          return std::vector<WorkPtr>{rank ? pg.barrier() : pg.allreduce(f(8))};
        }},
+      {"allreduce_coalesced of [3, 5] vs [5, 3] elements",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{pg.allreduce_coalesced({f(rank ? 5 : 3), f(rank ? 3 : 5)})};
+       }},
+      {"allreduce of 8 vs allreduce_coalesced of [4, 4]",
+       [f](int rank, ProcessGroup& pg) {
+         return std::vector<WorkPtr>{rank ? pg.allreduce_coalesced({f(4), f(4)})
+                                          : pg.allreduce(f(8))};
+       }},
       {"allreduce of 0 vs 10 elements, then a barrier",
        [f](int rank, ProcessGroup& pg) {
          return std::vector<WorkPtr>{pg.allreduce(f(rank ? 10 : 0)), pg.barrier()};

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include <linux/futex.h>
@@ -68,6 +69,11 @@ std::string to_text(const OpDescriptor& d) {
     add(std::to_string(d.count) + " elements");
   }
   if (d.root >= 0) add("root " + std::to_string(d.root));
+  if (d.tensors > 0) {
+    char layout[32];
+    std::snprintf(layout, sizeof(layout), "%016llx", static_cast<unsigned long long>(d.layout));
+    add(std::to_string(d.tensors) + " tensors, element counts hashed " + layout);
+  }
   if (variant == Variant::ONE_STEP) add("one step: at most ShmOptions::small_bytes");
   if (variant == Variant::PIPELINED) add("pipelined: over ShmOptions::small_bytes");
   if (variant == Variant::ZERO_COPY) {
@@ -84,7 +90,8 @@ std::string to_text(const OpDescriptor& d) {
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
   return a.op_number == b.op_number && a.kind == b.kind && a.variant == b.variant &&
          a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.root == b.root &&
-         a.count == b.count && a.region == b.region && a.offset == b.offset;
+         a.count == b.count && a.region == b.region && a.offset == b.offset &&
+         a.tensors == b.tensors && a.layout == b.layout;
 }
 
 }  // namespace
@@ -139,6 +146,17 @@ void Channel::describe(OpKind kind, int64_t count, int dtype, int reduce_op, int
 void Channel::describe_allocation(int64_t bytes_per_rank) {
   described_.variant = static_cast<uint32_t>(Variant::ZERO_COPY_MEMORY);
   described_.count = bytes_per_rank;
+}
+
+void Channel::describe_tensors(const std::vector<int64_t>& numels) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the counts' bytes
+  for (int64_t n : numels) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h = (h ^ ((static_cast<uint64_t>(n) >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
+    }
+  }
+  described_.tensors = static_cast<int32_t>(numels.size());
+  described_.layout = h;
 }
 
 void Channel::describe_memory(uint64_t region, uint64_t offset) {

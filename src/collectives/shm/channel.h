@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddp::detail::shm {
 
@@ -84,8 +85,10 @@ class Channel {
   void describe(OpKind kind, int64_t count, int dtype = -1, int reduce_op = -1, int root = -1,
                 Variant variant = Variant::NONE);
   void describe_allocation(int64_t bytes_per_rank);
-  // And, for a zero-copy all-reduce, which memory it reduces.
+  // And, for a zero-copy all-reduce, which memory it reduces; for a
+  // coalesced one, the element counts of its tensors (before describe()).
   void describe_memory(uint64_t region, uint64_t offset);
+  void describe_tensors(const std::vector<int64_t>& numels);
   // Takes the next step's number; waits until its slot is free on this rank
   // when `writes` (every peer consumed what step - slots left there). The
   // operation's first step always waits so, and announces its descriptor.

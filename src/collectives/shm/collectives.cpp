@@ -37,11 +37,12 @@ void finish_average(const at::Tensor& t, ReduceOp op, int world) {
   if (op == ReduceOp::AVG && world > 1) t.div_(world);
 }
 
-void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes) {
+void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes,
+               OpKind kind) {
   if (tensor.numel() == 0) return;
   const ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
   const bool one_step = static_cast<int64_t>(tensor.nbytes()) <= small_bytes;
-  ch.describe(OpKind::ALLREDUCE, tensor.numel(), dtype_of(tensor), static_cast<int>(op), -1,
+  ch.describe(kind, tensor.numel(), dtype_of(tensor), static_cast<int>(op), -1,
               one_step ? Variant::ONE_STEP : Variant::PIPELINED);
   if (one_step) {
     allreduce_small(ch, tensor, kernel);

@@ -16,7 +16,10 @@ namespace ddp::detail::shm {
 
 // Tensors of at most `small_bytes` take the one-synchronisation path; larger
 // ones reduce-scatter and all-gather through the slots, chunk by chunk.
-void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes);
+// `kind`: ALLREDUCE_COALESCED for the concatenation of a coalesced one
+// (described with Channel::describe_tensors first).
+void allreduce(Channel& ch, const at::Tensor& tensor, ReduceOp op, int64_t small_bytes,
+               OpKind kind = OpKind::ALLREDUCE);
 void broadcast(Channel& ch, const at::Tensor& tensor, int root);
 void allgather(Channel& ch, const std::vector<at::Tensor>& outputs, const at::Tensor& input);
 void reduce_scatter(Channel& ch, const at::Tensor& output, const std::vector<at::Tensor>& inputs,

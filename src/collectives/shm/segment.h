@@ -58,9 +58,11 @@ struct alignas(kLine) OpDescriptor {
   int32_t dtype = -1;      // at::ScalarType; -1: none
   int32_t reduce_op = -1;  // ReduceOp; -1: none
   int32_t root = -1;       // -1: none
-  int64_t count = 0;       // elements
+  int32_t tensors = 0;     // allreduce_coalesced: how many tensors
+  int64_t count = 0;       // elements (in all)
   uint64_t region = 0;     // zero-copy: the region's number
   uint64_t offset = 0;     // zero-copy: the tensor's byte offset in its part
+  uint64_t layout = 0;     // allreduce_coalesced: a hash of the tensors' element counts
 };
 static_assert(sizeof(OpDescriptor) == kLine);
 

@@ -204,11 +204,17 @@ WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
   const int64_t small = impl_->options().small_bytes();
   return impl_->enqueue("allreduce_coalesced", what, tensors,
                         [tensors, op, small](shm::Channel& ch) {
-                          if (tensors.size() == 1) return shm::allreduce(ch, tensors[0], op, small);
+                          constexpr OpKind kind = OpKind::ALLREDUCE_COALESCED;
+                          std::vector<int64_t> numels;
+                          for (const auto& t : tensors) numels.push_back(t.numel());
+                          ch.describe_tensors(numels);
+                          if (tensors.size() == 1) {
+                            return shm::allreduce(ch, tensors[0], op, small, kind);
+                          }
                           std::vector<at::Tensor> flat;
                           for (const auto& t : tensors) flat.push_back(t.view(-1));
                           at::Tensor all = at::cat(flat);
-                          shm::allreduce(ch, all, op, small);
+                          shm::allreduce(ch, all, op, small, kind);
                           int64_t offset = 0;
                           for (const auto& t : tensors) {
                             t.view(-1).copy_(all.narrow(0, offset, t.numel()));
