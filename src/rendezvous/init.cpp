@@ -141,7 +141,7 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o,
           deadline - std::chrono::steady_clock::now());
       store = detail::handshake(
           [host = master.host, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); },
-          who, std::clamp(left, std::chrono::milliseconds(1), detail::kStoreHandshake));
+          who, std::clamp(left, std::chrono::milliseconds(1000), detail::kStoreHandshake));
     }
     if (!agent) return store;
     return c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(), store);

@@ -44,6 +44,17 @@ int try_connect(const addrinfo& address, Clock::time_point deadline) {
       }
     }
   }
+  // A port in the ephemeral range with nothing listening can connect to
+  // itself (TCP's simultaneous open): that is no listener.
+  if (err == 0) {
+    sockaddr_storage mine{}, theirs{};
+    socklen_t mine_len = sizeof(mine), theirs_len = sizeof(theirs);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) == 0 &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) == 0 &&
+        mine_len == theirs_len && std::memcmp(&mine, &theirs, mine_len) == 0) {
+      err = ECONNREFUSED;
+    }
+  }
   close(fd);
   return err;
 }

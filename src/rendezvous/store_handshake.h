@@ -16,7 +16,8 @@
 
 namespace ddp::detail {
 
-// How long a listening store may take to answer its first request.
+// How long a listening store may take to answer its first request (at
+// least 1 s of it even when the rendezvous deadline is nearer).
 constexpr std::chrono::milliseconds kStoreHandshake{5000};
 
 // Until something accepts a TCP connection at host:port (closed at once).
