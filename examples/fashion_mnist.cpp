@@ -128,7 +128,9 @@ std::vector<unsigned char> read_file(const std::string& path) {
 // Writes `bytes` to `path` through a name of this process's own, then
 // renames it into place.
 void write_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);  // ranks of other hosts may share the cache (NFS)
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = f && std::fclose(f) == 0 && ok;

@@ -141,6 +141,39 @@ std::pair<double, double> evaluate(ddp::ProcessGroup& pg, Net& net, const torch:
   return {total[0] / n, total[1] / n};
 }
 
+// Fashion-MNIST's directory when every rank has it, std::nullopt when no
+// rank does (the package is absent: synthetic data). Every rank looks, then
+// they compare, so that they never train different models: a rank whose
+// files are bad raises its DataError, the others one that points to it; a
+// package installed on some hosts only is an error on every rank.
+std::optional<std::string> fashion_mnist_on_every_rank(ddp::ProcessGroup& pg,
+                                                       const std::string& dir) {
+  std::optional<std::string> found;
+  std::string error;
+  try {
+    found = train::unpack_fashion_mnist(dir);
+  } catch (const train::DataError& e) {
+    error = e.what();
+  }
+  // How many ranks failed, found it, lack it.
+  auto counts = sum_over_ranks(
+      pg, {error.empty() ? 0.0 : 1.0, found ? 1.0 : 0.0, !found && error.empty() ? 1.0 : 0.0});
+  if (!error.empty()) throw train::DataError(error);
+  if (counts[0] > 0) {
+    throw train::DataError(std::to_string(static_cast<int>(counts[0])) +
+                           " rank(s) could not read Fashion-MNIST from " + dir +
+                           ": see their errors");
+  }
+  if (counts[1] > 0 && counts[2] > 0) {
+    throw train::DataError("Fashion-MNIST is in " + dir + " for " +
+                           std::to_string(static_cast<int>(counts[1])) + " rank(s) but not for " +
+                           std::to_string(static_cast<int>(counts[2])) +
+                           ": install dataset-fashion-mnist on every host, or pass --data "
+                           "synthetic");
+  }
+  return found;
+}
+
 // FNV-1a 64 over the parameters' bytes: equal hashes, bit-identical models
 // (what the checkpoint test compares between an interrupted and a clean run).
 uint64_t parameters_hash(const std::vector<torch::Tensor>& parameters) {
@@ -362,7 +395,7 @@ int main(int argc, char** argv) {
     using torch::data::datasets::MNIST;
     std::optional<std::string> fashion;  // the unzipped files' directory
     if (f.mnist.empty() && f.data == "fashion-mnist") {
-      fashion = train::unpack_fashion_mnist(f.data_dir);
+      fashion = fashion_mnist_on_every_rank(*pg, f.data_dir);
       if (!fashion && pg->rank() == 0) {
         std::printf(
             "train: no Fashion-MNIST in %s (Debian's dataset-fashion-mnist is not installed): "
