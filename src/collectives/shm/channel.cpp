@@ -165,12 +165,9 @@ void Channel::describe_memory(uint64_t region, uint64_t offset) {
 }
 
 uint64_t Channel::begin_step(bool writes) {
-  const uint64_t step = next_step_++;
-  // The slot of `step` last held step - slots; every rank must have consumed it.
-  if ((writes || !announced_) && step >= static_cast<uint64_t>(slots_)) {
-    wait_all(CONSUMED, step - slots_);
-  }
-  if (!announced_) announce(step);
+  const bool first = !announced_;
+  const uint64_t step = take_steps(1);  // the first step waits and announces there
+  if (writes && !first) wait_until_slot_free(step);
   return step;
 }
 
@@ -178,10 +175,15 @@ uint64_t Channel::take_steps(uint64_t n) {
   const uint64_t first = next_step_;
   next_step_ += n;
   if (!announced_) {
-    if (first >= static_cast<uint64_t>(slots_)) wait_all(CONSUMED, first - slots_);
+    wait_until_slot_free(first);
     announce(first);
   }
   return first;
+}
+
+void Channel::wait_until_slot_free(uint64_t step) {
+  // The slot of `step` last held step - slots; every rank must have consumed it.
+  if (step >= static_cast<uint64_t>(slots_)) wait_all(CONSUMED, step - slots_);
 }
 
 void Channel::announce(uint64_t step) {

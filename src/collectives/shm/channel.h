@@ -143,6 +143,8 @@ class Channel {
  private:
   [[noreturn]] void fail_waiting(int peer, Phase phase, uint64_t step, bool timed_out);
   void check(int peer, Phase phase, uint64_t step);
+  // Until every rank consumed what step - slots left in the slot of `step`.
+  void wait_until_slot_free(uint64_t step);
   // Writes this rank's descriptor for `step`, the operation's first.
   void announce(uint64_t step);
   void wake_all();
