@@ -8,6 +8,7 @@
 #include <ddp/backends/shm.h>
 #include <ddp/checkpoint.h>
 #include <ddp/errors.h>
+#include <ddp/flight_recorder.h>
 #include <ddp/hooks.h>
 #include <ddp/init.h>
 #include <ddp/join.h>

@@ -30,6 +30,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -122,6 +123,13 @@ class ProcessGroup {
   };
   Tally take_tally();
 
+  // Records every collective issued on this group in the flight recorder
+  // (flight_recorder.h) under `name`, which must be the same on every rank.
+  // new_process_group (and so init_process_group) does it for the group it
+  // returns; the groups inside it (a composition's parts) are not recorded.
+  // At most once per group.
+  void record_flights(const std::string& name);
+
  protected:
   // Backends implement these; arguments are already validated.
   virtual WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) = 0;
@@ -145,6 +153,11 @@ class ProcessGroup {
     int64_t op, dtype, count, root;  // -1 where it does not apply
   };
   void note_issued(const Issued& collective);
+  // Records `collective` in the flight recorder as queued, before the
+  // backend sees it; returns its record, 0 when this group does not record.
+  uint64_t record_flight(const Issued& collective);
+  std::atomic<int> flight_group_{-1};    // the recorder's index; -1: not recorded
+  std::atomic<uint64_t> flight_seq_{0};  // the next recorded collective's number
   Mutex tally_mutex_;
   Tally tally_ DDP_GUARDED_BY(tally_mutex_);
 };

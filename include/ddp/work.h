@@ -19,6 +19,7 @@
 #include <ddp/mutex.h>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -50,6 +51,10 @@ class Work {
 
   void on_complete(std::function<void()> callback);
 
+  // For backends: the operation has begun (a worker took it up, or its
+  // kernel was queued). Optional: it sets the started state and time that
+  // the flight recorder (flight_recorder.h) shows.
+  void mark_started();
   // For backends: complete the Work (once; later calls are ignored).
   void finish(std::exception_ptr error = nullptr);
 
@@ -69,6 +74,10 @@ class Work {
   std::chrono::steady_clock::time_point completed_at_ DDP_GUARDED_BY(mutex_);
   std::exception_ptr error_ DDP_GUARDED_BY(mutex_);
   std::vector<std::function<void()>> callbacks_ DDP_GUARDED_BY(mutex_);
+  // The flight recorder's record of this Work's collective, 0 for none:
+  // the first Work made on the thread of a recording group's collective
+  // takes it (src/flight/recorder.h, PendingRecord).
+  const uint64_t flight_record_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

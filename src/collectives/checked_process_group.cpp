@@ -2,6 +2,8 @@
 
 #include <ddp/errors.h>
 
+#include "flight/recorder.h"
+
 #include <ATen/ATen.h>
 
 namespace ddp::detail {
@@ -64,12 +66,14 @@ void CheckedProcessGroup::check(const Fingerprint& mine) {
         static_cast<int>(v[5])};
     report += "\n  rank " + std::to_string(r) + ": " + describe(f);
   }
-  throw CollectiveMismatch("ddp: " + where() +
-                           ": the ranks issued different collectives "
-                           "(DDP_DEBUG=detail check):" +
-                           report +
-                           "\nEvery rank must issue the same collectives, in the same order, "
-                           "on tensors of the same dtype and size.");
+  CollectiveMismatch mismatch("ddp: " + where() +
+                              ": the ranks issued different collectives "
+                              "(DDP_DEBUG=detail check):" +
+                              report +
+                              "\nEvery rank must issue the same collectives, in the same order, "
+                              "on tensors of the same dtype and size.");
+  detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
+  throw mismatch;
 }
 
 WorkPtr CheckedProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {

@@ -7,6 +7,8 @@
 #include <ddp/errors.h>
 
 #include "collectives/staging.h"
+#include "flight/clock.h"
+#include "flight/recorder.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/ScalarType.h>
@@ -159,6 +161,7 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   check.op(op, tensor);
   const Issued issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
     at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
@@ -166,6 +169,7 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   } else {
     work = do_allreduce(std::move(tensor), op);
   }
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -187,6 +191,7 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   const Issued issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensors[0].scalar_type()), total,
                       static_cast<int64_t>(tensors.size())};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work;
   if (check.staged(tensors)) {
     auto staged = detail::staged_copies(tensors, staging_device(), /*copy=*/true);
@@ -195,6 +200,7 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   } else {
     work = do_allreduce_coalesced(std::move(tensors), op);
   }
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -207,6 +213,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   }
   const Issued issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
                       tensor.numel(), root};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
     at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
@@ -215,6 +222,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   } else {
     work = do_broadcast(std::move(tensor), root);
   }
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -229,6 +237,7 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   }
   const Issued issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
                       input.numel(), -1};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work;
   if (check.staged(outputs) || check.staged(input)) {
     auto staged = detail::staged_copies(outputs, staging_device(), /*copy=*/false);
@@ -238,6 +247,7 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   } else {
     work = do_allgather(std::move(outputs), std::move(input));
   }
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -254,6 +264,7 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   check.op(op, output);
   const Issued issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
                       static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work;
   if (check.staged(inputs) || check.staged(output)) {
     auto staged = detail::staged_copies(inputs, staging_device(), /*copy=*/true);
@@ -263,13 +274,16 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   } else {
     work = do_reduce_scatter(std::move(output), std::move(inputs), op);
   }
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
 
 WorkPtr ProcessGroup::barrier() {
   const Issued issued{OpKind::BARRIER, -1, -1, 0, -1};
+  detail::flight::PendingRecord flight(record_flight(issued));
   WorkPtr work = do_barrier();
+  flight.settle(work);
   note_issued(issued);  // after: a refused call is not counted
   return work;
 }
@@ -289,6 +303,29 @@ void ProcessGroup::note_issued(const Issued& c) {
   }
   tally_.hash = h;
   ++tally_.count;
+}
+
+uint64_t ProcessGroup::record_flight(const Issued& c) {
+  const int group = flight_group_.load(std::memory_order_relaxed);
+  if (group < 0) return 0;
+  detail::flight::Issue issue;
+  issue.issued_ticks = detail::flight::now_ticks();
+  issue.group = group;
+  issue.seq = flight_seq_.fetch_add(1, std::memory_order_relaxed);
+  issue.kind = static_cast<uint8_t>(c.kind);
+  issue.op = static_cast<int8_t>(c.op);
+  issue.dtype = static_cast<int8_t>(c.dtype);
+  issue.count = c.count;
+  issue.root = static_cast<int32_t>(c.kind == OpKind::BROADCAST ? c.root : -1);
+  return detail::flight::issue(issue);
+}
+
+void ProcessGroup::record_flights(const std::string& name) {
+  if (flight_group_.load() >= 0) {
+    throw InvalidArgument("ddp: " + where() + ": record_flights('" + name +
+                          "'): this group is already recorded");
+  }
+  flight_group_.store(detail::flight::add_group(name, rank(), size(), backend_name()));
 }
 
 ProcessGroup::Tally ProcessGroup::take_tally() {

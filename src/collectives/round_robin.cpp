@@ -58,6 +58,7 @@ WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
   WorkPtr inner = issue(*groups_[next_]);
   next_ = (next_ + 1) % groups_.size();
   auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
+  outer->mark_started();  // handed to its member
   // Complete `outer` once `inner` and every earlier Work have completed.
   inner->on_complete([inner, outer, previous = last_] {
     detail::finish_after(previous, outer, inner->exception());
@@ -94,6 +95,7 @@ WorkPtr RoundRobinProcessGroup::do_barrier() {
   std::vector<WorkPtr> inner;
   for (auto& g : groups_) inner.push_back(g->barrier());
   auto outer = std::make_shared<Work>(inner[0]->description(), timeout());
+  outer->mark_started();  // handed to every member
   auto remaining = std::make_shared<std::atomic<size_t>>(inner.size());
   auto previous = last_;
   for (auto& w : inner) {

@@ -81,6 +81,7 @@ std::exception_ptr TaskQueue::run(Task& task) {
           " not run: the group is broken by an earlier failure: " + broken_reason_));
     }
   }
+  task.work->mark_started();
   std::exception_ptr error = task.body(task.tag, *task.work);
   if (!error) return nullptr;
   try {

@@ -3,22 +3,30 @@
 
 #include <ddp/errors.h>
 
+#include "flight/clock.h"
+#include "flight/recorder.h"
+
 namespace ddp {
 
 Work::Work(std::string description, std::chrono::milliseconds default_timeout,
            std::vector<at::Tensor> outputs)
     : description_(std::move(description)),
       default_timeout_(default_timeout),
-      outputs_(std::move(outputs)) {}
+      outputs_(std::move(outputs)),
+      flight_record_(detail::flight::take_pending_record()) {}
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
   MutexLock lock(mutex_);
   if (!done_cv_.wait_for(mutex_, timeout, [&]() DDP_REQUIRES(mutex_) { return settled_; })) {
-    throw TimeoutError(description_ + ": not complete after " + std::to_string(timeout.count()) +
-                       " ms (Work::wait timeout). A peer may be stuck or "
-                       "issuing a different collective; run with "
-                       "DDP_DEBUG=detail to compare collectives across ranks.");
+    const std::string message = description_ + ": not complete after " +
+                                std::to_string(timeout.count()) +
+                                " ms (Work::wait timeout). A peer may be stuck or "
+                                "issuing a different collective; run with "
+                                "DDP_DEBUG=detail to compare collectives across ranks.";
+    lock.unlock();
+    detail::flight::dump_after_error("timeout: " + message);
+    throw TimeoutError(message);
   }
   if (error_) std::rethrow_exception(error_);
 }
@@ -58,15 +66,23 @@ void Work::on_complete(std::function<void()> callback) {
   callback();
 }
 
+void Work::mark_started() {
+  if (flight_record_) detail::flight::started(flight_record_, detail::flight::now_ticks());
+}
+
 void Work::finish(std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
+  std::chrono::steady_clock::time_point at;
   {
     MutexLock lock(mutex_);
     if (done_) return;
     done_ = true;
-    completed_at_ = std::chrono::steady_clock::now();
-    error_ = std::move(error);
+    at = completed_at_ = std::chrono::steady_clock::now();
+    error_ = error;
     callbacks.swap(callbacks_);
+  }
+  if (flight_record_) {
+    detail::flight::finished(flight_record_, error, at.time_since_epoch().count());
   }
   for (;;) {
     for (auto& callback : callbacks) callback();

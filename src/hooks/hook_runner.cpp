@@ -3,6 +3,8 @@
 #include <ddp/errors.h>
 #include <ddp/mutex.h>
 
+#include "flight/recorder.h"
+
 namespace ddp::detail {
 
 HookRunner::HookRunner(CommHook hook) : hook_(std::move(hook)), thread_([this] { loop(); }) {}
@@ -36,6 +38,7 @@ void HookRunner::loop() {
     queue_.pop_front();
     lock.unlock();
     try {
+      flight::BucketScope in_bucket(static_cast<int>(bucket.index()));
       FuturePtr result = hook_(bucket);
       result->addCallback([future](c10::ivalue::Future& done) {
         if (done.hasError()) {

@@ -2,6 +2,8 @@
 
 #include <ddp/errors.h>
 
+#include "flight/recorder.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -151,7 +153,7 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
         nothing_written + " Run one backward() per DDP forward.");
   }
   // Only the tallies differ.
-  throw CollectiveMismatch(
+  CollectiveMismatch mismatch(
       where +
       "the ranks issued different collectives since the previous iteration's check "
       "(kind, reduce op, dtype, element count and order are hashed):" +
@@ -162,7 +164,10 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
           }) +
       "\nTheir results were wrong or paired across ranks." + nothing_written +
       " Every rank must issue the same collectives in the same order; rerun with "
-      "DDP_DEBUG=detail to see the first that differs.");
+      "DDP_DEBUG=detail to see the first that differs, or read the flight recorder's dumps "
+      "(DDP_FLIGHT_RECORDER_DIR, ddp-flight).");
+  detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
+  throw mismatch;
 }
 
 void check_no_missing_gradient(const std::vector<RankReport>& reports,

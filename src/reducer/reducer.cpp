@@ -20,6 +20,7 @@
 #include <ddp/errors.h>
 #include <ddp/mutex.h>
 
+#include "flight/recorder.h"
 #include "module/model_sync.h"
 
 #include <c10/core/GradMode.h>
@@ -337,7 +338,10 @@ void Reducer::Impl::launch_ready_buckets() {
       b.future =
           hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params)));
     } else {
-      copy_streams_.launch(b.flat, [&] { b.work = group_->allreduce(b.flat); });
+      copy_streams_.launch(b.flat, [&] {
+        detail::flight::BucketScope in_bucket(static_cast<int>(k));
+        b.work = group_->allreduce(b.flat);
+      });
     }
   }
 }

@@ -335,6 +335,11 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
   if (detail::debug_level_from_env() == detail::DebugLevel::DETAIL) {
     group = std::make_shared<detail::CheckedProcessGroup>(group);
   }
+  // Named as its keys are; a group without a store by its number among
+  // this process's storeless groups, the same on every rank that builds
+  // its groups in the same order.
+  static std::atomic<int> storeless_groups{0};
+  group->record_flights(store ? generation : "storeless" + std::to_string(++storeless_groups));
   return group;
 }
 

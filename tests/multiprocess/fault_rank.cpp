@@ -1,12 +1,17 @@
-// A rank that fails mid-collective: every rank loops allreduces of 16 MB;
-// the victim issues its K-th one and then, by --fault,
-//   kill: kills itself with SIGKILL while the others are inside it;
-//   stop: stops itself with SIGSTOP (frozen, its connections still open);
-//   exit: completes it and returns 0 from main (its group closes normally).
-// Survivors must fail within the timeout with an error naming the victim:
-// they print it and exit 3 (0 would mean the fault went unnoticed).
+// A rank that fails mid-collective: every rank loops allreduces (of 16 MB by
+// default); the victim, at its K-th one (from 0), by --fault
+//   kill:  issues it, then kills itself with SIGKILL while the others are inside it;
+//   stop:  issues it, then stops itself with SIGSTOP (frozen, its connections still open);
+//   exit:  completes it and returns 0 from main (its group closes normally);
+//   skip:  skips it and goes on; after the loop it hangs outside any collective;
+//   shape: issues it on one element more than the others;
+//   op:    issues a broadcast of the same tensor instead.
+// Survivors must fail within the timeout (an error naming the victim where
+// the backend can tell): they print it and exit 3 (0 would mean the fault
+// went unnoticed).
 //
-//   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit]
+//   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit|skip|shape|op]
+//              [--iterations N] [--elements E]
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>
@@ -16,7 +21,8 @@
 #include <thread>
 
 int main(int argc, char** argv) {
-  int victim = 1, after = 3, timeout_s = 20;
+  int victim = 1, after = 3, timeout_s = 20, iterations = 1000;
+  int64_t elements = 4 << 20;
   std::string fault = "kill";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -31,23 +37,29 @@ int main(int argc, char** argv) {
       after = value;
     else if (flag == "--timeout-s")
       timeout_s = value;
+    else if (flag == "--iterations")
+      iterations = value;
+    else if (flag == "--elements")
+      elements = value;
   }
   auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
   const auto start = std::chrono::steady_clock::now();
+  const bool is_victim = pg->rank() == victim;
   try {
-    for (int i = 0; i < 1000; ++i) {
-      at::Tensor t = torch::ones({4 << 20});
-      auto work = pg->allreduce(t);
-      if (pg->rank() == victim && i == after) {
-        if (fault == "exit") {
-          work->wait();
-          return 0;
-        }
-        raise(fault == "stop" ? SIGSTOP : SIGKILL);
+    for (int i = 0; i < iterations; ++i) {
+      const bool faulty = is_victim && i == after;
+      if (faulty && fault == "skip") continue;
+      at::Tensor t = torch::ones({elements + (faulty && fault == "shape" ? 1 : 0)});
+      auto work = faulty && fault == "op" ? pg->broadcast(t) : pg->allreduce(t);
+      if (faulty && fault == "exit") {
+        work->wait();
+        return 0;
       }
+      if (faulty && (fault == "kill" || fault == "stop")) raise(fault == "stop" ? SIGSTOP : SIGKILL);
       work->wait();
     }
-  } catch (const ddp::CommunicationError& e) {
+    if (is_victim && fault == "skip") std::this_thread::sleep_for(std::chrono::hours(1));
+  } catch (const ddp::Error& e) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - start)
                   .count();

@@ -119,6 +119,7 @@ class Supervisor {
       id.master_addr = opts_.master_addr;
       id.master_port = master_port_;
       id.restart_count = restart_count_;
+      id.flight_recorder_dir = opts_.flight_recorder_dir;
 
       ChildSpec spec;
       spec.command = opts_.command;

@@ -4,12 +4,16 @@
 // main() parses the arguments (bad ones: one-line error, exit 2), picks a
 // free rendezvous port when none was given on a single-node run, and hands
 // over to the launcher, whose result is ddprun's exit status; with
-// --max-restarts it starts the whole job again after a failure.
+// --max-restarts it starts the whole job again after a failure. With a
+// flight-recorder directory, each failed start ends with the line that the
+// ranks' dumps tell.
+#include "flight_report.h"
 #include "free_port.h"
 #include "launcher.h"
 #include "options.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,10 @@ int main(int argc, char** argv) {
       break;
   }
   const ddprun::Options& opts = parsed.opts;
+  const char* inherited_flight_dir = std::getenv("DDP_FLIGHT_RECORDER_DIR");
+  const std::string flight_dir = !opts.flight_recorder_dir.empty() ? opts.flight_recorder_dir
+                                 : inherited_flight_dir           ? inherited_flight_dir
+                                                                  : "";
 
   std::string error;
   if (!ddprun::install_launcher_signals(error)) {
@@ -51,8 +59,15 @@ int main(int argc, char** argv) {
       }
       master_port = *port;
     }
+    if (!flight_dir.empty() && !ddprun::prepare_flight_dir(flight_dir, error)) {
+      std::fprintf(stderr, "ddprun: %s\n", error.c_str());
+      return 1;
+    }
     std::fflush(stdout);  // ddprun writes its own output with write(2) from here on
     const ddprun::LaunchResult r = ddprun::run_launcher(opts, master_port, attempt);
+    if (r.status != 0 && !r.exec_failed && !flight_dir.empty()) {
+      std::fprintf(stderr, "ddprun: flight recorder: %s\n", ddprun::flight_report(flight_dir).c_str());
+    }
     if (r.status == 0 || r.interrupted || r.exec_failed) return r.status;
     if (attempt == opts.max_restarts) {
       if (opts.max_restarts > 0) {

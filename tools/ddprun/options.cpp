@@ -22,6 +22,7 @@ constexpr const char* kExpectAddr = "--master-addr HOST with HOST a host name or
 constexpr const char* kExpectPort = "--master-port P with P an integer in [1, 65535]";
 constexpr const char* kExpectGrace = "--grace-period-s S with S a number of seconds >= 0";
 constexpr const char* kExpectRestarts = "--max-restarts K with K an integer in [0, 1000]";
+constexpr const char* kExpectFlight = "--flight-recorder DIR with DIR a directory";
 
 // Strict decimal integer: optional '-', digits only, within [lo, hi].
 std::optional<long> parse_integer(const std::string& text, long lo, long hi) {
@@ -71,6 +72,7 @@ const char* expected_form(const std::string& flag) {
   if (flag == "--master-port") return kExpectPort;
   if (flag == "--grace-period-s") return kExpectGrace;
   if (flag == "--max-restarts") return kExpectRestarts;
+  if (flag == "--flight-recorder") return kExpectFlight;
   return nullptr;
 }
 
@@ -109,6 +111,9 @@ std::string apply_value(const std::string& flag, const std::string& value, Optio
     const auto n = parse_integer(value, 0, 1000);
     if (!n) return bad_value(flag, kExpectRestarts, value);
     opts.max_restarts = static_cast<int>(*n);
+  } else if (flag == "--flight-recorder") {
+    if (value.empty()) return bad_value(flag, kExpectFlight, value);
+    opts.flight_recorder_dir = value;
   }
   return "";
 }
@@ -170,7 +175,8 @@ ParseResult parse_options(const std::vector<std::string>& args) {
     if (expected == nullptr) {
       result.error = "unknown flag '" + arg.substr(0, eq) +
                      "'; expected --nproc-per-node, --nnodes, --node-rank, --master-addr, "
-                     "--master-port, --no-prefix, --grace-period-s, --max-restarts, --help, "
+                     "--master-port, --no-prefix, --grace-period-s, --max-restarts, "
+                     "--flight-recorder, --help, "
                      "or -- before the program";
       return result;
     }
@@ -195,7 +201,8 @@ ParseResult parse_options(const std::vector<std::string>& args) {
 
 std::string usage_text() {
   return R"(usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-              [--no-prefix] [--grace-period-s S] [--max-restarts K] [--] program [args...]
+              [--no-prefix] [--grace-period-s S] [--max-restarts K]
+              [--flight-recorder DIR] [--] program [args...]
 
 Starts N copies ("ranks") of program on this node, each with the environment a
 ddp (or torch.distributed) program reads to join the job, supervises them, and
@@ -217,6 +224,12 @@ flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
                        again, on a fresh rendezvous port (single node, no
                        --master-port), up to K times (default 0); not after
                        ddprun's own SIGINT/SIGTERM or an exec failure
+  --flight-recorder DIR
+                       every rank's flight recorder dumps into DIR (made when
+                       missing; its *.flight files are removed at each start);
+                       after a failed job ddprun says in one line which rank
+                       stopped where (as ddp-flight DIR does). Default:
+                       $DDP_FLIGHT_RECORDER_DIR when set
   -h, --help           print this text and exit
   --                   end of ddprun's flags; the next argument is the program
 
@@ -230,6 +243,7 @@ environment of each rank (added to ddprun's own environment):
   GROUP_WORLD_SIZE           M
   DDP_RESTART_COUNT,         how many times the job was restarted (0 first)
   TORCHELASTIC_RESTART_COUNT
+  DDP_FLIGHT_RECORDER_DIR    DIR, with --flight-recorder
 
 exit status:
   0        every rank exited 0

@@ -16,6 +16,9 @@ struct Options {
   bool prefix_output = true;
   double grace_period_s = 5.0;
   int max_restarts = 0;              // restarts of the whole job after a rank fails
+  // Where the ranks' flight recorders dump (DDP_FLIGHT_RECORDER_DIR); ""
+  // leaves the variable as ddprun's environment has it.
+  std::string flight_recorder_dir;
   std::vector<std::string> command;  // the program, then its arguments
 };
 

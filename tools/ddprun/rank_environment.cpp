@@ -40,8 +40,11 @@ bool is_set_by_ddprun(const char* entry) {
 
 std::vector<std::string> rank_environment(const char* const* base, const RankIdentity& id) {
   std::vector<std::string> env;
+  const char* const flight = "DDP_FLIGHT_RECORDER_DIR=";
   for (const char* const* entry = base; entry != nullptr && *entry != nullptr; ++entry) {
-    if (!is_set_by_ddprun(*entry)) env.emplace_back(*entry);
+    const bool replaced = !id.flight_recorder_dir.empty() &&
+                          std::strncmp(*entry, flight, std::strlen(flight)) == 0;
+    if (!is_set_by_ddprun(*entry) && !replaced) env.emplace_back(*entry);
   }
   const std::pair<const char*, std::string> values[] = {
       {"MASTER_ADDR", id.master_addr},
@@ -57,6 +60,7 @@ std::vector<std::string> rank_environment(const char* const* base, const RankIde
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
   };
   for (const auto& [name, value] : values) env.push_back(std::string(name) + "=" + value);
+  if (!id.flight_recorder_dir.empty()) env.push_back(flight + id.flight_recorder_dir);
   const bool threads_set = std::any_of(env.begin(), env.end(), [](const std::string& e) {
     return e.rfind("OMP_NUM_THREADS=", 0) == 0;
   });

@@ -16,6 +16,7 @@ struct RankIdentity {
   std::string master_addr;
   int master_port = 0;
   int restart_count = 0;  // DDP_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT
+  std::string flight_recorder_dir;  // DDP_FLIGHT_RECORDER_DIR; "": as inherited
 };
 
 // The rank's complete environment as "NAME=value" strings: `base` (normally

@@ -209,6 +209,7 @@ class HierarchicalProcessGroup::Impl {
                                            (what.empty() ? "" : " (" + what + ")") + " on " +
                                            owner_.where(),
                                        owner_.timeout(), std::move(outputs));
+    work->mark_started();  // its stages are issued next
     WorkPtr previous = last_;
     last_ = work;
     return {work, previous};

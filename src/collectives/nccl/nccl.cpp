@@ -216,6 +216,7 @@ class NcclProcessGroup::Impl {
         }
       }
       pending.end->record(stream_);
+      work->mark_started();  // its kernels are queued
     } catch (const std::exception& e) {
       fail_all(std::current_exception(), e.what());
       work->finish(std::current_exception());

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The flight recorder in real jobs: 3 ranks under ddprun --flight-recorder,
+# one of them faulty (fault_rank's faults); after the failed job ddprun's
+# one line, and ddp-flight's, must name the faulty rank and the collective,
+# on shm (the default on one host) and on Gloo. A directory the ranks cannot
+# write loses the dump, not the job's own error.
+#   flight_test.sh BUILD_DIR
+set -uo pipefail
+build=$1
+ddprun=$build/tools/ddprun/ddprun
+flight=$build/tools/flight/ddp-flight
+job=$build/tests/multiprocess/fault_rank
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../support/tap.sh"
+
+# run BACKEND FAULT PATTERN: 12 allreduces, the victim is rank 1, faulty at
+# the 5th (#4 of the group, counted from 0 as in the backends' errors: the
+# job issues nothing else on it); PATTERN is what ddprun's line, and
+# ddp-flight's first, must match after their "ddprun: flight recorder: " and
+# "ddp-flight: ".
+run() {
+  local backend=$1 fault=$2 pattern=$3 dir=$tmp/$1-$2 log=$tmp/$1-$2.log
+  DDP_BACKEND=$backend timeout 120 "$ddprun" --nproc-per-node 3 --grace-period-s 1 \
+    --flight-recorder "$dir" "$job" --victim 1 --after 4 --timeout-s 5 --fault "$fault" \
+    --iterations 12 --elements 1024 >"$log" 2>&1
+  local status=$? line
+  line=$(grep '^ddprun: flight recorder: ' "$log")
+  line=${line#ddprun: flight recorder: }
+  if [[ $status -ne 0 && $line =~ $pattern ]]; then
+    ok "$backend, $fault: ddprun says: $line"
+  else
+    not_ok "$backend, $fault (status $status): ddprun's line '$line' does not match /$pattern/" "$log"
+  fi
+  line=$("$flight" "$dir" | head -1)
+  line=${line#ddp-flight: }
+  if [[ $line =~ $pattern ]]; then
+    ok "$backend, $fault: ddp-flight says the same"
+  else
+    not_ok "$backend, $fault: ddp-flight's line '$line' does not match /$pattern/" "$log"
+  fi
+}
+
+allreduce4='allreduce #4 \(SUM, Float, 1024 elements\) of group generation1'
+for backend in shm gloo; do
+  run "$backend" kill "^rank 1 left no dump .* while ranks 0, 2 were in $allreduce4"
+  run "$backend" stop "^rank 1 left no dump .* while ranks 0, 2 were in $allreduce4"
+  run "$backend" skip "^rank 1 never issued allreduce #11 \(SUM, Float, 1024 elements\) of group generation1 \(last: #10, completed\), which ranks 0, 2 issued"
+  run "$backend" shape "^rank 1 issued allreduce \(SUM, Float, 1025 elements\) as collective #4 of group generation1 where ranks 0, 2 issued allreduce \(SUM, Float, 1024 elements\)"
+  run "$backend" op "^rank 1 issued broadcast \(root 0, Float, 1024 elements\) as collective #4 of group generation1 where ranks 0, 2 issued allreduce"
+done
+
+# An unwritable directory: the job's own error still ends it, with one line
+# saying the dump was not written. (ddprun would refuse the directory: the
+# ranks are started by hand.)
+touch "$tmp/a-file"
+port=$(free_port)
+for rank in 0 1; do
+  DDP_FLIGHT_RECORDER_DIR=$tmp/a-file/dumps MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank \
+    WORLD_SIZE=2 timeout 60 "$job" --victim 1 --after 2 --timeout-s 5 --fault shape \
+    --iterations 6 --elements 64 >"$tmp/unwritable.$rank.log" 2>&1 &
+done
+wait
+for rank in 0 1; do
+  log=$tmp/unwritable.$rank.log
+  if grep -q "^ddp: flight recorder: cannot write $tmp/a-file/dumps/rank$rank.flight: Not a directory" "$log" &&
+    grep -q "^survivor rank $rank failed after .* ms: ddp: " "$log"; then
+    ok "rank $rank, an unwritable directory: one line says so, the job's error is kept"
+  else
+    not_ok "rank $rank, an unwritable directory" "$log"
+  fi
+done
+exit $failed
