@@ -112,7 +112,7 @@ void process_name(const Recorder& r, Text& t) {
   if (rank >= 0) {
     t.str("rank").num(rank);
   } else {
-    t.str("pid").num(r.pid);
+    t.str("pid").num(getpid());
   }
 }
 
@@ -131,7 +131,7 @@ int flush(int fd, Text& t, bool force = false) {
 int header(const Recorder& r, int fd, const char* reason, int64_t now_ns, Text& t, int& groups) {
   t.str(flight_format::kMagic).str("\nprocess ");
   process_name(r, t);
-  t.str("\nrank ").num(r.rank.load()).str("\npid ").num(r.pid);
+  t.str("\nrank ").num(r.rank.load()).str("\npid ").num(getpid());
   t.str("\nhost ").str(r.host).str("\nreason ").line_text(reason, kReasonLimit);
   t.str("\ndumped_ns ").num(now_ns).str("\ncapacity ").unum(r.capacity).str("\n");
   groups = r.group_count.load() < kMaxGroups ? r.group_count.load() : kMaxGroups;
@@ -187,7 +187,7 @@ int write_dump(const Recorder& r, const char* dir, const char* reason, char* pat
   p.str(flight_format::kSuffix);
   char temporary_path[4400];
   Text tmp(temporary_path, sizeof(temporary_path));
-  tmp.str(path).str(".tmp").num(r.pid).str(".").unum(dumps_begun.fetch_add(1));
+  tmp.str(path).str(".tmp").num(getpid()).str(".").unum(dumps_begun.fetch_add(1));
   if (p.overflow() || tmp.overflow()) return ENAMETOOLONG;
   const int fd = open(temporary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;

@@ -47,7 +47,6 @@ Recorder* make_recorder() {
   }
   r->origin_ticks = now_ticks();
   r->origin_ns = steady_ns();
-  r->pid = static_cast<int>(getpid());
   if (gethostname(r->host, sizeof(r->host) - 1) != 0) std::strcpy(r->host, "?");
   for (char* c = r->host; *c; ++c) {
     if (*c == ' ') *c = '_';
@@ -119,6 +118,8 @@ bool read_slot(const Recorder& r, uint64_t index, RecordCopy& out) {
   std::atomic_thread_fence(std::memory_order_acquire);
   return s.id.load(std::memory_order_relaxed) == id;
 }
+
+bool recording() { return recorder().capacity > 0; }
 
 int add_group(const std::string& name, int rank, int size, const std::string& backend) {
   Recorder& r = recorder();

@@ -15,6 +15,9 @@ class Work;
 
 namespace ddp::detail::flight {
 
+// Whether collectives are recorded at all (DDP_FLIGHT_RECORDER_SIZE > 0).
+bool recording();
+
 // Registers a group whose collectives are recorded under `name` (the same
 // on every rank); returns its index, or -1 when recording is off or the
 // table is full (then the group is not recorded).

@@ -79,7 +79,6 @@ struct Recorder {
   int64_t origin_ns = 0;
   char dir[4096] = {};  // $DDP_FLIGHT_RECORDER_DIR; "" when unset
   char host[256] = {};
-  int pid = 0;
   std::atomic<int> rank{-1};  // names the dump file; -1: unknown (pid<P>)
   std::atomic<bool> failure_dumped{false};
 };

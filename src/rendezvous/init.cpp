@@ -12,6 +12,7 @@
 #include "rendezvous/store_handshake.h"
 #include "rendezvous/env.h"
 #include "compat/torch_compat.h"
+#include "flight/recorder.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -335,11 +336,15 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
   if (detail::debug_level_from_env() == detail::DebugLevel::DETAIL) {
     group = std::make_shared<detail::CheckedProcessGroup>(group);
   }
-  // Named as its keys are; a group without a store by its number among
-  // this process's storeless groups, the same on every rank that builds
-  // its groups in the same order.
+  // A group without a store is named by its number among this process's
+  // storeless groups, the same on every rank that builds its groups in the
+  // same order.
   static std::atomic<int> storeless_groups{0};
-  group->record_flights(store ? generation : "storeless" + std::to_string(++storeless_groups));
+  if (detail::flight::recording()) {
+    // Named as its keys are: groups built on different stores can share a
+    // name (docs/ddp.md, "Flight recorder").
+    group->record_flights(store ? generation : "storeless" + std::to_string(++storeless_groups));
+  }
   return group;
 }
 
