@@ -1,12 +1,8 @@
 // Writing a dump (format.h). It may run in a signal handler, so it is made of
 // async-signal-safe calls only: open, write, rename, close and the clock; no
 // allocation, no locks, no stdio; numbers are formatted by hand.
-#include <ddp/process_group.h>
-
 #include "flight/format.h"
 #include "flight/ring.h"
-
-#include <c10/core/ScalarType.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -46,17 +42,9 @@ class Text {
     return *this;
   }
   Text& num(int64_t v) {
-    char digits[24];
-    int n = 0;
-    const bool negative = v < 0;
-    uint64_t u = negative ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-    do {
-      digits[n++] = static_cast<char>('0' + u % 10);
-      u /= 10;
-    } while (u != 0);
-    if (negative) put('-');
-    while (n > 0) put(digits[--n]);
-    return *this;
+    if (v >= 0) return unum(static_cast<uint64_t>(v));
+    put('-');
+    return unum(0 - static_cast<uint64_t>(v));
   }
   Text& unum(uint64_t v) {
     char digits[24];
@@ -148,9 +136,7 @@ int header(const Recorder& r, int fd, const char* reason, int64_t now_ns, Text& 
 void record_line(const Recorder& r, const RecordCopy& c, int64_t ticks_now, int64_t ns_now,
                  Text& t) {
   t.str("record ").unum(c.seq).str(" ").num(c.group).str(" ");
-  t.str(to_string(static_cast<OpKind>(c.kind))).str(" ");
-  t.str(c.op >= 0 ? to_string(static_cast<ReduceOp>(c.op)) : "-").str(" ");
-  t.str(c.dtype >= 0 ? c10::toString(static_cast<c10::ScalarType>(c.dtype)) : "-").str(" ");
+  t.str(kind_name(c.kind)).str(" ").str(op_name(c.op)).str(" ").str(dtype_name(c.dtype)).str(" ");
   t.num(c.count).str(" ").num(c.root).str(" ").num(c.bucket).str(" ");
   t.str(to_string(static_cast<FlightState>(c.state))).str(" ");
   t.num(ticks_to_ns(r, c.issued_ticks, ticks_now, ns_now)).str(" ");
@@ -164,15 +150,11 @@ int write_records(const Recorder& r, int fd, const char* reason) {
   Text t(buffer, sizeof(buffer));
   int groups = 0;
   if (int err = header(r, fd, reason, ns_now, t, groups)) return err;
-  if (r.capacity > 0) {
-    const uint64_t end = r.next.load(std::memory_order_acquire);
-    const uint64_t begin = end > r.capacity ? end - r.capacity : 0;
-    for (uint64_t i = begin; i < end; ++i) {
-      RecordCopy c;
-      if (!read_slot(r, i, c) || c.group < 0 || c.group >= groups) continue;
-      record_line(r, c, ticks_now, ns_now, t);
-      if (int err = flush(fd, t)) return err;
-    }
+  if (int err = for_each_record(r, groups, [&](const RecordCopy& c) {
+        record_line(r, c, ticks_now, ns_now, t);
+        return flush(fd, t);
+      })) {
+    return err;
   }
   return flush(fd, t, /*force=*/true);
 }
@@ -185,7 +167,7 @@ int write_dump(const Recorder& r, const char* dir, const char* reason, char* pat
   p.str(dir).str("/");
   process_name(r, p);
   p.str(flight_format::kSuffix);
-  char temporary_path[4400];
+  char temporary_path[kPathSize + 48];
   Text tmp(temporary_path, sizeof(temporary_path));
   tmp.str(path).str(".tmp").num(getpid()).str(".").unum(dumps_begun.fetch_add(1));
   if (p.overflow() || tmp.overflow()) return ENAMETOOLONG;

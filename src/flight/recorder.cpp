@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
 
@@ -47,10 +46,8 @@ Recorder* make_recorder() {
   }
   r->origin_ticks = now_ticks();
   r->origin_ns = steady_ns();
-  if (gethostname(r->host, sizeof(r->host) - 1) != 0) std::strcpy(r->host, "?");
-  for (char* c = r->host; *c; ++c) {
-    if (*c == ' ') *c = '_';
-  }
+  char host[sizeof(r->host)] = {};
+  copy_name(r->host, sizeof(r->host), gethostname(host, sizeof(host) - 1) == 0 ? host : "?");
   if (auto rank = env_int("RANK", 0, 1 << 24)) r->rank = static_cast<int>(*rank);
   if (auto dir = env_string("DDP_FLIGHT_RECORDER_DIR"); dir && !dir->empty()) {
     if (dir->size() >= sizeof(r->dir)) {
@@ -61,17 +58,6 @@ Recorder* make_recorder() {
     }
   }
   return r;
-}
-
-// Writes an automatic dump; on failure, one line on stderr.
-void dump_quietly(const std::string& reason) {
-  Recorder& r = recorder();
-  if (r.capacity == 0 || r.dir[0] == '\0') return;
-  char path[4352];
-  if (int err = write_dump(r, r.dir, reason.c_str(), path, sizeof(path))) {
-    std::cerr << "ddp: flight recorder: cannot write " << path << ": " << std::strerror(err)
-              << " (DDP_FLIGHT_RECORDER_DIR); the error it was to record follows\n";
-  }
 }
 
 }  // namespace
@@ -95,6 +81,12 @@ int64_t ticks_to_ns(const Recorder& r, int64_t ticks, int64_t now_ticks, int64_t
       static_cast<double>(now_ns - r.origin_ns) / static_cast<double>(now_ticks - r.origin_ticks);
   return r.origin_ns + static_cast<int64_t>(static_cast<double>(ticks - r.origin_ticks) *
                                             ns_per_tick);
+}
+
+const char* kind_name(uint8_t kind) { return to_string(static_cast<OpKind>(kind)); }
+const char* op_name(int8_t op) { return op >= 0 ? to_string(static_cast<ReduceOp>(op)) : "-"; }
+const char* dtype_name(int8_t dtype) {
+  return dtype >= 0 ? c10::toString(static_cast<c10::ScalarType>(dtype)) : "-";
 }
 
 bool read_slot(const Recorder& r, uint64_t index, RecordCopy& out) {
@@ -193,10 +185,18 @@ void finished(uint64_t record, const std::exception_ptr& error, int64_t ended_ns
   dump_after_failure(what);
 }
 
-void dump_after_error(const std::string& reason) { dump_quietly(reason); }
+void dump_after_error(const std::string& reason) {
+  Recorder& r = recorder();
+  if (r.capacity == 0 || r.dir[0] == '\0') return;
+  char path[kPathSize];
+  if (int err = write_dump(r, r.dir, reason.c_str(), path, sizeof(path))) {
+    std::cerr << "ddp: flight recorder: cannot write " << path << ": " << std::strerror(err)
+              << " (DDP_FLIGHT_RECORDER_DIR); the error it was to record follows\n";
+  }
+}
 
 void dump_after_failure(const std::string& what) {
-  if (!recorder().failure_dumped.exchange(true)) dump_quietly("collective failed: " + what);
+  if (!recorder().failure_dumped.exchange(true)) dump_after_error("collective failed: " + what);
 }
 
 void PendingRecord::fail_unclaimed(uint64_t record) {
@@ -228,24 +228,19 @@ std::vector<FlightRecord> flight_records() {
   using namespace detail::flight;
   const Recorder& r = recorder();
   std::vector<FlightRecord> records;
-  if (r.capacity == 0) return records;
-  const uint64_t end = r.next.load(std::memory_order_acquire);
-  const uint64_t begin = end > r.capacity ? end - r.capacity : 0;
   const int64_t ticks_now = now_ticks(), ns_now = steady_ns();
-  for (uint64_t i = begin; i < end; ++i) {
-    RecordCopy c;
-    if (!read_slot(r, i, c) || c.group < 0 || c.group >= kMaxGroups) continue;
+  for_each_record(r, kMaxGroups, [&](const RecordCopy& c) {
     const GroupEntry& g = r.groups[c.group];
-    if (!g.ready.load(std::memory_order_acquire)) continue;
+    if (!g.ready.load(std::memory_order_acquire)) return 0;
     FlightRecord f;
     f.seq = c.seq;
     f.group = g.name;
     f.group_rank = g.rank;
     f.group_size = g.size;
     f.backend = g.backend;
-    f.kind = to_string(static_cast<OpKind>(c.kind));
-    if (c.op >= 0) f.op = to_string(static_cast<ReduceOp>(c.op));
-    if (c.dtype >= 0) f.dtype = c10::toString(static_cast<c10::ScalarType>(c.dtype));
+    f.kind = kind_name(c.kind);
+    f.op = op_name(c.op);
+    f.dtype = dtype_name(c.dtype);
     f.count = c.count;
     f.root = c.root;
     f.bucket = c.bucket;
@@ -254,7 +249,8 @@ std::vector<FlightRecord> flight_records() {
     f.started_ns = ticks_to_ns(r, c.started_ticks, ticks_now, ns_now);
     f.ended_ns = c.ended_ns;
     records.push_back(std::move(f));
-  }
+    return 0;
+  });
   return records;
 }
 
@@ -266,7 +262,7 @@ std::string dump_flight_recorder(const std::string& reason, const std::string& d
     throw InvalidArgument(
         "ddp: dump_flight_recorder: no directory given and DDP_FLIGHT_RECORDER_DIR is not set");
   }
-  char path[4352];
+  char path[kPathSize];
   if (int err = write_dump(r, where.c_str(), reason.c_str(), path, sizeof(path))) {
     throw Error(std::string("ddp: dump_flight_recorder: cannot write ") + path + ": " +
                 std::strerror(err) + "; choose a directory this process can write");

@@ -95,6 +95,32 @@ int64_t ticks_to_ns(const Recorder& r, int64_t ticks, int64_t now_ticks, int64_t
 // Signal-safe.
 bool read_slot(const Recorder& r, uint64_t index, RecordCopy& out);
 
+// Calls `visit(const RecordCopy&)` on each complete record the ring holds,
+// oldest first, of the groups [0, groups); stops at the first non-zero
+// value `visit` returns and returns it (0 when it visited them all).
+// Signal-safe when `visit` is.
+template <typename Visit>
+int for_each_record(const Recorder& r, int groups, Visit&& visit) {
+  if (r.capacity == 0) return 0;
+  const uint64_t end = r.next.load(std::memory_order_acquire);
+  const uint64_t begin = end > r.capacity ? end - r.capacity : 0;
+  for (uint64_t i = begin; i < end; ++i) {
+    RecordCopy c;
+    if (!read_slot(r, i, c) || c.group < 0 || c.group >= groups) continue;
+    if (int stop = visit(c)) return stop;
+  }
+  return 0;
+}
+
+// How a record's fields are written: "allreduce"; "SUM", or "-" for none;
+// libtorch's dtype name ("Float"), or "-" for none. Signal-safe.
+const char* kind_name(uint8_t kind);
+const char* op_name(int8_t op);
+const char* dtype_name(int8_t dtype);
+
+// Room for a dump's path: the directory, '/', the file's name.
+constexpr size_t kPathSize = sizeof(Recorder::dir) + 256;
+
 // Writes the dump (src/flight/format.h) into `dir`, first under a temporary
 // name, then renamed. Signal-safe: no allocation, no locks, no stdio.
 // Returns 0 or the errno of the step that failed; `path` receives the

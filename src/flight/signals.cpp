@@ -22,7 +22,7 @@ void on_signal(int sig) {
   const int saved_errno = errno;
   Recorder* r = installed.load();
   if (r && !dumping.exchange(true)) {
-    char path[4352];
+    char path[kPathSize];
     write_dump(*r, r->dir, sig == SIGTERM ? "signal SIGTERM" : "signal SIGABRT", path,
                sizeof(path));
   }

@@ -1,6 +1,5 @@
 #include "flight_report.h"
 
-#include "flight/format.h"
 #include "flight_dump.h"
 #include "flight_verdict.h"
 
@@ -25,12 +24,9 @@ bool prepare_flight_dir(const std::string& dir, std::string& error) {
     error = "cannot read the flight-recorder directory " + dir + ": " + std::strerror(errno);
     return false;
   }
-  const std::string suffix = ddp::flight_format::kSuffix;
   while (dirent* entry = readdir(handle)) {
     const std::string name = entry->d_name;
-    if (name.size() > suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        unlink((dir + "/" + name).c_str()) != 0) {
+    if (ddp::flight::is_flight_dump(name) && unlink((dir + "/" + name).c_str()) != 0) {
       error = "cannot remove the earlier dump " + dir + "/" + name + ": " + std::strerror(errno);
       closedir(handle);
       return false;

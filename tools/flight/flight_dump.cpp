@@ -27,11 +27,13 @@ FlightState state_named(const std::string& name, const std::string& path, int li
   broken(path, line, "unknown state '" + name + "'");
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
+
+bool is_flight_dump(const std::string& name) {
+  const std::string suffix = flight_format::kSuffix;
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 FlightDump read_flight_dump(const std::string& path) {
   std::ifstream in(path);
@@ -108,7 +110,7 @@ std::vector<FlightDump> read_flight_dumps(const std::string& dir,
   }
   std::vector<std::string> names;
   while (dirent* entry = readdir(handle)) {
-    if (ends_with(entry->d_name, flight_format::kSuffix)) names.push_back(entry->d_name);
+    if (is_flight_dump(entry->d_name)) names.push_back(entry->d_name);
   }
   closedir(handle);
   std::sort(names.begin(), names.end());

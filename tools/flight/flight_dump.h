@@ -28,6 +28,9 @@ struct FlightDump {
   std::vector<FlightRecord> records;  // oldest first
 };
 
+// Whether a file of this name is a dump (it ends with ".flight").
+bool is_flight_dump(const std::string& name);
+
 // Reads one dump. Throws std::runtime_error naming the file and the line
 // that is not what the format says.
 FlightDump read_flight_dump(const std::string& path);
