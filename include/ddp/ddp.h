@@ -7,6 +7,7 @@
 #include <ddp/backends/round_robin.h>
 #include <ddp/backends/shm.h>
 #include <ddp/checkpoint.h>
+#include <ddp/elastic.h>
 #include <ddp/errors.h>
 #include <ddp/flight_recorder.h>
 #include <ddp/hooks.h>

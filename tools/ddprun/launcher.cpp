@@ -9,6 +9,11 @@
 // period after they were told to stop, and copies output through the line
 // prefixers. When every rank is reaped the pipes get a short, bounded time to
 // reach EOF (a rank's leftover background process may hold them open).
+//
+// With --elastic, ddp-store (next to ddprun) holds the job's store from
+// before the first rank starts until after the last one ended, and a rank
+// that fails is reported without stopping the others while at least MIN of
+// them run: the ranks re-form among themselves (ddp/elastic.h).
 #include "launcher.h"
 
 #include "child_process.h"
@@ -78,7 +83,8 @@ class Supervisor {
       : opts_(opts), master_port_(master_port), restart_count_(restart_count) {}
 
   LaunchResult run() {
-    start_ranks();
+    if (opts_.elastic_min > 0 && !opts_.join) start_store();
+    if (!stopping_) start_ranks();
     for (;;) {
       handle_signals();
       reap();
@@ -96,6 +102,7 @@ class Supervisor {
       close_stream(r.out);
       close_stream(r.err);
     }
+    stop_store();
     LaunchResult result;
     result.status = decided_status_.value_or(0);
     result.interrupted = interrupted_;
@@ -120,6 +127,9 @@ class Supervisor {
       id.master_port = master_port_;
       id.restart_count = restart_count_;
       id.flight_recorder_dir = opts_.flight_recorder_dir;
+      id.elastic_min = opts_.elastic_min;
+      id.elastic_max = opts_.elastic_max;
+      id.joiner = opts_.join;
 
       ChildSpec spec;
       spec.command = opts_.command;
@@ -141,7 +151,8 @@ class Supervisor {
       r.rank = id.rank;
       r.pid = child.pid;
       r.running = true;
-      const std::string prefix = "[rank " + std::to_string(id.rank) + "] ";
+      const std::string prefix =
+          (opts_.join ? "[join " + std::to_string(local) : "[rank " + std::to_string(id.rank)) + "] ";
       r.out.fd = child.stdout_fd;
       r.err.fd = child.stderr_fd;
       if (r.out.fd >= 0) r.out.prefixer = std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO);
@@ -202,10 +213,64 @@ class Supervisor {
         decide(WEXITSTATUS(status));
       }
       failure_ = message;
+      if (opts_.elastic_min > 0 && (opts_.join || others >= opts_.elastic_min)) {
+        // Elastic: the others re-form without it. Not decisive unless it
+        // left too few (or, joining, it is this ddprun's own failure).
+        if (opts_.join) failed_status_ = failed_status_.value_or(*decided_status_);
+        decided_status_.reset();
+        say(message + "; elastic: " + std::to_string(others) + " rank(s) of this ddprun go on" +
+            (opts_.join ? "" : " (minimum " + std::to_string(opts_.elastic_min) + ")"));
+        continue;
+      }
+      if (opts_.elastic_min > 0) message += "; fewer than the minimum of " + std::to_string(opts_.elastic_min) + " rank(s) left";
       if (others > 0) message += "; stopping the other " + std::to_string(others) + " rank(s)";
       say(message);
       stop_all(SIGTERM);
     }
+    if (running_count() == 0 && !decided_status_ && failed_status_) decide(*failed_status_);
+  }
+
+  // ddp-store on the rendezvous port, its output straight to ddprun's.
+  void start_store() {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string dir = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string();
+    dir = dir.substr(0, dir.rfind('/') + 1);
+    ChildSpec spec;
+    spec.command = {dir + "ddp-store", "--host", opts_.master_addr, "--port",
+                    std::to_string(master_port_), "--report"};
+    for (char** e = environ; e && *e; ++e) spec.environment.emplace_back(*e);
+    spec.capture_output = false;
+    spec.stdin_from_dev_null = true;
+    SpawnedChild child = spawn_child(spec);
+    if (child.pid < 0 || child.exec_errno != 0) {
+      failure_ = "--elastic: cannot start " + spec.command[0] + ": " +
+                 (child.pid < 0 ? child.error : std::strerror(child.exec_errno)) +
+                 " (it is built and installed next to ddprun)";
+      say(failure_);
+      exec_failed_ = true;
+      decide(1);
+      stopping_ = true;
+      if (child.pid > 0) waitpid(child.pid, nullptr, 0);
+      return;
+    }
+    store_pid_ = child.pid;
+  }
+
+  // After the last rank: SIGTERM, then SIGKILL if it has not gone in 2 s.
+  void stop_store() {
+    if (store_pid_ <= 0) return;
+    kill(store_pid_, SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (waitpid(store_pid_, nullptr, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        kill(store_pid_, SIGKILL);
+        waitpid(store_pid_, nullptr, 0);
+        break;
+      }
+      usleep(10 * 1000);
+    }
+    store_pid_ = -1;
   }
 
   // Sends `sig` to every running rank (its whole process group) and starts
@@ -311,6 +376,8 @@ class Supervisor {
   const int restart_count_;
   std::vector<RankProcess> ranks_;
   std::optional<int> decided_status_;
+  std::optional<int> failed_status_;  // --join: the first failure, decided once all ended
+  pid_t store_pid_ = -1;              // ddp-store, with --elastic
   bool interrupted_ = false, exec_failed_ = false;
   std::string failure_;  // the deciding failure, for a restart's report
   bool stopping_ = false;

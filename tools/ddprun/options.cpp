@@ -23,6 +23,7 @@ constexpr const char* kExpectPort = "--master-port P with P an integer in [1, 65
 constexpr const char* kExpectGrace = "--grace-period-s S with S a number of seconds >= 0";
 constexpr const char* kExpectRestarts = "--max-restarts K with K an integer in [0, 1000]";
 constexpr const char* kExpectFlight = "--flight-recorder DIR with DIR a directory";
+constexpr const char* kExpectElastic = "--elastic MIN:MAX with 1 <= MIN <= MAX world sizes";
 
 // Strict decimal integer: optional '-', digits only, within [lo, hi].
 std::optional<long> parse_integer(const std::string& text, long lo, long hi) {
@@ -73,11 +74,12 @@ const char* expected_form(const std::string& flag) {
   if (flag == "--grace-period-s") return kExpectGrace;
   if (flag == "--max-restarts") return kExpectRestarts;
   if (flag == "--flight-recorder") return kExpectFlight;
+  if (flag == "--elastic") return kExpectElastic;
   return nullptr;
 }
 
 bool is_switch(const std::string& flag) {
-  return flag == "--no-prefix" || flag == "--help" || flag == "-h";
+  return flag == "--no-prefix" || flag == "--join" || flag == "--help" || flag == "-h";
 }
 
 // Applies one valued flag; returns an error message or "".
@@ -114,6 +116,14 @@ std::string apply_value(const std::string& flag, const std::string& value, Optio
   } else if (flag == "--flight-recorder") {
     if (value.empty()) return bad_value(flag, kExpectFlight, value);
     opts.flight_recorder_dir = value;
+  } else if (flag == "--elastic") {
+    const auto colon = value.find(':');
+    const auto lo = parse_integer(value.substr(0, colon), 1, 1 << 20);
+    const auto hi = colon == std::string::npos ? std::nullopt
+                                               : parse_integer(value.substr(colon + 1), 1, 1 << 20);
+    if (!lo || !hi || *lo > *hi) return bad_value(flag, kExpectElastic, value);
+    opts.elastic_min = static_cast<int>(*lo);
+    opts.elastic_max = static_cast<int>(*hi);
   }
   return "";
 }
@@ -131,6 +141,13 @@ std::string validate(const Options& opts, bool addr_given) {
   if (opts.nnodes > 1 && (!addr_given || !opts.master_port)) {
     return "--nnodes " + std::to_string(opts.nnodes) +
            " requires --master-addr HOST and --master-port P (the same on every node)";
+  }
+  if (opts.join && (opts.elastic_min == 0 || !opts.master_port)) {
+    return "--join requires --elastic MIN:MAX and --master-port P (the running job's store)";
+  }
+  if (opts.elastic_min > 0 && opts.max_restarts > 0) {
+    return "--elastic and --max-restarts do not go together: an elastic job re-forms in "
+           "process instead of restarting";
   }
   if (opts.command.empty()) {
     return "missing the program to run; expected ddprun --nproc-per-node N [flags] [--] "
@@ -165,6 +182,8 @@ ParseResult parse_options(const std::vector<std::string>& args) {
       }
       if (flag == "--no-prefix") {
         opts.prefix_output = false;
+      } else if (flag == "--join") {
+        opts.join = true;
       } else {
         result.outcome = ParseOutcome::HELP;
         return result;
@@ -176,7 +195,7 @@ ParseResult parse_options(const std::vector<std::string>& args) {
       result.error = "unknown flag '" + arg.substr(0, eq) +
                      "'; expected --nproc-per-node, --nnodes, --node-rank, --master-addr, "
                      "--master-port, --no-prefix, --grace-period-s, --max-restarts, "
-                     "--flight-recorder, --help, "
+                     "--flight-recorder, --elastic, --join, --help, "
                      "or -- before the program";
       return result;
     }
@@ -202,7 +221,8 @@ ParseResult parse_options(const std::vector<std::string>& args) {
 std::string usage_text() {
   return R"(usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
               [--no-prefix] [--grace-period-s S] [--max-restarts K]
-              [--flight-recorder DIR] [--] program [args...]
+              [--flight-recorder DIR] [--elastic MIN:MAX [--join]]
+              [--] program [args...]
 
 Starts N copies ("ranks") of program on this node, each with the environment a
 ddp (or torch.distributed) program reads to join the job, supervises them, and
@@ -230,6 +250,15 @@ flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
                        after a failed job ddprun says in one line which rank
                        stopped where (as ddp-flight DIR does). Default:
                        $DDP_FLIGHT_RECORDER_DIR when set
+  --elastic MIN:MAX    elastic training in process (ddp::ElasticRunner): ddprun
+                       starts ddp-store on A:P (it outlives any rank and prints
+                       one line per membership change), and a rank that fails
+                       does not stop the others while at least MIN ranks run;
+                       the survivors re-form without it. MIN and MAX bound the
+                       world size (DDP_ELASTIC_MIN/MAX_WORLD_SIZE)
+  --join               with --elastic and --master-port P: start N ranks that
+                       join the elastic job whose store is at A:P (no store
+                       here; each rank takes a fresh member id, no RANK)
   -h, --help           print this text and exit
   --                   end of ddprun's flags; the next argument is the program
 
@@ -244,6 +273,9 @@ environment of each rank (added to ddprun's own environment):
   DDP_RESTART_COUNT,         how many times the job was restarted (0 first)
   TORCHELASTIC_RESTART_COUNT
   DDP_FLIGHT_RECORDER_DIR    DIR, with --flight-recorder
+  DDP_ELASTIC_MIN_WORLD_SIZE,
+  DDP_ELASTIC_MAX_WORLD_SIZE MIN and MAX, with --elastic (RANK is left unset
+                             with --join)
 
 exit status:
   0        every rank exited 0
@@ -251,6 +283,9 @@ exit status:
            was killed by signal sig); the other ranks got SIGTERM, then
            SIGKILL after the grace period (with --max-restarts: of the last
            attempt, whose failure ddprun names when it gives up)
+           With --elastic: 0 when the ranks still running at the end all exit
+           0 (a rank that failed while MIN others ran is reported, not
+           decisive); S of the rank whose failure left fewer than MIN
   128+sig  ddprun got SIGINT or SIGTERM (forwarded to every rank)
   2        bad arguments
   126/127  the program could not be executed / was not found

@@ -19,6 +19,13 @@ struct Options {
   // Where the ranks' flight recorders dump (DDP_FLIGHT_RECORDER_DIR); ""
   // leaves the variable as ddprun's environment has it.
   std::string flight_recorder_dir;
+  // --elastic MIN:MAX: the ranks train through ElasticRunner (ddp/elastic.h)
+  // on a store ddprun starts (ddp-store); a rank that fails does not stop the
+  // others while at least MIN run. 0: not elastic.
+  int elastic_min = 0, elastic_max = 0;
+  // --join: the ranks join the running elastic job at --master-addr/--port
+  // (no store started here; each takes a fresh member id).
+  bool join = false;
   std::vector<std::string> command;  // the program, then its arguments
 };
 

@@ -26,6 +26,8 @@ constexpr const char* kNames[] = {
     "GROUP_WORLD_SIZE",
     "DDP_RESTART_COUNT",
     "TORCHELASTIC_RESTART_COUNT",
+    "DDP_ELASTIC_MIN_WORLD_SIZE",
+    "DDP_ELASTIC_MAX_WORLD_SIZE",
 };
 
 bool is_set_by_ddprun(const char* entry) {
@@ -59,7 +61,14 @@ std::vector<std::string> rank_environment(const char* const* base, const RankIde
       {"DDP_RESTART_COUNT", std::to_string(id.restart_count)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
   };
-  for (const auto& [name, value] : values) env.push_back(std::string(name) + "=" + value);
+  for (const auto& [name, value] : values) {
+    if (id.joiner && std::strcmp(name, "RANK") == 0) continue;  // a fresh member id
+    env.push_back(std::string(name) + "=" + value);
+  }
+  if (id.elastic_min > 0) {
+    env.push_back("DDP_ELASTIC_MIN_WORLD_SIZE=" + std::to_string(id.elastic_min));
+    env.push_back("DDP_ELASTIC_MAX_WORLD_SIZE=" + std::to_string(id.elastic_max));
+  }
   if (!id.flight_recorder_dir.empty()) env.push_back(flight + id.flight_recorder_dir);
   const bool threads_set = std::any_of(env.begin(), env.end(), [](const std::string& e) {
     return e.rfind("OMP_NUM_THREADS=", 0) == 0;

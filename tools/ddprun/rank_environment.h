@@ -17,6 +17,8 @@ struct RankIdentity {
   int master_port = 0;
   int restart_count = 0;  // DDP_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT
   std::string flight_recorder_dir;  // DDP_FLIGHT_RECORDER_DIR; "": as inherited
+  int elastic_min = 0, elastic_max = 0;  // DDP_ELASTIC_MIN/MAX_WORLD_SIZE; 0: not elastic
+  bool joiner = false;                   // joins a running elastic job: no RANK
 };
 
 // The rank's complete environment as "NAME=value" strings: `base` (normally

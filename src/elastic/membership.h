@@ -1,0 +1,78 @@
+// Who is in the job: this process's member id, its heartbeat on the store,
+// what it knows of the other members' liveness, and the formation of each
+// generation (include/ddp/elastic.h, "How it works").
+#pragma once
+
+#include <ddp/elastic.h>
+#include <ddp/mutex.h>
+#include <ddp/store.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddp::detail::elastic {
+
+class Membership {
+ public:
+  // Connects to the store at $MASTER_ADDR:$MASTER_PORT (held by ddp-store),
+  // takes member id $RANK (or a fresh one when unset) and starts the
+  // heartbeat. InvalidArgument: no store named, or the id held by another
+  // live process; CommunicationError: the store does not answer.
+  explicit Membership(const ElasticOptions& options);
+  ~Membership();
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  int id() const { return id_; }
+
+  // Blocks until a generation after `previous` that includes this process
+  // is decided, and returns it (rank, members, who left and joined).
+  // TimeoutError after reform_timeout naming who arrived, who is awaited
+  // and the minimum.
+  ElasticWorld form(const ElasticWorld& previous);
+
+  // A fresh client of the store, for a generation's process group.
+  StorePtr connect() const;
+
+  // True once a process waits to join the generation after `now`'s (the
+  // heartbeat looks every heartbeat_interval); the members of `now` are
+  // the ones whose liveness the heartbeat follows.
+  void watch(const ElasticWorld& now);
+  bool change_wanted() const { return change_wanted_.load(std::memory_order_acquire); }
+
+ private:
+  struct Liveness {
+    int64_t beats = -1;
+    std::chrono::steady_clock::time_point moved;
+  };
+  void heartbeat();
+  // Whether member `id`'s process is gone: dead or stopped on this host,
+  // or a heartbeat that has not moved for dead_after.
+  bool gone(const StorePtr& store, int id);
+  // Reads `id`'s heartbeat counter into the liveness table.
+  void observe(const StorePtr& store, int id);
+  int64_t first_undecided_generation(const StorePtr& store) const;
+
+  const ElasticOptions options_;
+  const std::string host_, pid_namespace_;
+  std::string address_;
+  int port_ = 0;
+  StorePtr store_;  // the caller's thread's
+  int id_ = -1;
+
+  Mutex mutex_;
+  std::map<int, Liveness> liveness_ DDP_GUARDED_BY(mutex_);
+  std::vector<int> watched_ DDP_GUARDED_BY(mutex_);
+  int64_t watched_generation_ DDP_GUARDED_BY(mutex_) = -1;
+  bool stopping_ DDP_GUARDED_BY(mutex_) = false;
+  CondVar wake_;
+  std::atomic<bool> change_wanted_{false};
+  std::thread heartbeat_;
+};
+
+}  // namespace ddp::detail::elastic

@@ -1,0 +1,153 @@
+// ElasticRunner: the loop of generations. Each one: a process group of its
+// members, the state synchronized from the member furthest ahead, a
+// DistributedDataParallel, then steps until a failure (restore, re-form),
+// a wanted change (re-form at the step boundary) or the end.
+#include <ddp/elastic.h>
+
+#include "elastic/membership.h"
+#include "elastic/record.h"
+#include "rendezvous/env.h"
+
+#include <ddp/backend.h>
+#include <ddp/errors.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <cstdio>
+#include <cstring>
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string where(const ElasticWorld& w, int id) {
+  return "ddp: elastic member " + std::to_string(id) + " (rank " + std::to_string(w.rank) + " of " +
+         std::to_string(w.world_size) + ", generation " + std::to_string(w.generation) + "): ";
+}
+
+// Every member's committed step; the member to copy the state from: the
+// one furthest ahead, the lowest rank among equals.
+int source_rank(ProcessGroup& group, int64_t committed) {
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < group.size(); ++r) all.push_back(at::empty({1}, at::kLong));
+  group.allgather(all, at::tensor({committed}, at::kLong))->wait();
+  int source = 0;
+  for (int r = 1; r < group.size(); ++r) {
+    if (all[r].item<int64_t>() > all[source].item<int64_t>()) source = r;
+  }
+  return source;
+}
+
+// Broadcasts `source`'s bytes (the others' argument is ignored).
+std::string broadcast_bytes(ProcessGroup& group, int source, const std::string& bytes) {
+  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
+  group.broadcast(size, source)->wait();
+  at::Tensor data = at::empty({size.item<int64_t>()}, at::kByte);
+  if (group.rank() == source) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  group.broadcast(data, source)->wait();
+  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel()));
+}
+
+}  // namespace
+
+struct ElasticRunner::Impl {
+  ElasticOptions options;
+  std::function<void(const ElasticWorld&, const ElasticWorld&)> on_world_change;
+};
+
+ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Impl>()) {
+  if (auto s = detail::env_int("DDP_TIMEOUT", 1, 1 << 24)) {
+    options.init().timeout(std::chrono::seconds(*s));
+  }
+  if (auto s = detail::env_int("DDP_RENDEZVOUS_TIMEOUT_S", 1, 1 << 24)) {
+    options.reform_timeout(std::chrono::seconds(*s));
+  }
+  const std::string backend = resolve_backend_name(options.init().backend());
+  if (!find_backend(backend).needs_store) {
+    throw InvalidArgument("ddp: elastic training needs a backend that forms groups on a store; " +
+                          backend + " takes its world from its own launcher. Use gloo, shm or auto.");
+  }
+  if (options.min_world_size() < 1 || options.commit_every() < 1 ||
+      (options.max_world_size() > 0 && options.max_world_size() < options.min_world_size())) {
+    throw InvalidArgument("ddp: ElasticOptions: need 1 <= min_world_size <= max_world_size (or 0) "
+                          "and commit_every >= 1, got min " +
+                          std::to_string(options.min_world_size()) + ", max " +
+                          std::to_string(options.max_world_size()) + ", commit_every " +
+                          std::to_string(options.commit_every()));
+  }
+  impl_->options = std::move(options);
+}
+
+ElasticRunner::~ElasticRunner() = default;
+
+ElasticRunner& ElasticRunner::on_world_change(
+    std::function<void(const ElasticWorld& previous, const ElasticWorld& now)> callback) {
+  impl_->on_world_change = std::move(callback);
+  return *this;
+}
+
+ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(ElasticStep&)>& step) {
+  const ElasticOptions& o = impl_->options;
+  detail::elastic::Membership membership(o);
+  ElasticWorld previous;
+  ElasticWorld world = membership.form(previous);
+  for (;;) {
+    const auto formed = Clock::now();
+    try {
+      ProcessGroupPtr group = new_process_group(
+          c10::make_intrusive<c10d::PrefixStore>(
+              detail::elastic::generation_key(world.generation, "group"), membership.connect()),
+          world.rank, world.world_size, o.init());
+      membership.watch(world);
+      // The state of the member furthest ahead, as a checkpoint would carry it.
+      const int source = source_rank(*group, state.committed_iteration());
+      const std::string bytes =
+          broadcast_bytes(*group, source, group->rank() == source ? state.serialize() : "");
+      if (group->rank() != source) state.load(bytes, *group);
+      state.commit();
+      if (impl_->on_world_change) impl_->on_world_change(previous, world);
+      auto ddp_options = o.ddp();
+      DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
+      ElasticStep context(world, group, model);
+      if (world.rank == 0) {
+        std::fprintf(stderr,
+                     "ddp: elastic: generation %lld: %d member(s) (%s), at step %lld, ready "
+                     "%.3f s after its decision\n",
+                     static_cast<long long>(world.generation), world.world_size,
+                     detail::elastic::GenerationRecord::join(world.members).c_str(),
+                     static_cast<long long>(state.training.iteration),
+                     std::chrono::duration<double>(Clock::now() - formed).count());
+      }
+      int since_commit = 0;
+      for (;;) {
+        const bool more = step(context);
+        if (++since_commit >= o.commit_every() || !more) {
+          state.commit();
+          since_commit = 0;
+        }
+        // The step boundary every member passes together: does one want to
+        // stop, does a process wait to join?
+        at::Tensor flags = at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
+        group->allreduce(flags)->wait();
+        const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
+        if (done == world.world_size) return world;
+        if (done != 0) {
+          throw InvalidArgument(where(world, membership.id()) + "the step returned false on " +
+                                std::to_string(done) + " of " + std::to_string(world.world_size) +
+                                " members: every member must end at the same step");
+        }
+        if (change) break;
+      }
+    } catch (const CommunicationError& e) {
+      std::fprintf(stderr, "%sa collective failed, re-forming: %s\n",
+                   where(world, membership.id()).c_str(), e.what());
+      state.restore();
+    }
+    previous = world;
+    world = membership.form(previous);
+  }
+}
+
+}  // namespace ddp

@@ -1,0 +1,171 @@
+// One member of an elastic job (tests/multiprocess/elastic_test.sh,
+// bench/elastic_bench.sh): a float64 MLP on a fixed synthetic set, trained
+// through ddp::ElasticRunner with ElasticSampler, SGD with momentum.
+//
+//   elastic_worker --steps N [--batch B] [--step-ms MS] [--min M] [--max M]
+//       [--fault kill|stop --victim ID --at STEP]   member ID kills (SIGKILL)
+//                                                   or stops (SIGSTOP) itself
+//                                                   mid-backward of step STEP
+//       [--save-at STEP --checkpoint PATH]          save a checkpoint after
+//                                                   STEP steps and stop there
+//       [--load PATH]                               start from that checkpoint
+//
+// Lines it prints (rank 0 of each generation, unless said):
+//   generation G: world W, members ..., resumed at step S
+//   first step of generation G done at T ms (CLOCK_REALTIME), world W
+//   victim: member ID faults at step S at T ms  (the victim)
+//   final: steps N, world W, state fnv1a64 H   (parameters and momentum)
+#include <ddp/ddp.h>
+
+#include "compat/torch_compat.h"
+
+#include <torch/torch.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <thread>
+
+namespace {
+
+int64_t realtime_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct Flags {
+  int64_t steps = 60, batch = 8, step_ms = 0, at = -1, save_at = -1;
+  int min = 1, max = 0, victim = -1;
+  std::string fault, checkpoint, load;
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--steps") f.steps = std::stoll(v);
+    else if (k == "--batch") f.batch = std::stoll(v);
+    else if (k == "--step-ms") f.step_ms = std::stoll(v);
+    else if (k == "--min") f.min = std::stoi(v);
+    else if (k == "--max") f.max = std::stoi(v);
+    else if (k == "--fault") f.fault = v;
+    else if (k == "--victim") f.victim = std::stoi(v);
+    else if (k == "--at") f.at = std::stoll(v);
+    else if (k == "--save-at") f.save_at = std::stoll(v);
+    else if (k == "--checkpoint") f.checkpoint = v;
+    else if (k == "--load") f.load = v;
+    else throw std::invalid_argument("elastic_worker: unknown flag " + k);
+  }
+  return f;
+}
+
+uint64_t fnv1a(uint64_t h, const at::Tensor& t) {
+  const auto c = t.detach().contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Flags f = parse(argc, argv);
+    torch::manual_seed(7);
+    const int64_t samples = 512;
+    const auto inputs = torch::randn({samples, 32}, torch::kDouble);
+    const auto targets = inputs.matmul(torch::randn({32, 10}, torch::kDouble)).argmax(1);
+    auto net = torch::nn::Sequential(torch::nn::Linear(32, 64), torch::nn::ReLU(),
+                                     torch::nn::Linear(64, 10));
+    net->to(torch::kDouble);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    ddp::ElasticState state(net, opt);
+    ddp::ElasticSampler sampler(samples, f.batch, /*shuffle=*/true, /*seed=*/3);
+
+    const long id = std::getenv("RANK") ? std::atol(std::getenv("RANK")) : -1;
+    ddp::ElasticOptions options;
+    options.min_world_size(f.min).max_world_size(f.max);
+    bool first_of_generation = false, loaded = f.load.empty();
+    ddp::ElasticRunner runner(options);
+    runner.on_world_change([&](const ddp::ElasticWorld&, const ddp::ElasticWorld& now) {
+      first_of_generation = true;
+      if (now.rank == 0) {
+        std::printf("generation %lld: world %d, members %s, resumed at step %lld\n",
+                    static_cast<long long>(now.generation), now.world_size,
+                    [&] {
+                      std::string s;
+                      for (int m : now.members) s += (s.empty() ? "" : ",") + std::to_string(m);
+                      return s;
+                    }().c_str(),
+                    static_cast<long long>(state.training.iteration));
+        std::fflush(stdout);
+      }
+    });
+    const ddp::ElasticWorld last = runner.run(state, [&](ddp::ElasticStep& step) {
+      if (!loaded) {  // the checkpoint-handover reference: every member loads rank 0's file
+        auto resumed = ddp::load_checkpoint(
+            f.load, *net, opt, ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
+        if (!resumed) throw std::runtime_error("no checkpoint at " + f.load);
+        state.training = *resumed;
+        loaded = true;
+        return true;
+      }
+      if (state.training.iteration >= f.steps) return false;
+      if (f.save_at >= 0 && state.training.iteration == f.save_at) {
+        ddp::save_checkpoint(f.checkpoint, *net, opt, state.training,
+                             ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
+        return false;
+      }
+      auto indices = sampler.indices(state.training, step.rank(), step.world_size());
+      if (indices.empty()) {
+        sampler.next_epoch(state.training);
+        return true;
+      }
+      const auto index = torch::tensor(indices, torch::kLong);
+      opt.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(step.model()->forward(inputs.index_select(0, index)),
+                                                       targets.index_select(0, index));
+      if (id == f.victim && state.training.iteration == f.at) {
+        // Mid-backward: when the last layer's gradient is ready, before the
+        // first layer's (so some buckets are reduced, some not).
+        net[2]->as<torch::nn::Linear>()->weight.register_hook([&](const at::Tensor& g) {
+          std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
+                      static_cast<long long>(f.at), static_cast<long long>(realtime_ms()));
+          std::fflush(stdout);
+          std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
+          return g;
+        });
+      }
+      loss.backward();
+      opt.step();
+      sampler.advance(state.training, step.world_size());
+      if (f.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_ms));
+      if (first_of_generation && step.rank() == 0) {
+        std::printf("first step of generation %lld done at %lld ms, world %d\n",
+                    static_cast<long long>(step.world().generation),
+                    static_cast<long long>(realtime_ms()), step.world_size());
+        std::fflush(stdout);
+      }
+      first_of_generation = false;
+      return true;
+    });
+    if (last.rank == 0) {
+      uint64_t h = 0xcbf29ce484222325ULL;
+      for (const auto& p : net->parameters()) h = fnv1a(h, p);
+      for (const auto& p : net->parameters()) {
+        const auto& s = opt.state().at(ddp::compat::optimizer_state_key(opt.state(), p));
+        h = fnv1a(h, static_cast<torch::optim::SGDParamState&>(*s).momentum_buffer());
+      }
+      std::printf("final: steps %lld, world %d, state fnv1a64 %016llx\n",
+                  static_cast<long long>(state.training.iteration), last.world_size,
+                  static_cast<unsigned long long>(h));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "elastic_worker: " << e.what() << "\n";
+    return 1;
+  }
+}

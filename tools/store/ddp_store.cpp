@@ -1,0 +1,116 @@
+// ddp-store: the store of an elastic job, held by a process that trains
+// nothing, so that it outlives any rank (include/ddp/elastic.h). It hosts
+// libtorch's TCPStore and, with --report, says in one line each membership
+// change the members decide.
+//
+//   ddp-store --port 29500 [--host 0.0.0.0] [--report]
+//
+// Runs until SIGTERM or SIGINT (ddprun --elastic sends SIGTERM when the job
+// ends). Port 0 takes a free port; the first line of output names it:
+//   ddp-store: listening on port 29500
+#include "compat/torch_compat.h"
+#include "elastic/record.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ddp-store [--host ADDR] [--port P] [--report]\n"
+    "  Hosts the TCPStore of an elastic ddp job until SIGTERM/SIGINT.\n"
+    "  --host ADDR  address to listen on (default 0.0.0.0: every interface)\n"
+    "  --port P     port (default 29500; 0: a free one, printed)\n"
+    "  --report     one line per membership change the members decide\n";
+
+std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+// "1, 2" or "none".
+std::string ids(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string host = "0.0.0.0";
+  int port = 29500;
+  bool report = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--host" || a == "--port") && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (a == "--host") {
+        host = v;
+      } else {
+        char* end = nullptr;
+        const long p = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end || p < 0 || p > 65535) {
+          std::fprintf(stderr, "ddp-store: --port must be a port number (0-65535), got '%s'\n", v.c_str());
+          return 2;
+        }
+        port = static_cast<int>(p);
+      }
+    } else if (a == "--report") {
+      report = true;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "ddp-store: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the store's threads start: they inherit it
+
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = true;
+    opts.waitWorkers = false;
+    opts.timeout = std::chrono::seconds(30);
+    ddp::compat::use_classic_tcp_store(opts);
+    store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp-store: cannot listen on %s:%d: %s\n", host.c_str(), port, e.what());
+    return 1;
+  }
+  std::printf("ddp-store: listening on port %d\n", static_cast<int>(store->getPort()));
+  std::fflush(stdout);
+
+  namespace el = ddp::detail::elastic;
+  int64_t next = 0;  // the first generation not reported yet
+  const timespec poll{0, 20 * 1000 * 1000};
+  for (;;) {
+    const int sig = sigtimedwait(&stop, nullptr, &poll);
+    if (sig == SIGTERM || sig == SIGINT) return 0;
+    if (!report) continue;
+    try {
+      while (store->check({el::generation_key(next, "decided")})) {
+        const auto r = el::GenerationRecord::decode(text(store->get(el::generation_key(next, "decided"))));
+        if (r) {
+          std::printf("ddprun: elastic: generation %lld: world %zu (members %s); left: %s; joined: %s; "
+                      "formed in %.3f s\n",
+                      static_cast<long long>(next), r->members.size(), ids(r->members).c_str(),
+                      ids(r->left).c_str(), ids(r->joined).c_str(), r->formed_ms / 1000.0);
+          std::fflush(stdout);
+        }
+        ++next;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddp-store: reading the store: %s\n", e.what());
+    }
+  }
+}
