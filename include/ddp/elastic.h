@@ -40,9 +40,11 @@
 //   commit, serialized as a checkpoint is (checkpoint.h), and every other
 //   member loads it. The result is bit-identical to saving a checkpoint at
 //   that step and loading it into the new world.
-// - A commit (after every `commit_every`-th step) copies the parameters,
-//   buffers, optimizer state and TrainingState in memory; a step that threw
-//   is undone from it, so no committed step is lost.
+// - Every step boundary is committed: the TrainingState and the buffers are
+//   copied, the parameters' version counters noted. A step that throws
+//   before its optimizer step is undone from there (parameters and
+//   optimizer state untouched), so no completed step is lost; every
+//   `commit_every` steps a full copy covers a step that throws after it.
 //
 // Errors: fewer than `min_world_size` members left at the end of
 // `reform_timeout` is a TimeoutError on every survivor naming who is left
@@ -72,9 +74,11 @@ class Optimizer;
 namespace ddp {
 
 struct ElasticOptions {
-  // Fewest members the job goes on with. Default 1.
+  // Fewest members the job goes on with. Default 1;
+  // $DDP_ELASTIC_MIN_WORLD_SIZE overrides it (ddprun --elastic MIN:MAX).
   TORCH_ARG(int, min_world_size) = 1;
-  // Most members; later arrivals wait for a place. Default 0: no limit.
+  // Most members; later arrivals wait for a place. Default 0: no limit;
+  // $DDP_ELASTIC_MAX_WORLD_SIZE overrides it.
   TORCH_ARG(int, max_world_size) = 0;
   // The members of the first generation: it is formed when that many
   // arrived. Default -1: $WORLD_SIZE.
@@ -86,9 +90,13 @@ struct ElasticOptions {
   // Each generation's DistributedDataParallel (process_group is the
   // runner's). Default: DDP's defaults.
   TORCH_ARG(DistributedDataParallelOptions, ddp) = {};
-  // Commit after every this many steps; a failure goes back to the last
-  // commit (at most commit_every - 1 steps lost). Default 1.
-  TORCH_ARG(int, commit_every) = 1;
+  // A full copy of the state after every this many steps (and at each
+  // formation). A step that fails before its optimizer step (in forward or
+  // backward, where DDP's collectives are) goes back to the last step
+  // boundary at no copy's cost; one that fails after it (a collective of
+  // its own after opt.step()) goes back to the last full copy, losing at
+  // most commit_every - 1 steps. Default 100.
+  TORCH_ARG(int, commit_every) = 100;
   // How often a member shows on the store that it lives. Default 100 ms.
   TORCH_ARG(std::chrono::milliseconds, heartbeat_interval) = std::chrono::milliseconds(100);
   // A member on another host whose heartbeat has not moved for this long is
@@ -118,7 +126,9 @@ class ElasticState {
  public:
   // `module`: a ModuleHolder (a TORCH_MODULE) or a std::shared_ptr to a
   // module with a forward(), as DistributedDataParallel takes it.
-  // `optimizer` must outlive the state. ZeroRedundancyOptimizer is refused.
+  // `optimizer` must outlive the state: libtorch's SGD, Adam, AdamW,
+  // Adagrad or RMSprop (a commit refuses another's state, naming its type:
+  // it could not be copied). ZeroRedundancyOptimizer is refused here.
   template <typename ModuleType>
   ElasticState(ModuleType module, torch::optim::Optimizer& optimizer)
       : ElasticState(module_pointer(module), optimizer,
@@ -129,11 +139,20 @@ class ElasticState {
 
   TrainingState training;
 
-  // Copies everything above in memory (the runner does after each step).
-  void commit();
-  // Back to the last commit (the runner does after a failed step).
+  // Records a step boundary (the runner does after each step): the
+  // TrainingState, the module's buffers, the optimizer's options and the
+  // parameters' version counters; with `full`, a copy of the parameters and
+  // the optimizer's state too (the runner: every commit_every-th boundary
+  // and at each formation). Only the full copy costs memory bandwidth in
+  // proportion to the model. An optimizer without state (SGD without
+  // momentum) shows no trace of a step: then every commit is full.
+  void commit(bool full = true);
+  // Back to the last boundary when the optimizer has not stepped since (a
+  // step that failed in its forward or backward: parameters and optimizer
+  // state are still the boundary's), else to the last full copy.
   void restore();
-  // training.iteration at the last commit; -1 before the first.
+  // training.iteration of the state the last commit or restore left; -1
+  // before the first commit.
   int64_t committed_iteration() const;
 
  private:
@@ -197,7 +216,9 @@ class ElasticRunner {
   // Forms the first generation (or joins a running job), then calls `step`
   // until it returns false on every member (returning false on some members
   // only is an InvalidArgument on all), re-forming on failures and joins.
-  // Returns the last generation.
+  // Returns the last generation; one of generation -1 (rank -1) when the
+  // job finished while this process waited to join (a member left out
+  // after a stop, a spare).
   ElasticWorld run(ElasticState& state, const std::function<bool(ElasticStep&)>& step);
 
  private:

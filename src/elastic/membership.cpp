@@ -53,7 +53,9 @@ bool contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-std::string list(const std::vector<int>& ids) {
+// "0,2" (ascending) or "none".
+std::string list(std::vector<int> ids) {
+  std::sort(ids.begin(), ids.end());
   return ids.empty() ? "none" : GenerationRecord::join(ids);
 }
 
@@ -189,6 +191,8 @@ bool Membership::gone(const StorePtr& store, int id) {
   return still >= options_.dead_after();
 }
 
+void Membership::finish() { store_->set(key("finished"), bytes("1")); }
+
 int64_t Membership::first_undecided_generation(const StorePtr& store) const {
   int64_t n = 0;
   while (store->check({generation_key(n, "decided")})) ++n;
@@ -211,6 +215,7 @@ ElasticWorld Membership::form(const ElasticWorld& previous) {
     std::vector<int> arrived, awaited;
     int needed = 0;
     for (;;) {
+      if (store->check({key("finished")})) return ElasticWorld{};
       if (store->check({generation_key(n, "decided")})) {
         const auto record = GenerationRecord::decode(text(store->get(generation_key(n, "decided"))));
         if (!record) throw CommunicationError(where(id_) + "generation " + std::to_string(n) + "'s record on the store is unreadable");

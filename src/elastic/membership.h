@@ -31,10 +31,14 @@ class Membership {
   int id() const { return id_; }
 
   // Blocks until a generation after `previous` that includes this process
-  // is decided, and returns it (rank, members, who left and joined).
+  // is decided, and returns it (rank, members, who left and joined); one
+  // of generation -1 once the job has finished without this process.
   // TimeoutError after reform_timeout naming who arrived, who is awaited
   // and the minimum.
   ElasticWorld form(const ElasticWorld& previous);
+
+  // The job is done: a process still waiting to join goes home.
+  void finish();
 
   // A fresh client of the store, for a generation's process group.
   StorePtr connect() const;

@@ -64,6 +64,13 @@ ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Im
   if (auto s = detail::env_int("DDP_RENDEZVOUS_TIMEOUT_S", 1, 1 << 24)) {
     options.reform_timeout(std::chrono::seconds(*s));
   }
+  // ddprun --elastic MIN:MAX: the launcher's bounds win, as DDP_TIMEOUT does.
+  if (auto n = detail::env_int("DDP_ELASTIC_MIN_WORLD_SIZE", 1, 1 << 20)) {
+    options.min_world_size(static_cast<int>(*n));
+  }
+  if (auto n = detail::env_int("DDP_ELASTIC_MAX_WORLD_SIZE", 1, 1 << 20)) {
+    options.max_world_size(static_cast<int>(*n));
+  }
   const std::string backend = resolve_backend_name(options.init().backend());
   if (!find_backend(backend).needs_store) {
     throw InvalidArgument("ddp: elastic training needs a backend that forms groups on a store; " +
@@ -93,7 +100,7 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
   detail::elastic::Membership membership(o);
   ElasticWorld previous;
   ElasticWorld world = membership.form(previous);
-  for (;;) {
+  while (world.generation >= 0) {
     const auto formed = Clock::now();
     try {
       ProcessGroupPtr group = new_process_group(
@@ -106,10 +113,10 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
       const std::string bytes =
           broadcast_bytes(*group, source, group->rank() == source ? state.serialize() : "");
       if (group->rank() != source) state.load(bytes, *group);
-      state.commit();
       if (impl_->on_world_change) impl_->on_world_change(previous, world);
       auto ddp_options = o.ddp();
       DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
+      state.commit(/*full=*/true);  // after DDP's broadcast, which bumps the versions
       ElasticStep context(world, group, model);
       if (world.rank == 0) {
         std::fprintf(stderr,
@@ -123,16 +130,18 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
       int since_commit = 0;
       for (;;) {
         const bool more = step(context);
-        if (++since_commit >= o.commit_every() || !more) {
-          state.commit();
-          since_commit = 0;
-        }
+        const bool full = ++since_commit >= o.commit_every();
+        state.commit(full);
+        if (full) since_commit = 0;
         // The step boundary every member passes together: does one want to
         // stop, does a process wait to join?
         at::Tensor flags = at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
         group->allreduce(flags)->wait();
         const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
-        if (done == world.world_size) return world;
+        if (done == world.world_size) {
+          membership.finish();
+          return world;
+        }
         if (done != 0) {
           throw InvalidArgument(where(world, membership.id()) + "the step returned false on " +
                                 std::to_string(done) + " of " + std::to_string(world.world_size) +
@@ -148,6 +157,7 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
     previous = world;
     world = membership.form(previous);
   }
+  return world;  // the job ended without this process
 }
 
 }  // namespace ddp

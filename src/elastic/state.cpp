@@ -4,8 +4,10 @@
 // A commit copies into tensors it keeps from one commit to the next (no
 // allocation after the first): the parameters and buffers, and the state of
 // libtorch's optimizers (SGD, Adam, AdamW, Adagrad, RMSprop) field by
-// field. Any other optimizer's state goes through Optimizer::save into
-// bytes, which costs a serialization per commit.
+// field. Another optimizer's state cannot be copied generically (libtorch's
+// OptimizerParamState has no deep copy, and Optimizer::save is empty unless
+// overridden; LBFGS's cannot be saved at all): a commit refuses it, naming
+// its type, rather than restore a state that is not the committed one.
 #include <ddp/elastic.h>
 
 #include "checkpoint/checkpoint_archive.h"
@@ -20,10 +22,9 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
+#include <c10/util/Type.h>
 
-#include <sstream>
+#include <typeinfo>
 
 namespace ddp {
 namespace {
@@ -82,23 +83,143 @@ bool copy_param_state(const OptimizerParamState& from, std::unique_ptr<Optimizer
          copy_fields<RMSpropParamState>(from, into);
 }
 
-std::vector<at::Tensor> module_tensors(torch::nn::Module& module) {
-  std::vector<at::Tensor> out = module.parameters(true);
-  for (auto& b : module.buffers(true)) out.push_back(b);
-  return out;
+// What moves when the optimizer steps a parameter with state: its state's
+// step count, and the version counters of its state tensors (updated in
+// place: SGD's momentum, Adam's averages, ...). The parameter's own counter
+// is not enough: libtorch's SGD updates it through .data(), which has a
+// counter of its own.
+template <typename S>
+bool progress_of(const OptimizerParamState& state, std::vector<int64_t>& marks) {
+  const auto* s = dynamic_cast<const S*>(&state);
+  if (!s) return false;
+  auto mark = [&](const at::Tensor& t) { marks.push_back(t.defined() ? t._version() : -1); };
+  if constexpr (std::is_same_v<S, torch::optim::SGDParamState>) {
+    mark(s->momentum_buffer());
+  } else if constexpr (std::is_same_v<S, torch::optim::AdagradParamState>) {
+    marks.push_back(s->step());
+    mark(s->sum());
+  } else if constexpr (std::is_same_v<S, torch::optim::RMSpropParamState>) {
+    marks.push_back(s->step());
+    mark(s->square_avg());
+    mark(s->momentum_buffer());
+    mark(s->grad_avg());
+  } else {  // Adam, AdamW
+    marks.push_back(s->step());
+    mark(s->exp_avg());
+    mark(s->exp_avg_sq());
+    mark(s->max_exp_avg_sq());
+  }
+  return true;
 }
+
+[[noreturn]] void refuse(const OptimizerParamState& state) {
+  throw InvalidArgument("ddp: ElasticState::commit: cannot copy an optimizer state of type " +
+                        c10::demangle(typeid(state).name()) +
+                        "; elastic training supports libtorch's SGD, Adam, AdamW, Adagrad and "
+                        "RMSprop");
+}
+
+void mark_progress(const OptimizerParamState& state, std::vector<int64_t>& marks) {
+  using namespace torch::optim;
+  if (!(progress_of<SGDParamState>(state, marks) || progress_of<AdamParamState>(state, marks) ||
+        progress_of<AdamWParamState>(state, marks) || progress_of<AdagradParamState>(state, marks) ||
+        progress_of<RMSpropParamState>(state, marks))) {
+    refuse(state);
+  }
+}
+
+// A step boundary, cheap enough to record at every one: the counters, the
+// buffers (BatchNorm's statistics change in forward), the param groups'
+// options, and what tells whether the optimizer has stepped since (marks:
+// per parameter, its version counter, whether it has optimizer state, and
+// that state's progress).
+struct Boundary {
+  int64_t iteration = -1;  // -1: none recorded
+  TrainingState training;
+  std::vector<at::Tensor> buffers;
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;
+  std::vector<int64_t> marks;
+  bool any_state = false;
+};
+
+// A full copy: a boundary with the parameters and the optimizer's state.
+struct FullCopy {
+  Boundary boundary;
+  std::vector<at::Tensor> parameters;
+  // Per parameter (in param_groups order): its optimizer state or null.
+  std::vector<std::unique_ptr<OptimizerParamState>> states;
+};
 
 }  // namespace
 
 struct ElasticState::Snapshot {
-  int64_t iteration = -1;  // training.iteration committed; -1: none
-  TrainingState training;
-  std::vector<at::Tensor> tensors;  // the module's parameters, then buffers
-  // Per parameter (in param_groups order): its optimizer state or null.
-  std::vector<std::unique_ptr<OptimizerParamState>> states;
-  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;
-  std::string optimizer_bytes;  // instead of `states`, for other optimizers
+  Boundary last;
+  FullCopy copy;
+  int64_t committed = -1;
 };
+
+namespace {
+
+std::vector<at::Tensor> parameters_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<int64_t> progress_marks(torch::optim::Optimizer& optimizer) {
+  std::vector<int64_t> marks;
+  auto& state = optimizer.state();
+  for (const auto& p : parameters_of(optimizer)) {
+    marks.push_back(p._version());
+    auto found = state.find(compat::optimizer_state_key(state, p));
+    marks.push_back(found == state.end() ? 0 : 1);
+    if (found != state.end()) mark_progress(*found->second, marks);
+  }
+  return marks;
+}
+
+void record(Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+            const TrainingState& training) {
+  const auto buffers = module.buffers(true);
+  b.buffers.resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) copy_tensor(buffers[i], b.buffers[i]);
+  b.group_options.clear();
+  for (const auto& group : optimizer.param_groups()) {
+    b.group_options.push_back(group.has_options() ? group.options().clone() : nullptr);
+  }
+  b.marks = progress_marks(optimizer);
+  b.any_state = !optimizer.state().empty();
+  b.training.epoch = training.epoch;
+  b.training.iteration = training.iteration;
+  b.training.epoch_samples = training.epoch_samples;
+  b.training.extra.clear();
+  for (const auto& [name, t] : training.extra) b.training.extra[name] = t.detach().clone();
+  b.iteration = training.iteration;
+}
+
+// Whether the optimizer has not touched a parameter or its state since `b`.
+bool unchanged_since(const Boundary& b, torch::optim::Optimizer& optimizer) {
+  return b.any_state && progress_marks(optimizer) == b.marks;
+}
+
+void apply(const Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+           TrainingState& training) {
+  const auto buffers = module.buffers(true);
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(b.buffers[i]);
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size() && g < b.group_options.size(); ++g) {
+    if (b.group_options[g]) groups[g].set_options(b.group_options[g]->clone());
+  }
+  training.epoch = b.training.epoch;
+  training.iteration = b.training.iteration;
+  training.epoch_samples = b.training.epoch_samples;
+  training.extra.clear();
+  for (const auto& [name, t] : b.training.extra) training.extra[name] = t.clone();
+}
+
+}  // namespace
 
 ElasticState::ElasticState(std::shared_ptr<torch::nn::Module> module,
                            torch::optim::Optimizer& optimizer, ModelFactory make_model)
@@ -116,87 +237,65 @@ ElasticState::ElasticState(std::shared_ptr<torch::nn::Module> module,
 
 ElasticState::~ElasticState() = default;
 
-int64_t ElasticState::committed_iteration() const { return snapshot_->iteration; }
+int64_t ElasticState::committed_iteration() const { return snapshot_->committed; }
 
-void ElasticState::commit() {
+void ElasticState::commit(bool full) {
   at::NoGradGuard no_grad;
   Snapshot& s = *snapshot_;
-  const auto live = module_tensors(*module_);
-  s.tensors.resize(live.size());
-  for (size_t i = 0; i < live.size(); ++i) copy_tensor(live[i], s.tensors[i]);
-
-  auto& state = optimizer_.state();
-  size_t i = 0;
-  bool fast = true;
-  for (const auto& group : optimizer_.param_groups()) {
-    for (const auto& p : group.params()) {
-      if (s.states.size() <= i) s.states.emplace_back();
-      auto found = state.find(compat::optimizer_state_key(state, p));
+  // Without optimizer state (SGD without momentum, or before the first
+  // step) nothing would show a step of the optimizer: copy in full.
+  if (full || optimizer_.state().empty()) {
+    FullCopy& c = s.copy;
+    const auto params = parameters_of(optimizer_);
+    c.parameters.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) copy_tensor(params[i], c.parameters[i]);
+    auto& state = optimizer_.state();
+    c.states.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto found = state.find(compat::optimizer_state_key(state, params[i]));
       if (found == state.end()) {
-        s.states[i].reset();
-      } else if (!copy_param_state(*found->second, s.states[i])) {
-        fast = false;
+        c.states[i].reset();
+      } else if (!copy_param_state(*found->second, c.states[i])) {
+        refuse(*found->second);
       }
-      ++i;
     }
+    record(c.boundary, *module_, optimizer_, training);
   }
-  s.states.resize(i);
-  s.group_options.clear();
-  for (const auto& group : optimizer_.param_groups()) {
-    s.group_options.push_back(group.has_options() ? group.options().clone() : nullptr);
-  }
-  s.optimizer_bytes.clear();
-  if (!fast) {
-    s.states.clear();
-    torch::serialize::OutputArchive archive;
-    optimizer_.save(archive);
-    std::ostringstream out;
-    archive.save_to(out);
-    s.optimizer_bytes = out.str();
-  }
-  s.training.epoch = training.epoch;
-  s.training.iteration = training.iteration;
-  s.training.epoch_samples = training.epoch_samples;
-  s.training.extra.clear();
-  for (const auto& [name, t] : training.extra) s.training.extra[name] = t.detach().clone();
-  s.iteration = training.iteration;
+  record(s.last, *module_, optimizer_, training);
+  s.committed = training.iteration;
 }
 
 void ElasticState::restore() {
   Snapshot& s = *snapshot_;
-  if (s.iteration < 0) return;  // nothing committed: the state is as it was given
+  if (s.last.iteration < 0) return;  // nothing committed: the state is as it was given
   at::NoGradGuard no_grad;
-  const auto live = module_tensors(*module_);
-  for (size_t i = 0; i < live.size(); ++i) live[i].copy_(s.tensors[i]);
-
-  if (!s.optimizer_bytes.empty()) {
-    torch::serialize::InputArchive archive;
-    archive.load_from(s.optimizer_bytes.data(), s.optimizer_bytes.size());
-    optimizer_.load(archive);
-  } else {
-    auto& state = optimizer_.state();
-    size_t i = 0;
-    for (const auto& group : optimizer_.param_groups()) {
-      for (const auto& p : group.params()) {
-        const auto key = compat::optimizer_state_key(state, p);
-        if (!s.states[i]) {
-          state.erase(key);
-        } else {
-          copy_param_state(*s.states[i], state[key]);
-        }
-        ++i;
-      }
+  if (unchanged_since(s.last, optimizer_)) {
+    // The step failed before the optimizer stepped: the parameters and the
+    // optimizer's state are the boundary's; the rest comes back.
+    apply(s.last, *module_, optimizer_, training);
+    s.committed = s.last.iteration;
+    return;
+  }
+  const FullCopy& c = s.copy;
+  if (c.boundary.iteration < 0) {
+    throw InvalidArgument(
+        "ddp: ElasticState::restore: the optimizer stepped since the last commit, which was not "
+        "a full copy, and there is none older: commit(/*full=*/true) at least once");
+  }
+  const auto params = parameters_of(optimizer_);
+  auto& state = optimizer_.state();
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].copy_(c.parameters[i]);
+    const auto key = compat::optimizer_state_key(state, params[i]);
+    if (!c.states[i]) {
+      state.erase(key);
+    } else {
+      copy_param_state(*c.states[i], state[key]);
     }
   }
-  auto& groups = optimizer_.param_groups();
-  for (size_t g = 0; g < groups.size() && g < s.group_options.size(); ++g) {
-    if (s.group_options[g]) groups[g].set_options(s.group_options[g]->clone());
-  }
-  training.epoch = s.training.epoch;
-  training.iteration = s.training.iteration;
-  training.epoch_samples = s.training.epoch_samples;
-  training.extra.clear();
-  for (const auto& [name, t] : s.training.extra) training.extra[name] = t.clone();
+  apply(c.boundary, *module_, optimizer_, training);
+  record(s.last, *module_, optimizer_, training);  // the parameters' versions moved
+  s.committed = c.boundary.iteration;
 }
 
 std::string ElasticState::serialize() const {

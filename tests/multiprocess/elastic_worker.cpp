@@ -3,9 +3,13 @@
 // through ddp::ElasticRunner with ElasticSampler, SGD with momentum.
 //
 //   elastic_worker --steps N [--batch B] [--step-ms MS] [--min M] [--max M]
-//       [--fault kill|stop --victim ID --at STEP]   member ID kills (SIGKILL)
+//       [--fault kill|stop --victim ID[,ID] --at STEP[,STEP]]
+//                                                   member ID kills (SIGKILL)
 //                                                   or stops (SIGSTOP) itself
 //                                                   mid-backward of step STEP
+//       [--reform-victim ID]                        member ID kills itself as
+//                                                   generation 1 forms (after
+//                                                   its state sync)
 //       [--save-at STEP --checkpoint PATH]          save a checkpoint after
 //                                                   STEP steps and stop there
 //       [--load PATH]                               start from that checkpoint
@@ -25,6 +29,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -37,10 +42,18 @@ int64_t realtime_ms() {
 }
 
 struct Flags {
-  int64_t steps = 60, batch = 8, step_ms = 0, at = -1, save_at = -1;
-  int min = 1, max = 0, victim = -1;
+  int64_t steps = 60, batch = 8, step_ms = 0, save_at = -1;
+  int min = 1, max = 0, reform_victim = -1;
+  std::vector<int64_t> victims, at;  // member victims[i] faults at step at[i]
   std::string fault, checkpoint, load;
 };
+
+std::vector<int64_t> numbers(const std::string& list) {
+  std::vector<int64_t> out;
+  std::istringstream in(list);
+  for (std::string n; std::getline(in, n, ',');) out.push_back(std::stoll(n));
+  return out;
+}
 
 Flags parse(int argc, char** argv) {
   Flags f;
@@ -52,13 +65,15 @@ Flags parse(int argc, char** argv) {
     else if (k == "--min") f.min = std::stoi(v);
     else if (k == "--max") f.max = std::stoi(v);
     else if (k == "--fault") f.fault = v;
-    else if (k == "--victim") f.victim = std::stoi(v);
-    else if (k == "--at") f.at = std::stoll(v);
+    else if (k == "--victim") f.victims = numbers(v);
+    else if (k == "--at") f.at = numbers(v);
+    else if (k == "--reform-victim") f.reform_victim = std::stoi(v);
     else if (k == "--save-at") f.save_at = std::stoll(v);
     else if (k == "--checkpoint") f.checkpoint = v;
     else if (k == "--load") f.load = v;
     else throw std::invalid_argument("elastic_worker: unknown flag " + k);
   }
+  if (f.victims.size() != f.at.size()) throw std::invalid_argument("elastic_worker: one --at per --victim");
   return f;
 }
 
@@ -92,6 +107,7 @@ int main(int argc, char** argv) {
     ddp::ElasticRunner runner(options);
     runner.on_world_change([&](const ddp::ElasticWorld&, const ddp::ElasticWorld& now) {
       first_of_generation = true;
+      if (f.reform_victim >= 0 && id == f.reform_victim && now.generation == 1) std::raise(SIGKILL);
       if (now.rank == 0) {
         std::printf("generation %lld: world %d, members %s, resumed at step %lld\n",
                     static_cast<long long>(now.generation), now.world_size,
@@ -128,12 +144,21 @@ int main(int argc, char** argv) {
       opt.zero_grad();
       auto loss = torch::nn::functional::cross_entropy(step.model()->forward(inputs.index_select(0, index)),
                                                        targets.index_select(0, index));
-      if (id == f.victim && state.training.iteration == f.at) {
+      int64_t fault_at = -1;
+      for (size_t v = 0; v < f.victims.size(); ++v) {
+        if (f.victims[v] == id) fault_at = f.at[v];
+      }
+      if (state.training.iteration == fault_at) {
         // Mid-backward: when the last layer's gradient is ready, before the
         // first layer's (so some buckets are reduced, some not).
-        net[2]->as<torch::nn::Linear>()->weight.register_hook([&](const at::Tensor& g) {
+        // One fault per step named (a stopped victim that goes on does not
+        // fault again).
+        auto fired = std::make_shared<bool>(false);
+        net[2]->as<torch::nn::Linear>()->weight.register_hook([&f, id, fault_at, fired](const at::Tensor& g) {
+          if (*fired) return g;
+          *fired = true;
           std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
-                      static_cast<long long>(f.at), static_cast<long long>(realtime_ms()));
+                      static_cast<long long>(fault_at), static_cast<long long>(realtime_ms()));
           std::fflush(stdout);
           std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
           return g;

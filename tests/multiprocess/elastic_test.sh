@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Elastic training in process (issue 24): elastic_worker jobs under
+# `ddprun --elastic` and by hand around ddp-store, with ranks killed
+# (SIGKILL), stopped (SIGSTOP), joining, and too few left. Each recovered
+# job must end with a model and momentum bit-identical (float64) to the
+# checkpoint handover at the same step: the job saved at that step and
+# loaded into the new world size.
+# Usage: elastic_test.sh BUILD_DIR [CASE...]  (cases: the names below)
+# Prints "ok"/"not ok" per check; exits non-zero if any failed.
+set -uo pipefail
+
+if [[ $# -lt 1 || ! -x "$1/tools/ddprun/ddprun" || ! -x "$1/tests/multiprocess/elastic_worker" ]]; then
+  echo "usage: $0 BUILD_DIR [CASE...] (with ddprun, ddp-store and elastic_worker built)" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+DDPRUN=$BUILD/tools/ddprun/ddprun
+STORE=$BUILD/tools/ddprun/ddp-store
+WORKER=$BUILD/tests/multiprocess/elastic_worker
+shift
+CASES=("$@")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddp-elastic-test.XXXXXX")
+trap 'pkill -KILL -f "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+FAILURES=0
+LIMIT=60  # seconds any one job may take before the test kills it
+STEPS=40
+
+pass() { echo "ok - $1"; }
+fail() {
+  echo "not ok - $1"
+  shift
+  local line
+  for line in "$@"; do echo "#   $line"; done
+  FAILURES=$((FAILURES + 1))
+}
+wanted() { [[ ${#CASES[@]} -eq 0 || " ${CASES[*]} " == *" $1 "* ]]; }
+final_hash() { sed -n 's/.*final: steps [0-9]*, world \([0-9]*\), state fnv1a64 \([0-9a-f]*\)$/\1 \2/p' "$1"; }
+resumed_at() { sed -n "s/.*generation $2: world [0-9]*, members [0-9,]*, resumed at step \([0-9]*\)$/\1/p" "$1"; }
+show() { tail -n "${2:-8}" "$1" | cut -c1-240 | tr '\n' '|'; }
+
+# An elastic job of $1 ranks on backend $2; the rest: worker flags. Output in $OUT.
+elastic_job() {
+  local n=$1 backend=$2
+  shift 2
+  (cd "$WORK" && DDP_BACKEND=$backend DDP_TIMEOUT=${TIMEOUT_S:-20} \
+     timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node "$n" --elastic "${ELASTIC:-1:8}" \
+     "$WORKER" --steps "$STEPS" "$@" >"$OUT" 2>&1 </dev/null)
+}
+
+# The checkpoint handover: $2 ranks to step $4 save, then $3 ranks load and
+# finish (backend $1); prints the final "world hash".
+handover() {
+  local backend=$1 before=$2 after=$3 at=$4 ck=$WORK/handover.$RANDOM.ckpt
+  OUT=$WORK/save.out elastic_job "$before" "$backend" --save-at "$at" --checkpoint "$ck" || return 1
+  OUT=$WORK/load.out elastic_job "$after" "$backend" --load "$ck" || return 1
+  final_hash "$WORK/load.out"
+}
+
+# Kill (SIGKILL) member $2 mid-backward of step $3 in a job of 3 on $1.
+killed_case() {
+  local backend=$1 victim=$2 at=$3 name="$1: member $2 of 3 killed (SIGKILL) mid-backward of step $3"
+  OUT=$WORK/kill.$backend.$victim.out
+  local rc=0
+  elastic_job 3 "$backend" --fault kill --victim "$victim" --at "$at" || rc=$?
+  local got resumed expected
+  got=$(final_hash "$OUT")
+  resumed=$(resumed_at "$OUT" 1)
+  if [[ $rc -ne 0 || -z $got ]]; then
+    fail "$name: job went on" "ddprun exit $rc: $(show "$OUT")"
+    return
+  fi
+  grep -q "ddprun: rank $victim (pid [0-9]*) was killed by signal 9.*elastic: 2 rank(s) of this ddprun go on" "$OUT" &&
+    grep -q "ddprun: elastic: generation 1: world 2 .*left: $victim; joined: none" "$OUT" &&
+    pass "$name: ddprun reports the loss and the new world" ||
+    fail "$name: ddprun's lines" "$(show "$OUT" 12)"
+  [[ $resumed == "$at" ]] && pass "$name: resumed at step $at (no committed step lost)" ||
+    fail "$name: resumed at step '$resumed', wanted $at"
+  expected=$(handover "$backend" 3 2 "$at")
+  [[ $got == "$expected" && $got == 2\ * ]] &&
+    pass "$name: bit-identical to the 3 -> 2 checkpoint handover at step $at ($got)" ||
+    fail "$name: state '$got', checkpoint handover '$expected'"
+}
+
+if wanted kill; then
+  killed_case gloo 1 10
+  killed_case shm 1 17
+  killed_case shm 0 5  # rank 0: the store lives in ddp-store, not in rank 0
+fi
+
+# SIGSTOP: the survivors wait for the group's timeout (3 s here), then go
+# on without it; the stopped member, continued after the job ended, finds
+# it finished and exits 0.
+if wanted stop; then
+  name="gloo: member 2 of 3 stopped (SIGSTOP) mid-backward of step 10"
+  OUT=$WORK/stop.out
+  (TIMEOUT_S=3 elastic_job 3 gloo --fault stop --victim 2 --at 10) &
+  job=$!
+  for _ in $(seq 1 300); do grep -q "final:" "$OUT" 2>/dev/null && break; sleep 0.1; done
+  pkill -CONT -f "$WORKER --steps $STEPS --fault stop" 2>/dev/null
+  rc=0
+  wait "$job" || rc=$?
+  stopped_at=$(sed -n 's/.*victim: member 2 faults at step 10 at \([0-9]*\) ms$/\1/p' "$OUT")
+  next=$(sed -n 's/.*first step of generation 1 done at \([0-9]*\) ms, world 2$/\1/p' "$OUT")
+  if [[ $rc -eq 0 && -n $stopped_at && -n $next ]]; then
+    pass "$name: re-formed and stepping at world 2 $((next - stopped_at)) ms after the stop (timeout 3000 ms)"
+    [[ $((next - stopped_at)) -lt 4000 ]] && pass "$name: within the timeout + 1 s" ||
+      fail "$name: $((next - stopped_at)) ms, over the timeout + 1 s"
+    expected=$(handover gloo 3 2 10)
+    [[ $(final_hash "$OUT") == "$expected" ]] && pass "$name: bit-identical to the checkpoint handover" ||
+      fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
+  else
+    fail "$name" "ddprun exit $rc: $(show "$OUT" 12)"
+  fi
+fi
+
+# Two failures in a row (4 -> 3 -> 2), and one while generation 1 forms.
+if wanted twice; then
+  name="shm: members 1 and 3 of 4 killed at steps 8 and 16"
+  OUT=$WORK/twice.out
+  rc=0
+  elastic_job 4 shm --fault kill --victim 1,3 --at 8,16 || rc=$?
+  got=$(final_hash "$OUT")
+  ck1=$WORK/twice1.ckpt ck2=$WORK/twice2.ckpt
+  OUT=$WORK/t1.out elastic_job 4 shm --save-at 8 --checkpoint "$ck1"
+  OUT=$WORK/t2.out elastic_job 3 shm --load "$ck1" --save-at 16 --checkpoint "$ck2"
+  OUT=$WORK/t3.out elastic_job 2 shm --load "$ck2"
+  expected=$(final_hash "$WORK/t3.out")
+  [[ $rc -eq 0 && $got == "$expected" && $got == 2\ * ]] &&
+    pass "$name: bit-identical to handovers 4 -> 3 -> 2 ($got)" ||
+    fail "$name" "exit $rc, state '$got', handovers '$expected': $(show "$WORK/twice.out" 12)"
+
+  name="gloo: member 1 of 4 killed at step 8, member 2 as generation 1 forms"
+  OUT=$WORK/reform.out
+  rc=0
+  elastic_job 4 gloo --fault kill --victim 1 --at 8 --reform-victim 2 || rc=$?
+  got=$(final_hash "$OUT")
+  expected=$(handover gloo 4 2 8)
+  [[ $rc -eq 0 && $got == "$expected" ]] &&
+    grep -q "ddprun: elastic: generation 2: world 2 .*left: 2;" "$OUT" &&
+    pass "$name: generation 2 of 2 members, bit-identical to the 4 -> 2 handover" ||
+    fail "$name" "exit $rc, state '$got', handover '$expected': $(show "$OUT" 12)"
+fi
+
+# A 4th rank joins a running job of 3 (ddprun --join): it is stepping within
+# 2 s of its start, and the result is the 3 -> 4 handover at the join step.
+if wanted join; then
+  name="gloo: a 4th rank joins a job of 3"
+  OUT=$WORK/join.out
+  (elastic_job 3 gloo --step-ms 40 --steps 120) &
+  job=$!
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT" 2>/dev/null)
+    [[ -n $port ]] && grep -q "first step of generation 0" "$OUT" && break
+    sleep 0.1
+  done
+  started=$(date +%s%3N)
+  rc2=0
+  (cd "$WORK" && DDP_BACKEND=gloo timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
+     --join --master-port "$port" "$WORKER" --steps 120 --step-ms 40 >"$WORK/joiner.out" 2>&1 </dev/null) ||
+    rc2=$?
+  rc=0
+  wait "$job" || rc=$?
+  at=$(resumed_at "$OUT" 1)
+  stepping=$(sed -n 's/.*first step of generation 1 done at \([0-9]*\) ms, world 4$/\1/p' "$OUT")
+  if [[ $rc -eq 0 && $rc2 -eq 0 && -n $at && -n $stepping ]]; then
+    grep -q "ddprun: elastic: generation 1: world 4 .*joined: 1000000" "$OUT" &&
+      pass "$name: ddprun reports the join" || fail "$name: ddprun's line" "$(show "$OUT" 12)"
+    [[ $((stepping - started)) -lt 2000 ]] &&
+      pass "$name: stepping at world 4 $((stepping - started)) ms after its ddprun started" ||
+      fail "$name: $((stepping - started)) ms after its start, over 2 s"
+    expected=$(STEPS=120 handover gloo 3 4 "$at")
+    [[ $(final_hash "$OUT") == "$expected" ]] &&
+      pass "$name: bit-identical to the 3 -> 4 handover at step $at" ||
+      fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
+  else
+    fail "$name" "exit $rc/$rc2: $(show "$OUT" 12) joiner: $(show "$WORK/joiner.out")"
+  fi
+
+  # A rank joins while another dies: whatever the order, 3 members finish.
+  name="shm: a rank joins while member 1 of 3 dies"
+  OUT=$WORK/joindie.out
+  (elastic_job 3 shm --step-ms 30 --steps 100 --fault kill --victim 1 --at 20) &
+  job=$!
+  for _ in $(seq 1 100); do grep -q "victim:" "$OUT" 2>/dev/null && break; sleep 0.05; done
+  port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT")
+  rc2=0
+  (cd "$WORK" && DDP_BACKEND=shm timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
+     --join --master-port "$port" "$WORKER" --steps 100 --step-ms 30 >"$WORK/joiner2.out" 2>&1 </dev/null) ||
+    rc2=$?
+  rc=0
+  wait "$job" || rc=$?
+  [[ $rc -eq 0 && $rc2 -eq 0 && $(final_hash "$OUT") == 3\ * ]] &&
+    pass "$name: the job ends with 3 members" ||
+    fail "$name" "exit $rc/$rc2: $(show "$OUT" 12)"
+fi
+
+# Too few left: ddprun stops the job at once; by hand (no ddprun), the
+# survivors raise a TimeoutError naming who is left and who is gone.
+if wanted minimum; then
+  name="ddprun --elastic 3:4: member 1 of 3 killed"
+  OUT=$WORK/min.out
+  rc=0
+  ELASTIC=3:4 elastic_job 3 gloo --fault kill --victim 1 --at 5 || rc=$?
+  [[ $rc -eq 137 ]] && grep -q "fewer than the minimum of 3 rank(s) left; stopping the other 2" "$OUT" &&
+    pass "$name: ddprun stops the job (exit 137) naming the minimum" ||
+    fail "$name" "exit $rc: $(show "$OUT" 6)"
+
+  name="by hand: 3 members around ddp-store, min 3, member 1 killed"
+  port=$((20000 + RANDOM % 20000))
+  "$STORE" --port "$port" >"$WORK/store.out" 2>&1 &
+  store=$!
+  pids=()
+  for r in 0 1 2; do
+    (cd "$WORK" && DDP_BACKEND=shm MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=3 \
+       DDP_RENDEZVOUS_TIMEOUT_S=2 timeout -s KILL "$LIMIT" "$WORKER" --steps "$STEPS" --min 3 \
+       --fault kill --victim 1 --at 5 >"$WORK/hand$r.out" 2>&1 </dev/null) &
+    pids+=($!)
+  done
+  codes=()
+  for p in "${pids[@]}"; do rc=0; wait "$p" 2>/dev/null || rc=$?; codes+=("$rc"); done
+  kill "$store" 2>/dev/null
+  wait "$store" 2>/dev/null
+  if [[ ${codes[*]} == "1 137 1" ]] &&
+     grep -q "generation 1 was not formed within 2000 ms: 2 member(s) here (0,2), 3 needed; gone since generation 0: 1" "$WORK/hand0.out"; then
+    pass "$name: survivors exit 1 naming who is left, the minimum and who is gone"
+  else
+    fail "$name" "exit codes ${codes[*]}: $(show "$WORK/hand0.out" 4)"
+  fi
+fi
+
+echo "# elastic: $FAILURES failure(s)"
+[[ $FAILURES -eq 0 ]]
