@@ -13,6 +13,11 @@
 // DDP's own statistics), then loss and accuracy on the held-out split, and
 // saves the trained module.
 //
+// With --elastic the same training runs through ddp::ElasticRunner (under
+// `ddprun --elastic MIN:MAX`): a rank that dies is left behind and the
+// others go on from the last step, in process; a rank that starts later
+// joins.
+//
 // With --checkpoint-every N the job survives failures: every N steps it saves
 // a snapshot of the whole training state (ddp::save_checkpoint) and at start
 // resumes from it when it exists, exactly where it was (the same samples in
@@ -371,6 +376,126 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   }
 }
 
+// --elastic: the same training through ddp::ElasticRunner. The job goes on
+// when a rank dies (the survivors re-form and continue from the last step
+// boundary) and grows when a rank joins (`ddprun --elastic MIN:MAX --join`).
+// ElasticSampler keeps the epoch's position over all ranks, so a change of
+// world size neither drops nor repeats a sample; progress lines come at the
+// start of a step, before anything changes, so that a failure in their
+// collective costs nothing.
+template <typename Dataset>
+void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Net net,
+                 const torch::Tensor& test_images, const torch::Tensor& test_targets) {
+  const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
+  net->to(dtype);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  ddp::ElasticState state(net, opt);
+  const int64_t train_size = static_cast<int64_t>(train.size().value());
+  ddp::ElasticSampler sampler(train_size, f.batch_size, /*shuffle=*/true, /*seed=*/0);
+  ddp::ElasticOptions options;
+  options.ddp(ddp::DistributedDataParallelOptions()
+                  .bucket_cap_mb(f.bucket_cap_mb)
+                  .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
+                  .find_unused_parameters(f.find_unused));
+  if (f.timeout_s > 0) options.init().timeout(std::chrono::seconds(f.timeout_s));
+  torch::manual_seed(1000);  // dropout: a stream per process (not carried over a change)
+
+  double window_loss = 0, window_samples = 0;
+  int64_t last_report = -1;
+  auto window_start = std::chrono::steady_clock::now();
+  ddp::ElasticRunner runner(options);
+  runner.on_world_change([&](const ddp::ElasticWorld& was, const ddp::ElasticWorld& now) {
+    window_loss = window_samples = 0;
+    window_start = std::chrono::steady_clock::now();
+    if (now.rank != 0) return;
+    std::string members;
+    for (int m : now.members) members += (members.empty() ? "" : ",") + std::to_string(m);
+    if (was.generation < 0) {
+      std::printf("train: elastic, %s: %lld training samples, %s, batch %lld per rank, SGD lr %g "
+                  "momentum 0.9, %d epochs\n",
+                  data_name.c_str(), static_cast<long long>(train_size), net->architecture(),
+                  static_cast<long long>(f.batch_size), f.lr, f.epochs);
+    }
+    std::printf("train: generation %lld: %d ranks (members %s), from step %lld (epoch %lld, "
+                "%lld samples into it)\n",
+                static_cast<long long>(now.generation), now.world_size, members.c_str(),
+                static_cast<long long>(state.training.iteration),
+                static_cast<long long>(state.training.epoch + 1),
+                static_cast<long long>(state.training.epoch_samples));
+    std::fflush(stdout);
+  });
+  runner.run(state, [&](ddp::ElasticStep& step) {
+    ddp::ProcessGroup& pg = *step.group();
+    const bool lead = step.rank() == 0;
+    const int64_t iteration = state.training.iteration;
+    if (iteration > 0 && iteration % f.log_every == 0 && iteration != last_report) {
+      last_report = iteration;
+      auto total = sum_over_ranks(pg, {window_loss, window_samples});
+      if (lead && total[1] > 0) {
+        std::printf("epoch %lld/%d step %lld | %d ranks | loss %.4f | %6.0f samples/s\n",
+                    static_cast<long long>(state.training.epoch + 1), f.epochs,
+                    static_cast<long long>(iteration), step.world_size(), total[0] / total[1],
+                    total[1] / seconds_since(window_start));
+        std::fflush(stdout);
+      }
+      window_loss = window_samples = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    const auto indices = sampler.indices(state.training, step.rank(), step.world_size());
+    if (indices.empty()) {
+      if (sampler.next_epoch(state.training) < f.epochs) return true;
+      auto [test_loss, accuracy] = evaluate(pg, net, test_images.to(dtype), test_targets);
+      if (lead) {
+        std::printf("final: held-out loss %.4f, accuracy %.2f%% | %lld steps, %d ranks at the end\n",
+                    test_loss, 100 * accuracy, static_cast<long long>(state.training.iteration),
+                    step.world_size());
+        std::printf("final: parameters fnv1a64 %016llx\n",
+                    static_cast<unsigned long long>(parameters_hash(net->parameters())));
+        torch::save(net, f.checkpoint);
+        std::printf("saved %s\n", f.checkpoint.c_str());
+        std::fflush(stdout);
+      }
+      return false;
+    }
+    const std::vector<size_t> request(indices.begin(), indices.end());
+    auto batch = torch::data::transforms::Stack<>().apply_batch(train.get_batch(request));
+    opt.zero_grad();
+    torch::Tensor loss = torch::nll_loss(step.model()->forward(batch.data.to(dtype)), batch.target);
+    loss.backward();
+    opt.step();
+    window_loss += loss.item<double>() * static_cast<double>(indices.size());
+    window_samples += static_cast<double>(indices.size());
+    sampler.advance(state.training, step.world_size());
+    return true;
+  });
+}
+
+// --elastic: no group yet (the runner forms them), so each process looks
+// for the data alone (on one host they all find the same).
+int run_elastic_job(const Flags& f) {
+  namespace tr = torch::data::transforms;
+  using torch::data::datasets::MNIST;
+  std::optional<std::string> fashion;
+  if (f.mnist.empty() && f.data == "fashion-mnist") fashion = train::unpack_fashion_mnist(f.data_dir);
+  if (!f.mnist.empty()) {
+    auto train = MNIST(f.mnist, MNIST::Mode::kTrain).map(tr::Normalize<>(0.1307, 0.3081));
+    MNIST test(f.mnist, MNIST::Mode::kTest);
+    run_elastic(f, train, "MNIST", Net(NetImpl::Kind::MLP, 28, 512, 10, f.dropout),
+                (test.images() - 0.1307) / 0.3081, test.targets());
+  } else if (fashion) {
+    const double mean = train::kFashionMnistMean, std = train::kFashionMnistStd;
+    auto train = MNIST(*fashion, MNIST::Mode::kTrain).map(tr::Normalize<>(mean, std));
+    MNIST test(*fashion, MNIST::Mode::kTest);
+    run_elastic(f, train, "Fashion-MNIST", Net(NetImpl::Kind::CNN, 28, 64, 10, f.dropout),
+                (test.images() - mean) / std, test.targets());
+  } else {
+    SyntheticDataset train(f.train_size, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);
+    run_elastic(f, train, "synthetic 10 classes of 1x16x16",
+                Net(NetImpl::Kind::MLP, 16, 512, 10, f.dropout), test.images(), test.targets());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -387,10 +512,11 @@ int main(int argc, char** argv) {
   }
   try {
     torch::set_num_threads(f.threads);
+    torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
+    if (f.elastic) return run_elastic_job(f);
     ddp::InitOptions init;
     if (f.timeout_s > 0) init.timeout(std::chrono::seconds(f.timeout_s));
     auto pg = ddp::init_process_group(init);
-    torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
     namespace tr = torch::data::transforms;
     using torch::data::datasets::MNIST;
     std::optional<std::string> fashion;  // the unzipped files' directory

@@ -33,6 +33,9 @@ inline const char* const kUsage =
     "                      min(1, MB))\n"
     "  --find-unused       DDP find_unused_parameters(true)\n"
     "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
+    "  --elastic           train through ddp::ElasticRunner: ranks may die or join\n"
+    "                      (run under ddprun --elastic MIN:MAX); not with --zero,\n"
+    "                      --uneven or --checkpoint-every\n"
     "  --uneven            rank r trains on (100 - 10 r)% of its shard each epoch (at\n"
     "                      least half): a ddp::Join keeps the ranks that finished\n"
     "                      answering the others' collectives\n"
@@ -73,6 +76,7 @@ struct Flags {
   bool find_unused = false;
   bool zero = false;
   bool uneven = false;
+  bool elastic = false;
   std::string data = "fashion-mnist";
   std::string data_dir = kFashionMnistDir;
   std::string mnist;
@@ -147,6 +151,8 @@ inline Flags parse(int argc, char** argv) {
       f.zero = true;
     else if (flag == "--uneven")
       f.uneven = true;
+    else if (flag == "--elastic")
+      f.elastic = true;
     else if (flag == "--data")
       f.data = next();
     else if (flag == "--data-dir")
@@ -160,7 +166,7 @@ inline Flags parse(int argc, char** argv) {
     else
       throw UsageError("unknown flag '" + flag + "'");
     if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--zero" ||
-                         flag == "--uneven" || flag == "--help")) {
+                         flag == "--uneven" || flag == "--elastic" || flag == "--help")) {
       throw UsageError(flag + " takes no value");
     }
   }
@@ -172,6 +178,11 @@ inline Flags parse(int argc, char** argv) {
     throw UsageError(
         "--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
         "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
+  }
+  if (f.elastic && (f.zero || f.uneven || f.checkpoint_every > 0)) {
+    throw UsageError(
+        "--elastic does not go with --zero, --uneven or --checkpoint-every: the elastic runner "
+        "keeps the state in memory and re-forms the ranks itself");
   }
   if (f.uneven && f.checkpoint_every > 0) {
     throw UsageError(

@@ -72,6 +72,9 @@ class Optimizer;
 }
 
 namespace ddp {
+namespace detail::elastic {
+class Membership;
+}
 
 struct ElasticOptions {
   // Fewest members the job goes on with. Default 1;
@@ -222,6 +225,12 @@ class ElasticRunner {
   ElasticWorld run(ElasticState& state, const std::function<bool(ElasticStep&)>& step);
 
  private:
+  // One generation: its group, the state synchronized, its DDP, its steps.
+  // True when the job is done; false when a process waits to join.
+  bool run_generation(ElasticState& state, const std::function<bool(ElasticStep&)>& step,
+                      detail::elastic::Membership& membership, const ElasticWorld& previous,
+                      const ElasticWorld& world);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -147,8 +147,9 @@ void Membership::heartbeat() {
   MutexLock lock(mutex_);
   while (!stopping_) {
     const std::vector<int> members = watched_;
-    const int64_t next = watched_generation_ + 1;
+    const int64_t generation = watched_generation_;
     lock.unlock();
+    bool wanted = false;
     try {
       store->add(key("hb/" + std::to_string(id_)), 1);
       for (int m : members) {
@@ -156,13 +157,15 @@ void Membership::heartbeat() {
       }
       const bool room = options_.max_world_size() <= 0 ||
                         static_cast<int>(members.size()) < options_.max_world_size();
-      if (next > 0 && room && store->check({generation_key(next, "count")})) {
-        change_wanted_.store(true, std::memory_order_release);
-      }
-    } catch (const std::exception& e) {
+      wanted = generation >= 0 && room && store->check({generation_key(generation + 1, "count")});
+    } catch (const std::exception&) {
       // The store is gone: formation will say so; the heartbeat goes on trying.
     }
     lock.lock();
+    // Only about the generation still watched: watch() may have moved on.
+    if (wanted && generation == watched_generation_) {
+      change_wanted_.store(true, std::memory_order_release);
+    }
     wake_.wait_for(mutex_, options_.heartbeat_interval(), [&]() DDP_REQUIRES(mutex_) { return stopping_; });
   }
 }

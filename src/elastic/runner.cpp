@@ -101,53 +101,10 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
   ElasticWorld previous;
   ElasticWorld world = membership.form(previous);
   while (world.generation >= 0) {
-    const auto formed = Clock::now();
     try {
-      ProcessGroupPtr group = new_process_group(
-          c10::make_intrusive<c10d::PrefixStore>(
-              detail::elastic::generation_key(world.generation, "group"), membership.connect()),
-          world.rank, world.world_size, o.init());
-      membership.watch(world);
-      // The state of the member furthest ahead, as a checkpoint would carry it.
-      const int source = source_rank(*group, state.committed_iteration());
-      const std::string bytes =
-          broadcast_bytes(*group, source, group->rank() == source ? state.serialize() : "");
-      if (group->rank() != source) state.load(bytes, *group);
-      if (impl_->on_world_change) impl_->on_world_change(previous, world);
-      auto ddp_options = o.ddp();
-      DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
-      state.commit(/*full=*/true);  // after DDP's broadcast, which bumps the versions
-      ElasticStep context(world, group, model);
-      if (world.rank == 0) {
-        std::fprintf(stderr,
-                     "ddp: elastic: generation %lld: %d member(s) (%s), at step %lld, ready "
-                     "%.3f s after its decision\n",
-                     static_cast<long long>(world.generation), world.world_size,
-                     detail::elastic::GenerationRecord::join(world.members).c_str(),
-                     static_cast<long long>(state.training.iteration),
-                     std::chrono::duration<double>(Clock::now() - formed).count());
-      }
-      int since_commit = 0;
-      for (;;) {
-        const bool more = step(context);
-        const bool full = ++since_commit >= o.commit_every();
-        state.commit(full);
-        if (full) since_commit = 0;
-        // The step boundary every member passes together: does one want to
-        // stop, does a process wait to join?
-        at::Tensor flags = at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
-        group->allreduce(flags)->wait();
-        const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
-        if (done == world.world_size) {
-          membership.finish();
-          return world;
-        }
-        if (done != 0) {
-          throw InvalidArgument(where(world, membership.id()) + "the step returned false on " +
-                                std::to_string(done) + " of " + std::to_string(world.world_size) +
-                                " members: every member must end at the same step");
-        }
-        if (change) break;
+      if (run_generation(state, step, membership, previous, world)) {
+        membership.finish();
+        return world;
       }
     } catch (const CommunicationError& e) {
       std::fprintf(stderr, "%sa collective failed, re-forming: %s\n",
@@ -158,6 +115,54 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
     world = membership.form(previous);
   }
   return world;  // the job ended without this process
+}
+
+bool ElasticRunner::run_generation(ElasticState& state, const std::function<bool(ElasticStep&)>& step,
+                                   detail::elastic::Membership& membership,
+                                   const ElasticWorld& previous, const ElasticWorld& world) {
+  const ElasticOptions& o = impl_->options;
+  const auto decided = Clock::now();
+  ProcessGroupPtr group = new_process_group(
+      c10::make_intrusive<c10d::PrefixStore>(
+          detail::elastic::generation_key(world.generation, "group"), membership.connect()),
+      world.rank, world.world_size, o.init());
+  membership.watch(world);
+  // The state of the member furthest ahead, as a checkpoint carries it.
+  const int source = source_rank(*group, state.committed_iteration());
+  const std::string bytes =
+      broadcast_bytes(*group, source, group->rank() == source ? state.serialize() : "");
+  if (group->rank() != source) state.load(bytes, *group);
+  if (impl_->on_world_change) impl_->on_world_change(previous, world);
+  auto ddp_options = o.ddp();
+  DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
+  state.commit(/*full=*/true);  // after DDP's broadcast, which bumps the versions
+  if (world.rank == 0) {
+    std::fprintf(stderr,
+                 "ddp: elastic: generation %lld: %d member(s) (%s), at step %lld, ready %.3f s "
+                 "after its decision\n",
+                 static_cast<long long>(world.generation), world.world_size,
+                 detail::elastic::GenerationRecord::join(world.members).c_str(),
+                 static_cast<long long>(state.training.iteration),
+                 std::chrono::duration<double>(Clock::now() - decided).count());
+  }
+  ElasticStep context(world, group, model);
+  for (int since_full = 1;; ++since_full) {
+    const bool more = step(context);
+    const bool full = since_full % o.commit_every() == 0;
+    state.commit(full);
+    // The step boundary every member passes together: does one want to
+    // stop, does a process wait to join?
+    at::Tensor flags = at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
+    group->allreduce(flags)->wait();
+    const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
+    if (done == world.world_size) return true;
+    if (done != 0) {
+      throw InvalidArgument(where(world, membership.id()) + "the step returned false on " +
+                            std::to_string(done) + " of " + std::to_string(world.world_size) +
+                            " members: every member must end at the same step");
+    }
+    if (change) return false;
+  }
 }
 
 }  // namespace ddp

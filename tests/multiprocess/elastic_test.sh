@@ -214,7 +214,8 @@ if wanted minimum; then
   for r in 0 1 2; do
     (cd "$WORK" && DDP_BACKEND=shm MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=3 \
        DDP_RENDEZVOUS_TIMEOUT_S=2 timeout -s KILL "$LIMIT" "$WORKER" --steps "$STEPS" --min 3 \
-       --fault kill --victim 1 --at 5 >"$WORK/hand$r.out" 2>&1 </dev/null) &
+       --fault kill --victim 1 --at 5 >"$WORK/hand$r.out" 2>&1 </dev/null) 2>/dev/null &
+    # (the subshell's own stderr: bash's notice that the victim was killed)
     pids+=($!)
   done
   codes=()
@@ -226,6 +227,28 @@ if wanted minimum; then
     pass "$name: survivors exit 1 naming who is left, the minimum and who is gone"
   else
     fail "$name" "exit codes ${codes[*]}: $(show "$WORK/hand0.out" 4)"
+  fi
+fi
+
+# The main job through the runner: examples/train --elastic, 3 ranks, one
+# killed from outside once training runs; the others finish the epochs.
+TRAIN=$BUILD/examples/train
+if wanted train && [[ -x $TRAIN ]]; then
+  name="examples/train --elastic: a rank of 3 killed (SIGKILL) while training"
+  OUT=$WORK/train.out
+  (cd "$WORK" && DDP_BACKEND=shm timeout -s KILL 120 "$DDPRUN" --nproc-per-node 3 --elastic 2:3 "$TRAIN" \
+     --elastic --data synthetic --train-size 3000 --epochs 2 --batch-size 32 --log-every 10 \
+     --checkpoint "$WORK/train.pt" >"$OUT" 2>&1 </dev/null) &
+  job=$!
+  for _ in $(seq 1 300); do grep -q "step 20 |" "$OUT" 2>/dev/null && break; sleep 0.1; done
+  pkill -KILL -n -f "^$TRAIN --elastic" 2>/dev/null  # the newest rank (ddprun's line starts elsewhere)
+  rc=0
+  wait "$job" || rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "ddprun: elastic: generation 1: world 2" "$OUT" &&
+     grep -q "final: held-out loss .* 2 ranks at the end" "$OUT"; then
+    pass "$name: the job ends at world 2: $(grep -o 'final: held-out.*' "$OUT" | head -1)"
+  else
+    fail "$name" "exit $rc: $(show "$OUT" 10)"
   fi
 fi
 

@@ -1,0 +1,118 @@
+// elastic_bench: what elastic mode costs a training step when nothing fails
+// (ddp/elastic.h): the same DDP training loop, plain (init_process_group)
+// or through ElasticRunner, on the benchmark models (bench/models). One
+// process per rank:
+//
+//   ddprun --nproc-per-node 2 elastic_bench --mode plain --model mlp
+//   ddprun --nproc-per-node 2 --elastic 1:2 elastic_bench --mode elastic --model mlp
+//
+// Prints on rank 0: "elastic_bench: MODE MODEL: mean M ms/step, median D,
+// over N steps" (after W warm-up steps, on rank 0). The mean is the one to
+// compare: it carries elastic mode's full copy every commit_every (100)
+// steps, when N reaches it.
+// bench/elastic_bench.sh alternates the modes and reports their ratio.
+#include "models/models.h"
+
+#include <ddp/ddp.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Config {
+  std::string mode = "plain", model = "mlp";
+  int64_t steps = 100, warmup = 3;
+};
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--mode") c.mode = v;
+    else if (k == "--model") c.model = v;
+    else if (k == "--steps") c.steps = std::stoll(v);
+    else if (k == "--warmup") c.warmup = std::stoll(v);
+    else throw std::invalid_argument("elastic_bench: unknown flag " + k + " (--mode, --model, --steps, --warmup)");
+  }
+  if (c.mode != "plain" && c.mode != "elastic") throw std::invalid_argument("elastic_bench: --mode plain|elastic");
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Config c = parse(argc, argv);
+    torch::set_num_threads(1);
+    ddp_bench::ModelOptions mo;
+    mo.name = c.model;
+    mo = ddp_bench::with_defaults(mo);
+    auto model = ddp_bench::make_model(mo);
+    torch::optim::SGD opt(model.ptr()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    std::vector<double> times;
+    int rank = 0;
+    // One training step: the batch depends on the step and the rank only.
+    auto train = [&](ddp::DistributedDataParallel& ddp, int r, int64_t step) {
+      const auto batch = ddp_bench::make_batch(mo, static_cast<uint64_t>(1000 * step + r));
+      opt.zero_grad();
+      ddp_bench::model_loss(mo, ddp->forward(batch.input), batch.target).backward();
+      opt.step();
+    };
+    // A step is timed from its start to the next one's, so that the elastic
+    // side's includes its step boundary (commit and one-element allreduce).
+    const int64_t total = c.warmup + c.steps;
+    auto last = std::chrono::steady_clock::now();
+    auto lap = [&](int64_t s) {
+      const auto now = std::chrono::steady_clock::now();
+      if (s > c.warmup) times.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
+    };
+    if (c.mode == "plain") {
+      auto pg = ddp::init_process_group();
+      rank = pg->rank();
+      ddp::DistributedDataParallel ddp(model);
+      for (int64_t s = 0; s <= total; ++s) {
+        lap(s);
+        if (s < total) train(ddp, rank, s);
+      }
+    } else {
+      ddp::ElasticState state(model, opt);
+      ddp::ElasticRunner runner;
+      runner.run(state, [&](ddp::ElasticStep& step) {
+        rank = step.rank();
+        const int64_t s = state.training.iteration;
+        lap(s);
+        if (s >= total) return false;
+        train(step.model(), step.rank(), s);
+        ++state.training.iteration;
+        return true;
+      });
+    }
+    if (rank == 0) {
+      std::printf("elastic_bench: %s %s: mean %.2f ms/step, median %.2f, over %zu steps\n",
+                  c.mode.c_str(), c.model.c_str(), mean(times), median(times), times.size());
+    }
+    if (c.mode == "plain") ddp::destroy_process_group();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "elastic_bench: %s\n", e.what());
+    return 1;
+  }
+}
