@@ -34,13 +34,20 @@ Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--mode") c.mode = v;
-    else if (k == "--model") c.model = v;
-    else if (k == "--steps") c.steps = std::stoll(v);
-    else if (k == "--warmup") c.warmup = std::stoll(v);
-    else throw std::invalid_argument("elastic_bench: unknown flag " + k + " (--mode, --model, --steps, --warmup)");
+    if (k == "--mode")
+      c.mode = v;
+    else if (k == "--model")
+      c.model = v;
+    else if (k == "--steps")
+      c.steps = std::stoll(v);
+    else if (k == "--warmup")
+      c.warmup = std::stoll(v);
+    else
+      throw std::invalid_argument("elastic_bench: unknown flag " + k +
+                                  " (--mode, --model, --steps, --warmup)");
   }
-  if (c.mode != "plain" && c.mode != "elastic") throw std::invalid_argument("elastic_bench: --mode plain|elastic");
+  if (c.mode != "plain" && c.mode != "elastic")
+    throw std::invalid_argument("elastic_bench: --mode plain|elastic");
   return c;
 }
 
@@ -81,7 +88,8 @@ int main(int argc, char** argv) {
     auto last = std::chrono::steady_clock::now();
     auto lap = [&](int64_t s) {
       const auto now = std::chrono::steady_clock::now();
-      if (s > c.warmup) times.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+      if (s > c.warmup)
+        times.push_back(std::chrono::duration<double, std::milli>(now - last).count());
       last = now;
     };
     if (c.mode == "plain") {

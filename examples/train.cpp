@@ -405,23 +405,26 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
   auto window_start = std::chrono::steady_clock::now();
   ddp::ElasticRunner runner(options);
   runner.on_world_change([&](const ddp::ElasticWorld& was, const ddp::ElasticWorld& now) {
+    last_report = -1;  // the same on every member (a joiner's too): the reports are collectives
     window_loss = window_samples = 0;
     window_start = std::chrono::steady_clock::now();
     if (now.rank != 0) return;
     std::string members;
     for (int m : now.members) members += (members.empty() ? "" : ",") + std::to_string(m);
     if (was.generation < 0) {
-      std::printf("train: elastic, %s: %lld training samples, %s, batch %lld per rank, SGD lr %g "
-                  "momentum 0.9, %d epochs\n",
-                  data_name.c_str(), static_cast<long long>(train_size), net->architecture(),
-                  static_cast<long long>(f.batch_size), f.lr, f.epochs);
+      std::printf(
+          "train: elastic, %s: %lld training samples, %s, batch %lld per rank, SGD lr %g "
+          "momentum 0.9, %d epochs\n",
+          data_name.c_str(), static_cast<long long>(train_size), net->architecture(),
+          static_cast<long long>(f.batch_size), f.lr, f.epochs);
     }
-    std::printf("train: generation %lld: %d ranks (members %s), from step %lld (epoch %lld, "
-                "%lld samples into it)\n",
-                static_cast<long long>(now.generation), now.world_size, members.c_str(),
-                static_cast<long long>(state.training.iteration),
-                static_cast<long long>(state.training.epoch + 1),
-                static_cast<long long>(state.training.epoch_samples));
+    std::printf(
+        "train: generation %lld: %d ranks (members %s), from step %lld (epoch %lld, "
+        "%lld samples into it)\n",
+        static_cast<long long>(now.generation), now.world_size, members.c_str(),
+        static_cast<long long>(state.training.iteration),
+        static_cast<long long>(state.training.epoch + 1),
+        static_cast<long long>(state.training.epoch_samples));
     std::fflush(stdout);
   });
   runner.run(state, [&](ddp::ElasticStep& step) {
@@ -446,9 +449,10 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
       if (sampler.next_epoch(state.training) < f.epochs) return true;
       auto [test_loss, accuracy] = evaluate(pg, net, test_images.to(dtype), test_targets);
       if (lead) {
-        std::printf("final: held-out loss %.4f, accuracy %.2f%% | %lld steps, %d ranks at the end\n",
-                    test_loss, 100 * accuracy, static_cast<long long>(state.training.iteration),
-                    step.world_size());
+        std::printf(
+            "final: held-out loss %.4f, accuracy %.2f%% | %lld steps, %d ranks at the end\n",
+            test_loss, 100 * accuracy, static_cast<long long>(state.training.iteration),
+            step.world_size());
         std::printf("final: parameters fnv1a64 %016llx\n",
                     static_cast<unsigned long long>(parameters_hash(net->parameters())));
         torch::save(net, f.checkpoint);
@@ -476,7 +480,8 @@ int run_elastic_job(const Flags& f) {
   namespace tr = torch::data::transforms;
   using torch::data::datasets::MNIST;
   std::optional<std::string> fashion;
-  if (f.mnist.empty() && f.data == "fashion-mnist") fashion = train::unpack_fashion_mnist(f.data_dir);
+  if (f.mnist.empty() && f.data == "fashion-mnist")
+    fashion = train::unpack_fashion_mnist(f.data_dir);
   if (!f.mnist.empty()) {
     auto train = MNIST(f.mnist, MNIST::Mode::kTrain).map(tr::Normalize<>(0.1307, 0.3081));
     MNIST test(f.mnist, MNIST::Mode::kTest);

@@ -33,8 +33,10 @@
 //   member of N has arrived or is gone, with at least `min_world_size`.
 // - A process that starts later (or was left out) registers for the next
 //   generation; the members see it at their next step boundary (every step
-//   ends with a one-element allreduce that also tells whether a change is
-//   wanted) and re-form with it.
+//   ends with an allreduce of two integers: whether a change is wanted,
+//   whether the step function is done) and re-form with it. Past
+//   max_world_size it waits as a spare, without a deadline, until a place
+//   opens or the job ends.
 // - After each formation the state is synchronized: the member with the
 //   most steps committed (the lowest rank among equals) broadcasts its
 //   commit, serialized as a checkpoint is (checkpoint.h), and every other
@@ -80,7 +82,8 @@ struct ElasticOptions {
   // Fewest members the job goes on with. Default 1;
   // $DDP_ELASTIC_MIN_WORLD_SIZE overrides it (ddprun --elastic MIN:MAX).
   TORCH_ARG(int, min_world_size) = 1;
-  // Most members; later arrivals wait for a place. Default 0: no limit;
+  // Most members; later arrivals wait for a place as spares. Default 0: no
+  // limit;
   // $DDP_ELASTIC_MAX_WORLD_SIZE overrides it.
   TORCH_ARG(int, max_world_size) = 0;
   // The members of the first generation: it is formed when that many
@@ -238,7 +241,8 @@ class ElasticRunner {
 // The order of each epoch's samples, consumed as global batches of
 // world_size * batch_size: the position (TrainingState::epoch_samples,
 // counted over all ranks) carries over a change of world size, so no sample
-// of the epoch is lost or seen twice.
+// of the epoch is skipped or seen twice. An epoch ends when fewer samples
+// than ranks are left (those few are not used).
 class ElasticSampler {
  public:
   // shuffle: a permutation seeded by `seed` and the epoch, the same on every

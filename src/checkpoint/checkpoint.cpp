@@ -24,18 +24,6 @@ std::string where(const ProcessGroup& pg) {
   return "ddp: rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.size()) + ": ";
 }
 
-// Broadcasts rank 0's `bytes` (other ranks' argument is ignored).
-std::string broadcast_bytes(ProcessGroup& pg, const std::string& bytes) {
-  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
-  pg.broadcast(size, 0)->wait();
-  const int64_t n = size.item<int64_t>();
-  if (n == 0) return {};
-  at::Tensor data = at::empty({n}, at::kByte);
-  if (pg.rank() == 0) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
-  pg.broadcast(data, 0)->wait();
-  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
-}
-
 // [world size, state bytes]: every rank's default CPU generator state.
 at::Tensor gather_rng_states(ProcessGroup& pg) {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -89,7 +77,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
       failure = message_of(e);
     }
   }
-  failure = broadcast_bytes(*pg, failure);
+  failure = checkpoint_detail::broadcast_bytes(*pg, 0, failure);
   if (!failure.empty()) {
     throw CheckpointError(where(*pg) + "save_checkpoint failed on rank 0: " + failure +
                           ". The previous checkpoint, if any, is unchanged.");
@@ -108,11 +96,11 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   const auto outcome = static_cast<FileRead::Status>(status.item<int64_t>());
   if (outcome == FileRead::Status::kMissing) return std::nullopt;
   if (outcome == FileRead::Status::kError) {
-    throw CheckpointError(where(*pg) +
-                          "load_checkpoint failed on rank 0: " + broadcast_bytes(*pg, file.error) +
+    throw CheckpointError(where(*pg) + "load_checkpoint failed on rank 0: " +
+                          checkpoint_detail::broadcast_bytes(*pg, 0, file.error) +
                           ". Fix or remove the file (no file: the job starts afresh).");
   }
-  const std::string payload = broadcast_bytes(*pg, file.payload);
+  const std::string payload = checkpoint_detail::broadcast_bytes(*pg, 0, file.payload);
   file.payload.clear();
 
   // Everything that can fail happens before any rank changes its module, and

@@ -2,6 +2,7 @@
 
 #include <ddp/distributed_data_parallel.h>
 
+#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <c10/util/Exception.h>
@@ -9,6 +10,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -213,6 +215,17 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
   archive.read("extra", extra);
   for (auto& [name, t] : read_named(extra)) out.state.extra[name] = t;
   return out;
+}
+
+std::string broadcast_bytes(ProcessGroup& pg, int root, const std::string& bytes) {
+  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
+  pg.broadcast(size, root)->wait();
+  const int64_t n = size.item<int64_t>();
+  if (n == 0) return {};
+  at::Tensor data = at::empty({n}, at::kByte);
+  if (pg.rank() == root) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  pg.broadcast(data, root)->wait();
+  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
 }
 
 void PendingLoad::apply() const {

@@ -35,6 +35,11 @@ struct PendingLoad {
 // Throws CheckpointError (or c10::Error from libtorch's reader) naming what
 // does not fit: the first parameter or buffer that differs, the optimizer's
 // state, the RNG states' world size. `rank`/`world_size`: this process's.
+// `root`'s `bytes` on every rank of `pg` (the others' argument is
+// ignored): its size, then its bytes. How a checkpoint travels from rank 0,
+// and an elastic job's state from the member furthest ahead.
+std::string broadcast_bytes(ProcessGroup& pg, int root, const std::string& bytes);
+
 PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& module,
                              torch::optim::Optimizer& optimizer, bool restore_rng, int rank,
                              int world_size);

@@ -6,6 +6,7 @@
 #include "elastic/record.h"
 #include "rendezvous/env.h"
 #include "rendezvous/store_handshake.h"
+#include "rendezvous/store_values.h"
 
 #include <ddp/errors.h>
 
@@ -23,8 +24,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+using detail::store_bytes;
+using detail::store_text;
 
 std::string where(int id) { return "ddp: elastic member " + std::to_string(id) + ": "; }
 
@@ -65,7 +66,7 @@ Membership::Membership(const ElasticOptions& options)
     : options_(options), host_(host_identity()), pid_namespace_(shm::pid_namespace()) {
   const auto addr = env_string("MASTER_ADDR");
   const auto port = env_int("MASTER_PORT", 1, 65535);
-  const auto rank = env_int("RANK", 0, (1L << 30) - 1);
+  const auto rank = env_int("RANK", 0, kFirstFreshId - 1);
   if (!addr || !port) {
     throw InvalidArgument(
         "ddp: elastic training needs the store that outlives its members: set MASTER_ADDR and "
@@ -75,12 +76,12 @@ Membership::Membership(const ElasticOptions& options)
   address_ = *addr;
   port_ = static_cast<int>(*port);
   store_ = connect();
-  // A process with no $RANK (or one that came later) takes an id no
-  // launcher gives: 1'000'000 and up.
+  // A process with no $RANK (a joiner) takes an id no launcher gives.
   id_ = rank ? static_cast<int>(*rank)
-             : 1000000 + static_cast<int>(store_->add(key("next_id"), 1)) - 1;
+             : kFirstFreshId + static_cast<int>(store_->add(key("next_id"), 1)) - 1;
   const std::string me = encode({host_, pid_namespace_, static_cast<int32_t>(getpid())});
-  const std::string holder = text(store_->compareSet(key("member/" + std::to_string(id_)), {}, bytes(me)));
+  const std::string holder =
+      store_text(store_->compareSet(key("member/" + std::to_string(id_)), {}, store_bytes(me)));
   if (holder != me) {
     const ProcessInfo other = decode_process(holder);
     const bool alive = other.host != host_ || other.pid_namespace != pid_namespace_ ||
@@ -91,7 +92,7 @@ Membership::Membership(const ElasticOptions& options)
                             (other.host == host_ ? "this host" : "another host") +
                             ": give every process of an elastic job its own RANK, or none");
     }
-    store_->set(key("member/" + std::to_string(id_)), bytes(me));  // the id of a dead process
+    store_->set(key("member/" + std::to_string(id_)), store_bytes(me));  // the id of a dead process
   }
   heartbeat_ = std::thread([this] { heartbeat(); });
 }
@@ -105,7 +106,9 @@ Membership::~Membership() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-StorePtr Membership::connect() const {
+StorePtr Membership::connect() const { return connect(options_.reform_timeout()); }
+
+StorePtr Membership::connect(std::chrono::milliseconds patience) const {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port_);
   opts.isServer = false;
@@ -113,10 +116,9 @@ StorePtr Membership::connect() const {
   opts.timeout = std::chrono::milliseconds(30000);
   compat::use_classic_tcp_store(opts);
   const std::string who = "ddp: elastic: the store at " + address_ + ":" + std::to_string(port_);
-  const auto deadline = Clock::now() + options_.reform_timeout();
-  wait_until_listening(address_, port_, who + " (is ddp-store running?)", deadline);
-  return handshake([host = address_, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); },
-                   who);
+  wait_until_listening(address_, port_, who + " (is ddp-store running?)", Clock::now() + patience);
+  return handshake(
+      [host = address_, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); }, who);
 }
 
 void Membership::watch(const ElasticWorld& now) {
@@ -138,12 +140,6 @@ void Membership::observe(const StorePtr& store, int id) {
 
 void Membership::heartbeat() {
   StorePtr store;
-  try {
-    store = connect();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%sno heartbeat: %s\n", where(id_).c_str(), e.what());
-    return;
-  }
   MutexLock lock(mutex_);
   while (!stopping_) {
     const std::vector<int> members = watched_;
@@ -151,6 +147,9 @@ void Membership::heartbeat() {
     lock.unlock();
     bool wanted = false;
     try {
+      // A connection of its own (a client is one socket), made again after
+      // a failure, each attempt short so that the destructor never waits long.
+      if (!store) store = connect(10 * options_.heartbeat_interval());
       store->add(key("hb/" + std::to_string(id_)), 1);
       for (int m : members) {
         if (m != id_) observe(store, m);
@@ -159,14 +158,15 @@ void Membership::heartbeat() {
                         static_cast<int>(members.size()) < options_.max_world_size();
       wanted = generation >= 0 && room && store->check({generation_key(generation + 1, "count")});
     } catch (const std::exception&) {
-      // The store is gone: formation will say so; the heartbeat goes on trying.
+      store.reset();  // the store is gone: formation will say so; try again next beat
     }
     lock.lock();
     // Only about the generation still watched: watch() may have moved on.
     if (wanted && generation == watched_generation_) {
       change_wanted_.store(true, std::memory_order_release);
     }
-    wake_.wait_for(mutex_, options_.heartbeat_interval(), [&]() DDP_REQUIRES(mutex_) { return stopping_; });
+    wake_.wait_for(mutex_, options_.heartbeat_interval(),
+                   [&]() DDP_REQUIRES(mutex_) { return stopping_; });
   }
 }
 
@@ -177,24 +177,26 @@ bool Membership::gone(const StorePtr& store, int id) {
     MutexLock lock(mutex_);
     still = Clock::now() - liveness_[id].moved;
   }
-  const auto info = store->check({key("member/" + std::to_string(id))})
-                        ? decode_process(text(store->get(key("member/" + std::to_string(id)))))
-                        : ProcessInfo{};
+  const auto info =
+      store->check({key("member/" + std::to_string(id))})
+          ? decode_process(store_text(store->get(key("member/" + std::to_string(id)))))
+          : ProcessInfo{};
   if (info.host == host_ && info.pid_namespace == pid_namespace_ && info.pid > 0) {
     switch (shm::process_state(info.pid)) {
       case shm::ProcessState::DEAD:
         return true;
       case shm::ProcessState::STOPPED:  // no heartbeat for two intervals: not a passing stop
-        if (still >= 2 * options_.heartbeat_interval()) return true;
-        break;
-      default:
+        return still >= 2 * options_.heartbeat_interval();
+      case shm::ProcessState::RUNNING:
+        return false;
+      case shm::ProcessState::UNKNOWN:
         break;
     }
   }
   return still >= options_.dead_after();
 }
 
-void Membership::finish() { store_->set(key("finished"), bytes("1")); }
+void Membership::finish() { store_->set(key("finished"), store_bytes("1")); }
 
 int64_t Membership::first_undecided_generation(const StorePtr& store) const {
   int64_t n = 0;
@@ -202,28 +204,60 @@ int64_t Membership::first_undecided_generation(const StorePtr& store) const {
   return n;
 }
 
+std::optional<GenerationRecord> Membership::decision(int64_t n) const {
+  if (!store_->check({generation_key(n, "decided")})) return std::nullopt;
+  auto record = GenerationRecord::decode(store_text(store_->get(generation_key(n, "decided"))));
+  if (!record) {
+    throw CommunicationError(where(id_) + "generation " + std::to_string(n) +
+                             "'s record on the store is unreadable: is another program using "
+                             "the store at " +
+                             address_ + ":" + std::to_string(port_) + "?");
+  }
+  return record;
+}
+
+std::vector<int> Membership::arrivals(int64_t n) {
+  std::vector<int> arrived;
+  const int64_t count = store_->add(generation_key(n, "count"), 0);
+  for (int64_t k = 1; k <= count; ++k) {
+    const std::string slot = generation_key(n, "slot/" + std::to_string(k));
+    if (!store_->check({slot})) continue;  // registering now
+    const int id = std::stoi(store_text(store_->get(slot)));
+    if (!contains(arrived, id) && (id == id_ || !gone(store_, id))) arrived.push_back(id);
+  }
+  return arrived;
+}
+
 ElasticWorld Membership::form(const ElasticWorld& previous) {
-  const StorePtr& store = store_;
-  int64_t n = previous.generation >= 0 ? previous.generation + 1 : first_undecided_generation(store);
+  try {
+    return form_after(previous);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // libtorch's store: the connection broke
+    throw CommunicationError(where(id_) + "the store at " + address_ + ":" + std::to_string(port_) +
+                             " failed while the members formed a generation: " + e.what() +
+                             ". The store (ddp-store) must outlive every member.");
+  }
+}
+
+ElasticWorld Membership::form_after(const ElasticWorld& previous) {
+  int64_t n =
+      previous.generation >= 0 ? previous.generation + 1 : first_undecided_generation(store_);
   const auto deadline = Clock::now() + options_.reform_timeout();
   const int initial = options_.initial_world_size() > 0
                           ? options_.initial_world_size()
                           : static_cast<int>(env_int("WORLD_SIZE", 1, 1 << 20).value_or(1));
   for (;; ++n) {
     const auto arrived_at = Clock::now();
-    const int64_t slot = store->add(generation_key(n, "count"), 1);
-    store->set(generation_key(n, "slot/" + std::to_string(slot)), bytes(std::to_string(id_)));
-    std::vector<int> before;  // generation n - 1's members
-    if (n > 0) before = GenerationRecord::decode(text(store->get(generation_key(n - 1, "decided"))))->members;
-    std::vector<int> arrived, awaited;
-    int needed = 0;
+    const int64_t slot = store_->add(generation_key(n, "count"), 1);
+    store_->set(generation_key(n, "slot/" + std::to_string(slot)),
+                store_bytes(std::to_string(id_)));
+    const std::vector<int> before = n > 0 ? decision(n - 1).value().members : std::vector<int>{};
     for (;;) {
-      if (store->check({key("finished")})) return ElasticWorld{};
-      if (store->check({generation_key(n, "decided")})) {
-        const auto record = GenerationRecord::decode(text(store->get(generation_key(n, "decided"))));
-        if (!record) throw CommunicationError(where(id_) + "generation " + std::to_string(n) + "'s record on the store is unreadable");
+      if (store_->check({key("finished")})) return ElasticWorld{};
+      if (const auto record = decision(n)) {
         const auto at = std::find(record->members.begin(), record->members.end(), id_);
-        if (at == record->members.end()) break;  // left out (late, or past the maximum): the next one
+        if (at == record->members.end()) break;  // left out (late, or past the maximum): the next
         ElasticWorld world;
         world.generation = n;
         world.rank = static_cast<int>(at - record->members.begin());
@@ -231,51 +265,40 @@ ElasticWorld Membership::form(const ElasticWorld& previous) {
         world.members = record->members;
         world.left = record->left;
         world.joined = record->joined;
-        world.formed_s = record->formed_ms / 1000.0;
+        world.formed_s = static_cast<double>(record->formed_ms) / 1000.0;
         return world;
       }
-      // Who is here (in arrival order), and whom to wait for.
-      const int64_t count = store->add(generation_key(n, "count"), 0);
-      arrived.clear();
-      for (int64_t k = 1; k <= count; ++k) {
-        const std::string slot_key = generation_key(n, "slot/" + std::to_string(k));
-        if (!store->check({slot_key})) continue;  // registering now
-        const int id = std::stoi(text(store->get(slot_key)));
-        if (!contains(arrived, id) && (id == id_ || !gone(store, id))) arrived.push_back(id);
-      }
-      awaited.clear();
+      std::vector<int> arrived = arrivals(n), awaited;
       for (int m : before) {
-        if (!contains(arrived, m) && !gone(store, m)) awaited.push_back(m);
+        if (!contains(arrived, m) && !gone(store_, m)) awaited.push_back(m);
       }
-      needed = n == 0 ? initial : options_.min_world_size();
-      if (awaited.empty() && static_cast<int>(arrived.size()) >= needed) {
-        GenerationRecord proposal;
-        for (int m : before) {
-          if (contains(arrived, m)) proposal.members.push_back(m);
-          else proposal.left.push_back(m);
-        }
-        if (n == 0) std::sort(arrived.begin(), arrived.end());  // ranks as the launcher numbered them
-        for (int id : arrived) {
-          const bool room = options_.max_world_size() <= 0 ||
-                            static_cast<int>(proposal.members.size()) < options_.max_world_size();
-          if (!contains(before, id) && room) {
-            proposal.members.push_back(id);
-            if (n > 0) proposal.joined.push_back(id);
-          }
-        }
-        proposal.formed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived_at).count();
-        store->compareSet(generation_key(n, "decided"), {}, bytes(proposal.encode()));
+      const int needed = n == 0 ? initial : options_.min_world_size();
+      // The first generation is the launcher's ranks' to propose: a process
+      // without $RANK (a joiner) that comes early waits for it.
+      const bool may_propose = n > 0 || id_ < kFirstFreshId;
+      if (may_propose && awaited.empty() && static_cast<int>(arrived.size()) >= needed) {
+        if (n == 0)
+          std::sort(arrived.begin(), arrived.end());  // ranks as the launcher numbered them
+        GenerationRecord proposal = propose(before, arrived);
+        proposal.formed_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived_at)
+                .count();
+        store_->compareSet(generation_key(n, "decided"), {}, store_bytes(proposal.encode()));
         continue;  // read back whichever proposal won
       }
-      if (Clock::now() > deadline) {
+      // A process that was no member, while the members live, is a spare:
+      // it waits for a place (or the end) however long that takes.
+      const bool spare = !contains(before, id_) && !awaited.empty();
+      if (!spare && Clock::now() > deadline) {
         std::vector<int> lost;
         for (int m : before) {
           if (!contains(arrived, m) && !contains(awaited, m)) lost.push_back(m);
         }
         throw TimeoutError(
             where(id_) + "generation " + std::to_string(n) + " was not formed within " +
-            std::to_string(options_.reform_timeout().count()) + " ms: " + std::to_string(arrived.size()) +
-            " member(s) here (" + list(arrived) + "), " + std::to_string(needed) + " needed" +
+            std::to_string(options_.reform_timeout().count()) +
+            " ms: " + std::to_string(arrived.size()) + " member(s) here (" + list(arrived) + "), " +
+            std::to_string(needed) + " needed" +
             (awaited.empty() ? "" : ", still waiting for " + list(awaited)) +
             (n > 0 ? "; gone since generation " + std::to_string(n - 1) + ": " + list(lost) : "") +
             ". The job ends here; an on-disk checkpoint, if any, is untouched: restart from it, "
@@ -284,6 +307,23 @@ ElasticWorld Membership::form(const ElasticWorld& previous) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+}
+
+// The next generation: the previous one's members that arrived, in their
+// order, then newcomers in arrival order while there is room.
+GenerationRecord Membership::propose(const std::vector<int>& before,
+                                     const std::vector<int>& arrived) const {
+  GenerationRecord proposal;
+  for (int m : before) (contains(arrived, m) ? proposal.members : proposal.left).push_back(m);
+  for (int id : arrived) {
+    const bool room = options_.max_world_size() <= 0 ||
+                      static_cast<int>(proposal.members.size()) < options_.max_world_size();
+    if (!contains(before, id) && room) {
+      proposal.members.push_back(id);
+      if (!before.empty()) proposal.joined.push_back(id);
+    }
+  }
+  return proposal;
 }
 
 }  // namespace ddp::detail::elastic

@@ -7,15 +7,22 @@
 #include <ddp/mutex.h>
 #include <ddp/store.h>
 
+#include "elastic/record.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace ddp::detail::elastic {
+
+// Member ids from here on are taken from the store by processes without
+// $RANK (joiners); launchers number their ranks below it.
+constexpr int kFirstFreshId = 1000000;
 
 class Membership {
  public:
@@ -40,13 +47,16 @@ class Membership {
   // The job is done: a process still waiting to join goes home.
   void finish();
 
-  // A fresh client of the store, for a generation's process group.
+  // A fresh client of the store, for a generation's process group; the
+  // store must answer within reform_timeout (or `patience`).
   StorePtr connect() const;
+  StorePtr connect(std::chrono::milliseconds patience) const;
 
-  // True once a process waits to join the generation after `now`'s (the
-  // heartbeat looks every heartbeat_interval); the members of `now` are
-  // the ones whose liveness the heartbeat follows.
+  // From now on the heartbeat follows the liveness of `now`'s members and
+  // looks for a process waiting to join the generation after it.
   void watch(const ElasticWorld& now);
+  // True once such a process waits (the heartbeat looks every
+  // heartbeat_interval), and there is room for it (max_world_size).
   bool change_wanted() const { return change_wanted_.load(std::memory_order_acquire); }
 
  private:
@@ -55,12 +65,19 @@ class Membership {
     std::chrono::steady_clock::time_point moved;
   };
   void heartbeat();
-  // Whether member `id`'s process is gone: dead or stopped on this host,
-  // or a heartbeat that has not moved for dead_after.
+  // Whether member `id`'s process is gone: dead, or stopped with its
+  // heartbeat still, on this host (running there: not gone); elsewhere, a
+  // heartbeat that has not moved for dead_after.
   bool gone(const StorePtr& store, int id);
   // Reads `id`'s heartbeat counter into the liveness table.
   void observe(const StorePtr& store, int id);
   int64_t first_undecided_generation(const StorePtr& store) const;
+  ElasticWorld form_after(const ElasticWorld& previous);
+  // Generation n's decision; nullopt while there is none.
+  std::optional<GenerationRecord> decision(int64_t n) const;
+  // The live processes registered for generation n, in arrival order.
+  std::vector<int> arrivals(int64_t n);
+  GenerationRecord propose(const std::vector<int>& before, const std::vector<int>& arrived) const;
 
   const ElasticOptions options_;
   const std::string host_, pid_namespace_;

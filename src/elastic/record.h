@@ -51,8 +51,10 @@ struct GenerationRecord {
         if (name == "formed_ms") {
           r.formed_ms = std::stoll(value);
         } else {
-          std::vector<int>* ids =
-              name == "members" ? &r.members : name == "left" ? &r.left : name == "joined" ? &r.joined : nullptr;
+          std::vector<int>* ids = name == "members"  ? &r.members
+                                  : name == "left"   ? &r.left
+                                  : name == "joined" ? &r.joined
+                                                     : nullptr;
           if (!ids) return std::nullopt;
           std::istringstream list(value);
           for (std::string id; std::getline(list, id, ',');) ids->push_back(std::stoi(id));

@@ -4,6 +4,7 @@
 // a wanted change (re-form at the step boundary) or the end.
 #include <ddp/elastic.h>
 
+#include "checkpoint/checkpoint_archive.h"
 #include "elastic/membership.h"
 #include "elastic/record.h"
 #include "rendezvous/env.h"
@@ -15,7 +16,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <cstdio>
-#include <cstring>
 
 namespace ddp {
 namespace {
@@ -40,16 +40,6 @@ int source_rank(ProcessGroup& group, int64_t committed) {
   return source;
 }
 
-// Broadcasts `source`'s bytes (the others' argument is ignored).
-std::string broadcast_bytes(ProcessGroup& group, int source, const std::string& bytes) {
-  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
-  group.broadcast(size, source)->wait();
-  at::Tensor data = at::empty({size.item<int64_t>()}, at::kByte);
-  if (group.rank() == source) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
-  group.broadcast(data, source)->wait();
-  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel()));
-}
-
 }  // namespace
 
 struct ElasticRunner::Impl {
@@ -72,17 +62,24 @@ ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Im
     options.max_world_size(static_cast<int>(*n));
   }
   const std::string backend = resolve_backend_name(options.init().backend());
-  if (!find_backend(backend).needs_store) {
-    throw InvalidArgument("ddp: elastic training needs a backend that forms groups on a store; " +
-                          backend + " takes its world from its own launcher. Use gloo, shm or auto.");
+  if (!find_backend(backend).needs_store || backend == "nccl") {
+    throw InvalidArgument(
+        "ddp: elastic training needs a backend that forms its groups on a store "
+        "and takes CPU tensors; " +
+        backend +
+        (backend == "nccl" ? " takes CUDA tensors only"
+                           : " takes its world from its own launcher") +
+        ". Use gloo, shm or auto.");
   }
-  if (options.min_world_size() < 1 || options.commit_every() < 1 ||
-      (options.max_world_size() > 0 && options.max_world_size() < options.min_world_size())) {
-    throw InvalidArgument("ddp: ElasticOptions: need 1 <= min_world_size <= max_world_size (or 0) "
-                          "and commit_every >= 1, got min " +
-                          std::to_string(options.min_world_size()) + ", max " +
-                          std::to_string(options.max_world_size()) + ", commit_every " +
-                          std::to_string(options.commit_every()));
+  const int lo = options.min_world_size(), hi = options.max_world_size(),
+            initial = options.initial_world_size();
+  if (lo < 1 || options.commit_every() < 1 || (hi > 0 && hi < lo) ||
+      (initial > 0 && (initial < lo || (hi > 0 && initial > hi)))) {
+    throw InvalidArgument(
+        "ddp: ElasticOptions: need 1 <= min_world_size <= initial_world_size (or -1) <= "
+        "max_world_size (or 0) and commit_every >= 1, got min " +
+        std::to_string(lo) + ", initial " + std::to_string(initial) + ", max " +
+        std::to_string(hi) + ", commit_every " + std::to_string(options.commit_every()));
   }
   impl_->options = std::move(options);
 }
@@ -95,7 +92,8 @@ ElasticRunner& ElasticRunner::on_world_change(
   return *this;
 }
 
-ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(ElasticStep&)>& step) {
+ElasticWorld ElasticRunner::run(ElasticState& state,
+                                const std::function<bool(ElasticStep&)>& step) {
   const ElasticOptions& o = impl_->options;
   detail::elastic::Membership membership(o);
   ElasticWorld previous;
@@ -117,7 +115,8 @@ ElasticWorld ElasticRunner::run(ElasticState& state, const std::function<bool(El
   return world;  // the job ended without this process
 }
 
-bool ElasticRunner::run_generation(ElasticState& state, const std::function<bool(ElasticStep&)>& step,
+bool ElasticRunner::run_generation(ElasticState& state,
+                                   const std::function<bool(ElasticStep&)>& step,
                                    detail::elastic::Membership& membership,
                                    const ElasticWorld& previous, const ElasticWorld& world) {
   const ElasticOptions& o = impl_->options;
@@ -129,8 +128,8 @@ bool ElasticRunner::run_generation(ElasticState& state, const std::function<bool
   membership.watch(world);
   // The state of the member furthest ahead, as a checkpoint carries it.
   const int source = source_rank(*group, state.committed_iteration());
-  const std::string bytes =
-      broadcast_bytes(*group, source, group->rank() == source ? state.serialize() : "");
+  const std::string bytes = checkpoint_detail::broadcast_bytes(
+      *group, source, group->rank() == source ? state.serialize() : "");
   if (group->rank() != source) state.load(bytes, *group);
   if (impl_->on_world_change) impl_->on_world_change(previous, world);
   auto ddp_options = o.ddp();
@@ -152,7 +151,8 @@ bool ElasticRunner::run_generation(ElasticState& state, const std::function<bool
     state.commit(full);
     // The step boundary every member passes together: does one want to
     // stop, does a process wait to join?
-    at::Tensor flags = at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
+    at::Tensor flags =
+        at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
     group->allreduce(flags)->wait();
     const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
     if (done == world.world_size) return true;

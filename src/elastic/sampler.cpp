@@ -9,7 +9,8 @@
 
 namespace ddp {
 
-ElasticSampler::ElasticSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed)
+ElasticSampler::ElasticSampler(int64_t dataset_size, int64_t batch_size, bool shuffle,
+                               uint64_t seed)
     : size_(dataset_size), batch_(batch_size), shuffle_(shuffle), seed_(seed) {
   if (dataset_size < 1 || batch_size < 1) {
     throw InvalidArgument("ddp: ElasticSampler: dataset_size and batch_size must be >= 1, got " +
@@ -23,7 +24,8 @@ std::vector<int64_t> ElasticSampler::indices(const TrainingState& state, int ran
   if (order_epoch_ != state.epoch) {
     at::Tensor order;
     if (shuffle_) {
-      at::Generator generator = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(state.epoch));
+      at::Generator generator =
+          at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(state.epoch));
       order = at::randperm(size_, generator, at::kLong);
     } else {
       order = at::arange(size_, at::kLong);

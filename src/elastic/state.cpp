@@ -1,13 +1,14 @@
 // ElasticState: the in-memory commit a failed step goes back to, and the
 // commit as checkpoint bytes for the members of a new generation.
 //
-// A commit copies into tensors it keeps from one commit to the next (no
-// allocation after the first): the parameters and buffers, and the state of
-// libtorch's optimizers (SGD, Adam, AdamW, Adagrad, RMSprop) field by
-// field. Another optimizer's state cannot be copied generically (libtorch's
-// OptimizerParamState has no deep copy, and Optimizer::save is empty unless
-// overridden; LBFGS's cannot be saved at all): a commit refuses it, naming
-// its type, rather than restore a state that is not the committed one.
+// A full copy goes into tensors kept from one copy to the next (no
+// allocation for them after the first): the parameters and buffers, and the
+// state of libtorch's optimizers (SGD, Adam, AdamW, Adagrad, RMSprop) field
+// by field. A step boundary copies the buffers the same way and clones the
+// small things (extra tensors, the param groups' options). Another optimizer's state cannot be
+// copied generically (libtorch's OptimizerParamState has no deep copy, and Optimizer::save is empty
+// unless overridden; LBFGS's cannot be saved at all): a commit refuses it, naming its type, rather
+// than restore a state that is not the committed one.
 #include <ddp/elastic.h>
 
 #include "checkpoint/checkpoint_archive.h"
@@ -122,7 +123,8 @@ bool progress_of(const OptimizerParamState& state, std::vector<int64_t>& marks) 
 void mark_progress(const OptimizerParamState& state, std::vector<int64_t>& marks) {
   using namespace torch::optim;
   if (!(progress_of<SGDParamState>(state, marks) || progress_of<AdamParamState>(state, marks) ||
-        progress_of<AdamWParamState>(state, marks) || progress_of<AdagradParamState>(state, marks) ||
+        progress_of<AdamWParamState>(state, marks) ||
+        progress_of<AdagradParamState>(state, marks) ||
         progress_of<RMSpropParamState>(state, marks))) {
     refuse(state);
   }
@@ -178,6 +180,16 @@ std::vector<int64_t> progress_marks(torch::optim::Optimizer& optimizer) {
     if (found != state.end()) mark_progress(*found->second, marks);
   }
   return marks;
+}
+
+// A param group that keeps no state: SGD's without momentum.
+bool has_stateless_group(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.has_options()) continue;
+    const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&group.options());
+    if (sgd && sgd->momentum() == 0) return true;
+  }
+  return false;
 }
 
 void record(Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
@@ -242,9 +254,10 @@ int64_t ElasticState::committed_iteration() const { return snapshot_->committed;
 void ElasticState::commit(bool full) {
   at::NoGradGuard no_grad;
   Snapshot& s = *snapshot_;
-  // Without optimizer state (SGD without momentum, or before the first
-  // step) nothing would show a step of the optimizer: copy in full.
-  if (full || optimizer_.state().empty()) {
+  // Without optimizer state (before the first step, or a param group of
+  // SGD without momentum) nothing would show a step of the optimizer: copy
+  // in full.
+  if (full || optimizer_.state().empty() || has_stateless_group(optimizer_)) {
     FullCopy& c = s.copy;
     const auto params = parameters_of(optimizer_);
     c.parameters.resize(params.size());
@@ -303,9 +316,9 @@ std::string ElasticState::serialize() const {
 }
 
 void ElasticState::load(const std::string& bytes, const ProcessGroup& group) {
-  auto pending = checkpoint_detail::parse_checkpoint(bytes.data(), bytes.size(), *module_,
-                                                     optimizer_, /*restore_rng=*/false,
-                                                     group.rank(), group.size());
+  auto pending =
+      checkpoint_detail::parse_checkpoint(bytes.data(), bytes.size(), *module_, optimizer_,
+                                          /*restore_rng=*/false, group.rank(), group.size());
   pending.apply();
   training = pending.state;
 }

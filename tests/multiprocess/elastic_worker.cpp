@@ -59,21 +59,35 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--steps") f.steps = std::stoll(v);
-    else if (k == "--batch") f.batch = std::stoll(v);
-    else if (k == "--step-ms") f.step_ms = std::stoll(v);
-    else if (k == "--min") f.min = std::stoi(v);
-    else if (k == "--max") f.max = std::stoi(v);
-    else if (k == "--fault") f.fault = v;
-    else if (k == "--victim") f.victims = numbers(v);
-    else if (k == "--at") f.at = numbers(v);
-    else if (k == "--reform-victim") f.reform_victim = std::stoi(v);
-    else if (k == "--save-at") f.save_at = std::stoll(v);
-    else if (k == "--checkpoint") f.checkpoint = v;
-    else if (k == "--load") f.load = v;
-    else throw std::invalid_argument("elastic_worker: unknown flag " + k);
+    if (k == "--steps")
+      f.steps = std::stoll(v);
+    else if (k == "--batch")
+      f.batch = std::stoll(v);
+    else if (k == "--step-ms")
+      f.step_ms = std::stoll(v);
+    else if (k == "--min")
+      f.min = std::stoi(v);
+    else if (k == "--max")
+      f.max = std::stoi(v);
+    else if (k == "--fault")
+      f.fault = v;
+    else if (k == "--victim")
+      f.victims = numbers(v);
+    else if (k == "--at")
+      f.at = numbers(v);
+    else if (k == "--reform-victim")
+      f.reform_victim = std::stoi(v);
+    else if (k == "--save-at")
+      f.save_at = std::stoll(v);
+    else if (k == "--checkpoint")
+      f.checkpoint = v;
+    else if (k == "--load")
+      f.load = v;
+    else
+      throw std::invalid_argument("elastic_worker: unknown flag " + k);
   }
-  if (f.victims.size() != f.at.size()) throw std::invalid_argument("elastic_worker: one --at per --victim");
+  if (f.victims.size() != f.at.size())
+    throw std::invalid_argument("elastic_worker: one --at per --victim");
   return f;
 }
 
@@ -109,21 +123,24 @@ int main(int argc, char** argv) {
       first_of_generation = true;
       if (f.reform_victim >= 0 && id == f.reform_victim && now.generation == 1) std::raise(SIGKILL);
       if (now.rank == 0) {
-        std::printf("generation %lld: world %d, members %s, resumed at step %lld\n",
-                    static_cast<long long>(now.generation), now.world_size,
-                    [&] {
-                      std::string s;
-                      for (int m : now.members) s += (s.empty() ? "" : ",") + std::to_string(m);
-                      return s;
-                    }().c_str(),
-                    static_cast<long long>(state.training.iteration));
+        std::printf(
+            "generation %lld: world %d, members %s, resumed at step %lld\n",
+            static_cast<long long>(now.generation), now.world_size,
+            [&] {
+              std::string s;
+              for (int m : now.members) s += (s.empty() ? "" : ",") + std::to_string(m);
+              return s;
+            }()
+                .c_str(),
+            static_cast<long long>(state.training.iteration));
         std::fflush(stdout);
       }
     });
     const ddp::ElasticWorld last = runner.run(state, [&](ddp::ElasticStep& step) {
       if (!loaded) {  // the checkpoint-handover reference: every member loads rank 0's file
         auto resumed = ddp::load_checkpoint(
-            f.load, *net, opt, ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
+            f.load, *net, opt,
+            ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
         if (!resumed) throw std::runtime_error("no checkpoint at " + f.load);
         state.training = *resumed;
         loaded = true;
@@ -142,8 +159,8 @@ int main(int argc, char** argv) {
       }
       const auto index = torch::tensor(indices, torch::kLong);
       opt.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(step.model()->forward(inputs.index_select(0, index)),
-                                                       targets.index_select(0, index));
+      auto loss = torch::nn::functional::cross_entropy(
+          step.model()->forward(inputs.index_select(0, index)), targets.index_select(0, index));
       int64_t fault_at = -1;
       for (size_t v = 0; v < f.victims.size(); ++v) {
         if (f.victims[v] == id) fault_at = f.at[v];
@@ -154,15 +171,16 @@ int main(int argc, char** argv) {
         // One fault per step named (a stopped victim that goes on does not
         // fault again).
         auto fired = std::make_shared<bool>(false);
-        net[2]->as<torch::nn::Linear>()->weight.register_hook([&f, id, fault_at, fired](const at::Tensor& g) {
-          if (*fired) return g;
-          *fired = true;
-          std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
-                      static_cast<long long>(fault_at), static_cast<long long>(realtime_ms()));
-          std::fflush(stdout);
-          std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
-          return g;
-        });
+        net[2]->as<torch::nn::Linear>()->weight.register_hook(
+            [&f, id, fault_at, fired](const at::Tensor& g) {
+              if (*fired) return g;
+              *fired = true;
+              std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
+                          static_cast<long long>(fault_at), static_cast<long long>(realtime_ms()));
+              std::fflush(stdout);
+              std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
+              return g;
+            });
       }
       loss.backward();
       opt.step();

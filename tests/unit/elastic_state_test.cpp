@@ -48,7 +48,8 @@ std::pair<torch::nn::Sequential, std::unique_ptr<Opt>> clone(torch::nn::Sequenti
 
 void expect_same(torch::nn::Sequential& a, torch::nn::Sequential& b) {
   auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
   auto ba = a->buffers(), bb = b->buffers();
   for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i], bb[i])) << "buffer " << i;
 }

@@ -152,7 +152,8 @@ class Supervisor {
       r.pid = child.pid;
       r.running = true;
       const std::string prefix =
-          (opts_.join ? "[join " + std::to_string(local) : "[rank " + std::to_string(id.rank)) + "] ";
+          (opts_.join ? "[join " + std::to_string(local) : "[rank " + std::to_string(id.rank)) +
+          "] ";
       r.out.fd = child.stdout_fd;
       r.err.fd = child.stderr_fd;
       if (r.out.fd >= 0) r.out.prefixer = std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO);
@@ -197,6 +198,7 @@ class Supervisor {
       r.running = false;
       if (got < 0) continue;  // ECHILD: cannot happen for our own child
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (!failed && opts_.elastic_min > 0) finishing();
       if (!failed || r.exec_failed || decided_status_) continue;
       // Show the rank's last words before ddprun's verdict about it.
       drain(r.out);
@@ -213,21 +215,57 @@ class Supervisor {
         decide(WEXITSTATUS(status));
       }
       failure_ = message;
-      if (opts_.elastic_min > 0 && (opts_.join || others >= opts_.elastic_min)) {
+      if (opts_.elastic_min > 0 && (opts_.join || finishing_ || others >= opts_.elastic_min)) {
         // Elastic: the others re-form without it. Not decisive unless it
-        // left too few (or, joining, it is this ddprun's own failure).
+        // left too few (or, joining, it is this ddprun's own failure), nor
+        // once the job has finished.
         if (opts_.join) failed_status_ = failed_status_.value_or(*decided_status_);
         decided_status_.reset();
         say(message + "; elastic: " + std::to_string(others) + " rank(s) of this ddprun go on" +
             (opts_.join ? "" : " (minimum " + std::to_string(opts_.elastic_min) + ")"));
         continue;
       }
-      if (opts_.elastic_min > 0) message += "; fewer than the minimum of " + std::to_string(opts_.elastic_min) + " rank(s) left";
+      if (opts_.elastic_min > 0)
+        message +=
+            "; fewer than the minimum of " + std::to_string(opts_.elastic_min) + " rank(s) left";
       if (others > 0) message += "; stopping the other " + std::to_string(others) + " rank(s)";
       say(message);
       stop_all(SIGTERM);
     }
     if (running_count() == 0 && !decided_status_ && failed_status_) decide(*failed_status_);
+    reap_store();
+  }
+
+  // Elastic: a rank ended well, so the job is done. A rank left behind
+  // (stopped, or a spare) is continued to see that and end on its own
+  // within the grace period, then killed.
+  void finishing() {
+    if (finishing_) return;
+    finishing_ = true;
+    for (const RankProcess& r : ranks_) {
+      if (r.running) signal_rank(r, SIGCONT);
+    }
+    if (!kill_deadline_ && running_count() > 0) {
+      kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(opts_.grace_period_s));
+    }
+  }
+
+  // The store must outlive the ranks: if it ends first, so does the job.
+  void reap_store() {
+    if (store_pid_ <= 0) return;
+    int status = 0;
+    if (waitpid(store_pid_, &status, WNOHANG) != store_pid_) return;
+    store_pid_ = -1;
+    if (running_count() == 0 || stopping_) return;
+    failure_ =
+        "ddp-store (the elastic job's store) ended " +
+        std::string(WIFSIGNALED(status) ? "by signal " + std::to_string(WTERMSIG(status))
+                                        : "with status " + std::to_string(WEXITSTATUS(status))) +
+        " while ranks ran; stopping them";
+    say(failure_);
+    decide(1);
+    stop_all(SIGTERM);
   }
 
   // ddp-store on the rendezvous port, its output straight to ddprun's.
@@ -237,8 +275,9 @@ class Supervisor {
     std::string dir = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string();
     dir = dir.substr(0, dir.rfind('/') + 1);
     ChildSpec spec;
-    spec.command = {dir + "ddp-store", "--host", opts_.master_addr, "--port",
-                    std::to_string(master_port_), "--report"};
+    spec.command = {
+        dir + "ddp-store", "--host",      opts_.master_addr, "--port", std::to_string(master_port_),
+        "--report",        "--report-as", "ddprun"};
     for (char** e = environ; e && *e; ++e) spec.environment.emplace_back(*e);
     spec.capture_output = false;
     spec.stdin_from_dev_null = true;
@@ -378,6 +417,7 @@ class Supervisor {
   std::optional<int> decided_status_;
   std::optional<int> failed_status_;  // --join: the first failure, decided once all ended
   pid_t store_pid_ = -1;              // ddp-store, with --elastic
+  bool finishing_ = false;  // --elastic: a rank ended well, the others are given their grace
   bool interrupted_ = false, exec_failed_ = false;
   std::string failure_;  // the deciding failure, for a restart's report
   bool stopping_ = false;

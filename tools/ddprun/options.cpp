@@ -145,6 +145,10 @@ std::string validate(const Options& opts, bool addr_given) {
   if (opts.join && (opts.elastic_min == 0 || !opts.master_port)) {
     return "--join requires --elastic MIN:MAX and --master-port P (the running job's store)";
   }
+  if (opts.elastic_min > 0 && opts.nnodes > 1) {
+    return "--elastic runs on one node: start more ranks elsewhere with --elastic MIN:MAX "
+           "--join --master-addr A --master-port P (the first ddprun's store)";
+  }
   if (opts.elastic_min > 0 && opts.max_restarts > 0) {
     return "--elastic and --max-restarts do not go together: an elastic job re-forms in "
            "process instead of restarting";
@@ -253,9 +257,12 @@ flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
   --elastic MIN:MAX    elastic training in process (ddp::ElasticRunner): ddprun
                        starts ddp-store on A:P (it outlives any rank and prints
                        one line per membership change), and a rank that fails
-                       does not stop the others while at least MIN ranks run;
-                       the survivors re-form without it. MIN and MAX bound the
-                       world size (DDP_ELASTIC_MIN/MAX_WORLD_SIZE)
+                       does not stop the others while at least MIN of these
+                       ranks run; the survivors re-form without it. When a rank
+                       ends well the job is done (stopped ranks are continued,
+                       the rest killed after the grace period). MIN and MAX
+                       bound the world size (DDP_ELASTIC_MIN/MAX_WORLD_SIZE).
+                       One node; other machines add ranks with --join
   --join               with --elastic and --master-port P: start N ranks that
                        join the elastic job whose store is at A:P (no store
                        here; each rank takes a fresh member id, no RANK)

@@ -44,8 +44,8 @@ std::vector<std::string> rank_environment(const char* const* base, const RankIde
   std::vector<std::string> env;
   const char* const flight = "DDP_FLIGHT_RECORDER_DIR=";
   for (const char* const* entry = base; entry != nullptr && *entry != nullptr; ++entry) {
-    const bool replaced = !id.flight_recorder_dir.empty() &&
-                          std::strncmp(*entry, flight, std::strlen(flight)) == 0;
+    const bool replaced =
+        !id.flight_recorder_dir.empty() && std::strncmp(*entry, flight, std::strlen(flight)) == 0;
     if (!is_set_by_ddprun(*entry) && !replaced) env.emplace_back(*entry);
   }
   const std::pair<const char*, std::string> values[] = {

@@ -3,13 +3,14 @@
 // libtorch's TCPStore and, with --report, says in one line each membership
 // change the members decide.
 //
-//   ddp-store --port 29500 [--host 0.0.0.0] [--report]
+//   ddp-store --port 29500 [--host ADDR] [--report [--report-as NAME]]
 //
 // Runs until SIGTERM or SIGINT (ddprun --elastic sends SIGTERM when the job
 // ends). Port 0 takes a free port; the first line of output names it:
 //   ddp-store: listening on port 29500
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
+#include "rendezvous/store_values.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -22,13 +23,15 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: ddp-store [--host ADDR] [--port P] [--report]\n"
-    "  Hosts the TCPStore of an elastic ddp job until SIGTERM/SIGINT.\n"
-    "  --host ADDR  address to listen on (default 0.0.0.0: every interface)\n"
-    "  --port P     port (default 29500; 0: a free one, printed)\n"
-    "  --report     one line per membership change the members decide\n";
-
-std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+    "usage: ddp-store [--host ADDR] [--port P] [--report [--report-as NAME]]\n"
+    "  Hosts the TCPStore of one elastic ddp job until SIGTERM/SIGINT (start a\n"
+    "  new one for each job: the keys of a finished job stay).\n"
+    "  --host ADDR     this host's address as the store's own client reaches it\n"
+    "                  (default 127.0.0.1; libtorch's server listens on every\n"
+    "                  interface)\n"
+    "  --port P        port (default 29500; 0: a free one, printed)\n"
+    "  --report        one line per membership change the members decide\n"
+    "  --report-as N   the lines' prefix (default ddp-store; ddprun: ddprun)\n";
 
 // "1, 2" or "none".
 std::string ids(const std::vector<int>& v) {
@@ -40,20 +43,24 @@ std::string ids(const std::vector<int>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";
+  std::string reporter = "ddp-store";
   int port = 29500;
   bool report = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--host" || a == "--port") && i + 1 < argc) {
+    if ((a == "--host" || a == "--port" || a == "--report-as") && i + 1 < argc) {
       const std::string v = argv[++i];
       if (a == "--host") {
         host = v;
+      } else if (a == "--report-as") {
+        reporter = v;
       } else {
         char* end = nullptr;
         const long p = std::strtol(v.c_str(), &end, 10);
         if (v.empty() || *end || p < 0 || p > 65535) {
-          std::fprintf(stderr, "ddp-store: --port must be a port number (0-65535), got '%s'\n", v.c_str());
+          std::fprintf(stderr, "ddp-store: --port must be a port number (0-65535), got '%s'\n",
+                       v.c_str());
           return 2;
         }
         port = static_cast<int>(p);
@@ -99,12 +106,15 @@ int main(int argc, char** argv) {
     if (!report) continue;
     try {
       while (store->check({el::generation_key(next, "decided")})) {
-        const auto r = el::GenerationRecord::decode(text(store->get(el::generation_key(next, "decided"))));
+        const auto r = el::GenerationRecord::decode(
+            ddp::detail::store_text(store->get(el::generation_key(next, "decided"))));
         if (r) {
-          std::printf("ddprun: elastic: generation %lld: world %zu (members %s); left: %s; joined: %s; "
-                      "formed in %.3f s\n",
-                      static_cast<long long>(next), r->members.size(), ids(r->members).c_str(),
-                      ids(r->left).c_str(), ids(r->joined).c_str(), r->formed_ms / 1000.0);
+          std::printf(
+              "%s: elastic: generation %lld: world %zu (members %s); left: %s; joined: %s; "
+              "formed in %.3f s\n",
+              reporter.c_str(), static_cast<long long>(next), r->members.size(),
+              ids(r->members).c_str(), ids(r->left).c_str(), ids(r->joined).c_str(),
+              r->formed_ms / 1000.0);
           std::fflush(stdout);
         }
         ++next;

@@ -3,6 +3,7 @@
 #include <ddp/errors.h>
 
 #include "rendezvous/bounded.h"
+#include "rendezvous/store_values.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -21,13 +22,6 @@ constexpr std::chrono::milliseconds kStoreLimit(3000);
 constexpr char kFirst[] = "ddp/gloo/first_failure";
 std::string failed_key(int rank) { return "ddp/gloo/failed/" + std::to_string(rank); }
 std::string closed_key(int rank) { return "ddp/gloo/closed/" + std::to_string(rank); }
-
-std::string text(const std::vector<uint8_t>& bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
-std::vector<uint8_t> bytes(const std::string& s) {
-  return std::vector<uint8_t>(s.begin(), s.end());
-}
 
 struct Unanswered {};
 
@@ -58,9 +52,9 @@ std::optional<std::string> FailureReports::report(const std::string& report) {
   const int rank = rank_;
   return bounded<std::string>(
       [rank, report](const StorePtr& store) -> std::string {
-        store->set(failed_key(rank), bytes(report));
+        store->set(failed_key(rank), store_bytes(report));
         if (store->add(std::string(kFirst) + "/count", 1) == 1) {
-          store->set(kFirst, bytes(report));
+          store->set(kFirst, store_bytes(report));
           return report;
         }
         // Another rank counted first and is writing its report: wait briefly.
@@ -69,7 +63,7 @@ std::optional<std::string> FailureReports::report(const std::string& report) {
           if (std::chrono::steady_clock::now() >= deadline) return "";
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        return text(store->get(kFirst));
+        return store_text(store->get(kFirst));
       },
       std::chrono::seconds(2));
 }
@@ -98,7 +92,7 @@ std::optional<std::string> FailureReports::about(int peer, std::chrono::millisec
         for (;;) {
           if (store->check({failed_key(peer)})) {
             return "rank " + std::to_string(peer) +
-                   " had failed: " + text(store->get(failed_key(peer)));
+                   " had failed: " + store_text(store->get(failed_key(peer)));
           }
           if (store->check({closed_key(peer)})) {
             return "rank " + std::to_string(peer) +
@@ -116,7 +110,7 @@ void FailureReports::closed_cleanly() {
   const int rank = rank_;
   bounded<bool>(
       [rank](const StorePtr& store) {
-        store->set(closed_key(rank), bytes("1"));
+        store->set(closed_key(rank), store_bytes("1"));
         return true;
       },
       std::chrono::milliseconds(0));
