@@ -85,31 +85,38 @@ if wanted kill; then
   killed_case gloo 1 10
   killed_case shm 1 17
   killed_case shm 0 5  # rank 0: the store lives in ddp-store, not in rank 0
+  killed_case gloo 2 23
 fi
 
-# SIGSTOP: the survivors wait for the group's timeout (3 s here), then go
-# on without it; when they end, ddprun continues the stopped member, which
-# finds the job finished and exits 0.
-if wanted stop; then
-  name="gloo: member 2 of 3 stopped (SIGSTOP) mid-backward of step 10"
-  OUT=$WORK/stop.out
-  rc=0
-  TIMEOUT_S=3 elastic_job 3 gloo --fault stop --victim 2 --at 10 || rc=$?
-  stopped_at=$(sed -n 's/.*victim: member 2 faults at step 10 at \([0-9]*\) ms$/\1/p' "$OUT")
+# SIGSTOP of member $2 at step $3 on $1: the survivors wait for the group's
+# timeout (3 s here), then go on without it; when they end, ddprun
+# continues the stopped member, which finds the job finished and exits 0.
+stopped_case() {
+  local backend=$1 victim=$2 at=$3 name="$1: member $2 of 3 stopped (SIGSTOP) mid-backward of step $3"
+  OUT=$WORK/stop.$backend.$victim.out
+  local rc=0
+  TIMEOUT_S=3 elastic_job 3 "$backend" --fault stop --victim "$victim" --at "$at" || rc=$?
+  local stopped_at next expected
+  stopped_at=$(sed -n "s/.*victim: member $victim faults at step $at at \([0-9]*\) ms$/\1/p" "$OUT")
   next=$(sed -n 's/.*first step of generation 1 done at \([0-9]*\) ms, world 2$/\1/p' "$OUT")
-  if [[ $rc -eq 0 && -n $stopped_at && -n $next ]]; then
-    pass "$name: re-formed and stepping at world 2 $((next - stopped_at)) ms after the stop (timeout 3000 ms)"
-    [[ $((next - stopped_at)) -lt 4000 ]] && pass "$name: within the timeout + 1 s" ||
-      fail "$name: $((next - stopped_at)) ms, over the timeout + 1 s"
-    expected=$(handover gloo 3 2 10)
-    [[ $(final_hash "$OUT") == "$expected" ]] && pass "$name: bit-identical to the checkpoint handover" ||
-      fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
-    ! grep -q "sending SIGKILL" "$OUT" &&
-      pass "$name: continued by ddprun at the end, the stopped member ended on its own" ||
-      fail "$name: the stopped member had to be killed" "$(show "$OUT" 6)"
-  else
+  if [[ $rc -ne 0 || -z $stopped_at || -z $next ]]; then
     fail "$name" "ddprun exit $rc: $(show "$OUT" 12)"
+    return
   fi
+  [[ $((next - stopped_at)) -lt 4000 ]] &&
+    pass "$name: stepping at world 2 $((next - stopped_at)) ms after the stop (timeout 3000 ms + 1 s)" ||
+    fail "$name: $((next - stopped_at)) ms after the stop, over the timeout + 1 s"
+  expected=$(handover "$backend" 3 2 "$at")
+  [[ $(final_hash "$OUT") == "$expected" ]] && pass "$name: bit-identical to the checkpoint handover" ||
+    fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
+  ! grep -q "sending SIGKILL" "$OUT" &&
+    pass "$name: continued by ddprun at the end, the stopped member ended on its own" ||
+    fail "$name: the stopped member had to be killed" "$(show "$OUT" 6)"
+}
+
+if wanted stop; then
+  stopped_case gloo 2 10
+  stopped_case shm 0 7  # rank 0 too
 fi
 
 # Two failures in a row (4 -> 3 -> 2), and one while generation 1 forms.
