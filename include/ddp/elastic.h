@@ -20,8 +20,9 @@
 // - Every process is a member with a stable id ($RANK as its launcher set
 //   it; a process started later gets an unused one). Members meet on a
 //   store that outlives any of them: a TCPStore hosted by `ddp-store`
-//   (ddprun --elastic starts it; by hand: `ddp-store --port P`, then every
-//   process with MASTER_ADDR/MASTER_PORT naming it).
+//   (ddprun --elastic starts it; by hand: `ddp-store --port P`, one per
+//   job, then every process with MASTER_ADDR/MASTER_PORT naming it). Only
+//   processes with a $RANK propose the first generation.
 // - A generation is one membership: its members in rank order, a process
 //   group of them (keys under `elastic/g<N>/`, nothing of an older group is
 //   read again) and a DistributedDataParallel over the state's module.
@@ -43,7 +44,8 @@
 //   member loads it. The result is bit-identical to saving a checkpoint at
 //   that step and loading it into the new world.
 // - Every step boundary is committed: the TrainingState and the buffers are
-//   copied, the parameters' version counters noted. A step that throws
+//   copied, and what an optimizer step would move is noted (the version
+//   counters of the parameters and of the optimizer's state). A step that throws
 //   before its optimizer step is undone from there (parameters and
 //   optimizer state untouched), so no completed step is lost; every
 //   `commit_every` steps a full copy covers a step that throws after it.

@@ -215,6 +215,13 @@ check_usage_error "--master-port 70000" "--master-port" --nproc-per-node 1 --mas
 check_usage_error "--grace-period-s -1" "--grace-period-s" --nproc-per-node 1 --grace-period-s -1 true
 check_usage_error "unknown flag" "--bogus" --nproc-per-node 1 --bogus 3 true
 check_usage_error "flag value missing" "--nnodes" --nproc-per-node 1 --nnodes
+check_usage_error "--elastic 3:2" "--elastic MIN:MAX" --nproc-per-node 1 --elastic 3:2 true
+check_usage_error "--elastic 2" "--elastic MIN:MAX" --nproc-per-node 1 --elastic 2 true
+check_usage_error "--join without --elastic" "--join requires" --nproc-per-node 1 --join true
+check_usage_error "--elastic with --nnodes 2" "--elastic runs on one node" \
+  --nproc-per-node 1 --elastic 1:2 --nnodes 2 --master-addr 127.0.0.1 --master-port 29999 true
+check_usage_error "--elastic with --max-restarts" "do not go together" \
+  --nproc-per-node 1 --elastic 1:2 --max-restarts 1 true
 
 run_ddprun --help
 if [[ $RC -eq 0 ]] && has "$OUT" "--nproc-per-node" && has "$OUT" "--grace-period-s" &&
