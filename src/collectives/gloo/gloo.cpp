@@ -276,7 +276,13 @@ class Engine final : public detail::GlooEngine {
     std::string message = "ddp: " + work.description() + " failed: " + cause;
     bool peer_silent = false, peer_closed = false;
     if (peer >= 0) {
-      auto known = reports_->about(peer, std::chrono::milliseconds(500));
+      // A peer reports its failure before it closes its connections (and
+      // marks a clean close before its group goes), so a closed connection
+      // needs one look at the store: no report then, none to come (it
+      // crashed or was killed). A timeout gives a stuck peer a moment.
+      const auto patience =
+          timed_out ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
+      auto known = reports_->about(peer, patience);
       peer_silent = known && known->empty();
       peer_closed = known && known->find("had closed") != std::string::npos;
       if (known && !known->empty()) message += ". Before that, " + *known;
