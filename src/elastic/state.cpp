@@ -46,71 +46,40 @@ void copy_tensor(const at::Tensor& from, at::Tensor& into) {
   }
 }
 
-// One optimizer's per-parameter state type, its fields copied one by one.
+// The fields of libtorch's per-parameter optimizer states, one list per
+// type: its tensors and its step count (SGD's has none).
+struct StateFields {
+  std::vector<at::Tensor*> tensors;
+  int64_t* step = nullptr;
+};
+
 template <typename S>
-bool copy_fields(const OptimizerParamState& from, std::unique_ptr<OptimizerParamState>& into) {
-  const auto* f = dynamic_cast<const S*>(&from);
-  if (!f) return false;
-  if (!into || !dynamic_cast<S*>(into.get())) into = std::make_unique<S>();
-  auto& t = static_cast<S&>(*into);
-  auto tensor = [](const at::Tensor& source, const at::Tensor& current) {
-    at::Tensor out = current;
-    copy_tensor(source, out);
-    return out;
-  };
+StateFields fields_of(S& s) {
   if constexpr (std::is_same_v<S, torch::optim::SGDParamState>) {
-    t.momentum_buffer(tensor(f->momentum_buffer(), t.momentum_buffer()));
+    return {{&s.momentum_buffer()}, nullptr};
   } else if constexpr (std::is_same_v<S, torch::optim::AdagradParamState>) {
-    t.step(f->step());
-    t.sum(tensor(f->sum(), t.sum()));
+    return {{&s.sum()}, &s.step()};
   } else if constexpr (std::is_same_v<S, torch::optim::RMSpropParamState>) {
-    t.step(f->step());
-    t.square_avg(tensor(f->square_avg(), t.square_avg()));
-    t.momentum_buffer(tensor(f->momentum_buffer(), t.momentum_buffer()));
-    t.grad_avg(tensor(f->grad_avg(), t.grad_avg()));
+    return {{&s.square_avg(), &s.momentum_buffer(), &s.grad_avg()}, &s.step()};
   } else {  // Adam, AdamW
-    t.step(f->step());
-    t.exp_avg(tensor(f->exp_avg(), t.exp_avg()));
-    t.exp_avg_sq(tensor(f->exp_avg_sq(), t.exp_avg_sq()));
-    t.max_exp_avg_sq(tensor(f->max_exp_avg_sq(), t.max_exp_avg_sq()));
+    return {{&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()}, &s.step()};
   }
-  return true;
 }
 
-bool copy_param_state(const OptimizerParamState& from, std::unique_ptr<OptimizerParamState>& into) {
+template <typename S, typename F>
+bool visit_as(OptimizerParamState& state, F& f) {
+  auto* typed = dynamic_cast<S*>(&state);
+  if (typed) f(*typed);
+  return typed != nullptr;
+}
+
+// Calls f(state as its type) for the types above; false for another type.
+template <typename F>
+bool with_known_type(OptimizerParamState& state, F&& f) {
   using namespace torch::optim;
-  return copy_fields<SGDParamState>(from, into) || copy_fields<AdamParamState>(from, into) ||
-         copy_fields<AdamWParamState>(from, into) || copy_fields<AdagradParamState>(from, into) ||
-         copy_fields<RMSpropParamState>(from, into);
-}
-
-// What moves when the optimizer steps a parameter with state: its state's
-// step count, and the version counters of its state tensors (updated in
-// place: SGD's momentum, Adam's averages, ...). The parameter's own counter
-// is not enough: libtorch's SGD updates it through .data(), which has a
-// counter of its own.
-template <typename S>
-bool progress_of(const OptimizerParamState& state, std::vector<int64_t>& marks) {
-  const auto* s = dynamic_cast<const S*>(&state);
-  if (!s) return false;
-  auto mark = [&](const at::Tensor& t) { marks.push_back(t.defined() ? t._version() : -1); };
-  if constexpr (std::is_same_v<S, torch::optim::SGDParamState>) {
-    mark(s->momentum_buffer());
-  } else if constexpr (std::is_same_v<S, torch::optim::AdagradParamState>) {
-    marks.push_back(s->step());
-    mark(s->sum());
-  } else if constexpr (std::is_same_v<S, torch::optim::RMSpropParamState>) {
-    marks.push_back(s->step());
-    mark(s->square_avg());
-    mark(s->momentum_buffer());
-    mark(s->grad_avg());
-  } else {  // Adam, AdamW
-    marks.push_back(s->step());
-    mark(s->exp_avg());
-    mark(s->exp_avg_sq());
-    mark(s->max_exp_avg_sq());
-  }
-  return true;
+  return visit_as<SGDParamState>(state, f) || visit_as<AdamParamState>(state, f) ||
+         visit_as<AdamWParamState>(state, f) || visit_as<AdagradParamState>(state, f) ||
+         visit_as<RMSpropParamState>(state, f);
 }
 
 [[noreturn]] void refuse(const OptimizerParamState& state) {
@@ -120,14 +89,29 @@ bool progress_of(const OptimizerParamState& state, std::vector<int64_t>& marks) 
                         "RMSprop");
 }
 
-void mark_progress(const OptimizerParamState& state, std::vector<int64_t>& marks) {
-  using namespace torch::optim;
-  if (!(progress_of<SGDParamState>(state, marks) || progress_of<AdamParamState>(state, marks) ||
-        progress_of<AdamWParamState>(state, marks) ||
-        progress_of<AdagradParamState>(state, marks) ||
-        progress_of<RMSpropParamState>(state, marks))) {
-    refuse(state);
-  }
+// `into` holding a copy of `from`, field by field (into's tensors reused).
+bool copy_param_state(OptimizerParamState& from, std::unique_ptr<OptimizerParamState>& into) {
+  return with_known_type(from, [&](auto& source) {
+    using S = std::decay_t<decltype(source)>;
+    if (!into || !dynamic_cast<S*>(into.get())) into = std::make_unique<S>();
+    const StateFields f = fields_of(source), t = fields_of(static_cast<S&>(*into));
+    for (size_t i = 0; i < f.tensors.size(); ++i) copy_tensor(*f.tensors[i], *t.tensors[i]);
+    if (f.step) *t.step = *f.step;
+  });
+}
+
+// What moves when the optimizer steps a parameter with state: its state's
+// step count, and the version counters of its state tensors (updated in
+// place: SGD's momentum, Adam's averages, ...). The parameter's own counter
+// is not enough: libtorch's SGD updates it through .data(), which has a
+// counter of its own.
+void mark_progress(OptimizerParamState& state, std::vector<int64_t>& marks) {
+  const bool known = with_known_type(state, [&](auto& typed) {
+    const StateFields f = fields_of(typed);
+    if (f.step) marks.push_back(*f.step);
+    for (const at::Tensor* t : f.tensors) marks.push_back(t->defined() ? t->_version() : -1);
+  });
+  if (!known) refuse(state);
 }
 
 // A step boundary, cheap enough to record at every one: the counters, the
