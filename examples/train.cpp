@@ -474,31 +474,29 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
   });
 }
 
-// --elastic: no group yet (the runner forms them), so each process looks
-// for the data alone (on one host they all find the same).
-int run_elastic_job(const Flags& f) {
+// The training set, its name, the model for it and the held-out split, for
+// the data the flags chose (`fashion`: the unzipped Fashion-MNIST, when
+// found), handed to `train_on(train, name, net, test_images, test_targets)`.
+template <typename TrainOn>
+void with_data(const Flags& f, const std::optional<std::string>& fashion, TrainOn&& train_on) {
   namespace tr = torch::data::transforms;
   using torch::data::datasets::MNIST;
-  std::optional<std::string> fashion;
-  if (f.mnist.empty() && f.data == "fashion-mnist")
-    fashion = train::unpack_fashion_mnist(f.data_dir);
   if (!f.mnist.empty()) {
     auto train = MNIST(f.mnist, MNIST::Mode::kTrain).map(tr::Normalize<>(0.1307, 0.3081));
     MNIST test(f.mnist, MNIST::Mode::kTest);
-    run_elastic(f, train, "MNIST", Net(NetImpl::Kind::MLP, 28, 512, 10, f.dropout),
-                (test.images() - 0.1307) / 0.3081, test.targets());
+    train_on(train, "MNIST", Net(NetImpl::Kind::MLP, 28, 512, 10, f.dropout),
+             (test.images() - 0.1307) / 0.3081, test.targets());
   } else if (fashion) {
     const double mean = train::kFashionMnistMean, std = train::kFashionMnistStd;
     auto train = MNIST(*fashion, MNIST::Mode::kTrain).map(tr::Normalize<>(mean, std));
     MNIST test(*fashion, MNIST::Mode::kTest);
-    run_elastic(f, train, "Fashion-MNIST", Net(NetImpl::Kind::CNN, 28, 64, 10, f.dropout),
-                (test.images() - mean) / std, test.targets());
+    train_on(train, "Fashion-MNIST", Net(NetImpl::Kind::CNN, 28, 64, 10, f.dropout),
+             (test.images() - mean) / std, test.targets());
   } else {
     SyntheticDataset train(f.train_size, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);
-    run_elastic(f, train, "synthetic 10 classes of 1x16x16",
-                Net(NetImpl::Kind::MLP, 16, 512, 10, f.dropout), test.images(), test.targets());
+    train_on(train, "synthetic 10 classes of 1x16x16",
+             Net(NetImpl::Kind::MLP, 16, 512, 10, f.dropout), test.images(), test.targets());
   }
-  return 0;
 }
 
 }  // namespace
@@ -518,12 +516,23 @@ int main(int argc, char** argv) {
   try {
     torch::set_num_threads(f.threads);
     torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
-    if (f.elastic) return run_elastic_job(f);
+    if (f.elastic) {
+      // No group yet (the runner forms them): each process looks for the
+      // data alone (on one host they all find the same).
+      std::optional<std::string> fashion;
+      if (f.mnist.empty() && f.data == "fashion-mnist") {
+        fashion = train::unpack_fashion_mnist(f.data_dir);
+      }
+      with_data(f, fashion,
+                [&](auto train, const std::string& name, Net net, const torch::Tensor& images,
+                    const torch::Tensor& targets) {
+                  run_elastic(f, std::move(train), name, net, images, targets);
+                });
+      return 0;
+    }
     ddp::InitOptions init;
     if (f.timeout_s > 0) init.timeout(std::chrono::seconds(f.timeout_s));
     auto pg = ddp::init_process_group(init);
-    namespace tr = torch::data::transforms;
-    using torch::data::datasets::MNIST;
     std::optional<std::string> fashion;  // the unzipped files' directory
     if (f.mnist.empty() && f.data == "fashion-mnist") {
       fashion = fashion_mnist_on_every_rank(*pg, f.data_dir);
@@ -534,22 +543,11 @@ int main(int argc, char** argv) {
             f.data_dir.c_str());
       }
     }
-    if (!f.mnist.empty()) {
-      auto train = MNIST(f.mnist, MNIST::Mode::kTrain).map(tr::Normalize<>(0.1307, 0.3081));
-      MNIST test(f.mnist, MNIST::Mode::kTest);
-      run(f, pg, train, "MNIST", Net(NetImpl::Kind::MLP, 28, 512, 10, f.dropout),
-          (test.images() - 0.1307) / 0.3081, test.targets());
-    } else if (fashion) {
-      const double mean = train::kFashionMnistMean, std = train::kFashionMnistStd;
-      auto train = MNIST(*fashion, MNIST::Mode::kTrain).map(tr::Normalize<>(mean, std));
-      MNIST test(*fashion, MNIST::Mode::kTest);
-      run(f, pg, train, "Fashion-MNIST", Net(NetImpl::Kind::CNN, 28, 64, 10, f.dropout),
-          (test.images() - mean) / std, test.targets());
-    } else {
-      SyntheticDataset train(f.train_size, /*noise_seed=*/1), test(2000, /*noise_seed=*/2);
-      run(f, pg, train, "synthetic 10 classes of 1x16x16",
-          Net(NetImpl::Kind::MLP, 16, 512, 10, f.dropout), test.images(), test.targets());
-    }
+    with_data(f, fashion,
+              [&](auto train, const std::string& name, Net net, const torch::Tensor& images,
+                  const torch::Tensor& targets) {
+                run(f, pg, std::move(train), name, net, images, targets);
+              });
     ddp::destroy_process_group();
     return 0;
   } catch (const c10::Error& e) {  // libtorch's: its what() carries a C++ backtrace
