@@ -23,6 +23,7 @@ packages=(
   python3-sklearn                # the "digits" data set: bench/evaluate.py digits (converge)
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
+  slurm-wlm munge                # srun tests: a one-node Slurm cluster (tests/slurm)
   iproute2                       # ip netns / tc for multi-node tests and bench
 )
 

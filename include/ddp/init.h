@@ -7,6 +7,9 @@
 //   from RANK/WORLD_SIZE (ddprun, torchrun), else OMPI_COMM_WORLD_RANK/_SIZE
 //   (mpirun), else SLURM_PROCID/SLURM_NTASKS (srun). LOCAL_RANK and
 //   LOCAL_WORLD_SIZE (or their Open MPI and Slurm twins) are read when set.
+//   Under srun, an unset MASTER_ADDR is the step's first node
+//   (SLURM_STEP_NODELIST) and an unset MASTER_PORT is derived from
+//   SLURM_JOB_ID and SLURM_STEP_ID (docs/ddprun.md, "Slurm").
 // - "tcp://host:port": rank and world size from the options (or env).
 // - "file:///path/to/file": a FileStore on a shared file system.
 // Rank 0 hosts a TCPStore (libtorch's c10d) at the master address; the first
@@ -71,8 +74,8 @@ struct LaunchInfo {
   int world_size = -1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string master_addr;  // empty when not set
-  int master_port = -1;     // -1 when not set
+  std::string master_addr;  // empty when not set (under srun: see above)
+  int master_port = -1;     // -1 when not set (under srun: see above)
   std::string source;       // which launcher's variables: "torchrun", "openmpi", "slurm"
 };
 
@@ -86,7 +89,8 @@ LaunchInfo launch_info_from_env();
 StorePtr rendezvous(InitOptions& options);
 
 // The host of the rendezvous master named by `options` (MASTER_ADDR for
-// env://, the host of tcp://host:port); "" for file:// or when unset.
+// env://, under srun derived as above; the host of tcp://host:port); "" for
+// file:// or when unset.
 std::string rendezvous_master_host(const InitOptions& options);
 
 // Rendezvous, then the group; also becomes the default group. Calling it

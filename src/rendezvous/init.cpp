@@ -11,6 +11,7 @@
 #include "rendezvous/bounded.h"
 #include "rendezvous/store_handshake.h"
 #include "rendezvous/env.h"
+#include "rendezvous/slurm.h"
 #include "compat/torch_compat.h"
 #include "flight/recorder.h"
 
@@ -60,20 +61,24 @@ Endpoint parse_endpoint(const std::string& text, const std::string& what) {
   return e;
 }
 
+// MASTER_ADDR and MASTER_PORT; under srun, what the user leaves unset is
+// derived from the step (rendezvous/slurm.h).
 Endpoint master_from_env() {
-  auto addr = detail::env_string("MASTER_ADDR");
-  if (!addr) {
+  const LaunchInfo info = launch_info_from_env();
+  const bool srun = info.source == "slurm";
+  if (info.master_addr.empty()) {
     throw InvalidArgument(
         "ddp: init_process_group(env://): MASTER_ADDR is not set; expected the host name "
         "or address of rank 0, e.g. MASTER_ADDR=10.0.0.1 (ddprun and torchrun set it)");
   }
-  auto port = detail::env_int("MASTER_PORT", 1, 65535);
-  if (!port) {
+  if (info.master_port < 0) {
     throw InvalidArgument(
         "ddp: init_process_group(env://): MASTER_PORT is not set; expected a free TCP "
         "port on rank 0's host, e.g. MASTER_PORT=29500 (ddprun and torchrun set it)");
   }
-  return {*addr, static_cast<int>(*port), "MASTER_ADDR"};
+  const bool addr_given = detail::env_string("MASTER_ADDR").has_value();
+  return {info.master_addr, info.master_port,
+          addr_given || !srun ? "MASTER_ADDR" : detail::slurm_master_from_env().addr_source};
 }
 
 // Resolves the master's host name first, so that a name that does not
@@ -226,6 +231,11 @@ LaunchInfo launch_info_from_env() {
   }
   info.master_addr = detail::env_string("MASTER_ADDR").value_or("");
   info.master_port = static_cast<int>(detail::env_int("MASTER_PORT", 1, 65535).value_or(-1));
+  if (info.source == "slurm" && (info.master_addr.empty() || info.master_port < 0)) {
+    const detail::SlurmMaster slurm = detail::slurm_master_from_env();
+    if (info.master_addr.empty()) info.master_addr = slurm.addr;
+    if (info.master_port < 0) info.master_port = slurm.port;
+  }
   return info;
 }
 
@@ -291,7 +301,7 @@ StorePtr rendezvous(InitOptions& o) {
 
 std::string rendezvous_master_host(const InitOptions& o) {
   const std::string& method = o.init_method();
-  if (method == "env://") return detail::env_string("MASTER_ADDR").value_or("");
+  if (method == "env://") return launch_info_from_env().master_addr;
   if (method.rfind("tcp://", 0) == 0) {
     return parse_endpoint(method.substr(6), "init_method tcp://").host;
   }

@@ -273,8 +273,10 @@ int main(int argc, char** argv) {
   }
   auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)));
   ddp::testing::Tap tap(pg->rank());
+  // Which world the launcher made (the srun tests check it).
+  tap.pass("rank " + std::to_string(pg->rank()) + " of " + std::to_string(pg->size()) + " on " +
+           ddp::testing::g_device.str() + " over " + pg->backend_name());
   if (!ddp::testing::g_device.is_cpu()) {
-    tap.pass("on " + ddp::testing::g_device.str() + " over " + pg->backend_name());
     ddp::testing::equivalence(tap, pg);
   } else if (argc > 1 && std::string(argv[1]) == "--errors") {
     ddp::testing::bad_input(tap, pg);

@@ -3,10 +3,13 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 
+#include "rendezvous/slurm.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <map>
+#include <set>
 
 namespace ddp {
 namespace {
@@ -35,7 +38,11 @@ class Env {
                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
                                          "SLURM_PROCID",
                                          "SLURM_NTASKS",
-                                         "SLURM_LOCALID"};
+                                         "SLURM_LOCALID",
+                                         "SLURM_STEP_NODELIST",
+                                         "SLURM_JOB_NODELIST",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_STEP_ID"};
 };
 
 std::string error_of(const std::map<std::string, std::string>& vars) {
@@ -84,6 +91,75 @@ TEST(LaunchInfo, SlurmVariables) {
   EXPECT_EQ(info.source, "slurm");
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.world_size, 3);
+}
+
+TEST(LaunchInfo, SrunDerivesTheMasterFromTheStep) {
+  Env env({{"SLURM_PROCID", "1"},
+           {"SLURM_NTASKS", "2"},
+           {"SLURM_STEP_NODELIST", "node[07-09,12],gpu3"},
+           {"SLURM_JOB_NODELIST", "other"},
+           {"SLURM_JOB_ID", "1234"},
+           {"SLURM_STEP_ID", "3"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.master_addr, "node07");
+  EXPECT_EQ(info.master_port, detail::slurm_step_port(1234, 3));
+}
+
+TEST(LaunchInfo, SrunStepsOfOneJobGetDifferentPorts) {
+  std::set<int> ports;
+  for (long job : {1234L, 1235L, 2033L})
+    for (long step = 0; step < 16; ++step) ports.insert(detail::slurm_step_port(job, step));
+  EXPECT_EQ(ports.size(), 48u);
+  for (int port : ports) {
+    EXPECT_GE(port, 20000);
+    EXPECT_LT(port, 32768);  // below Linux's ephemeral ports
+  }
+}
+
+TEST(LaunchInfo, SrunWithoutAStepUsesTheJobsNodeListAndStepZero) {
+  Env env({{"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "2"},
+           {"SLURM_JOB_NODELIST", "rack[2-3]-n[05,09]"},
+           {"SLURM_JOB_ID", "77"},
+           {"SLURM_STEP_ID", "batch"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.master_addr, "rack2-n05");
+  EXPECT_EQ(info.master_port, detail::slurm_step_port(77, 0));
+}
+
+TEST(LaunchInfo, MasterVariablesWinOverSrunsDerivation) {
+  Env env({{"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "2"},
+           {"SLURM_STEP_NODELIST", "node1"},
+           {"SLURM_JOB_ID", "5"},
+           {"MASTER_ADDR", "10.0.0.9"},
+           {"MASTER_PORT", "29511"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.master_addr, "10.0.0.9");
+  EXPECT_EQ(info.master_port, 29511);
+}
+
+TEST(LaunchInfo, OnlySrunsRanksDeriveTheMaster) {
+  // torchrun inside an allocation sets its own master: nothing is derived.
+  Env env({{"RANK", "0"},
+           {"WORLD_SIZE", "2"},
+           {"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "1"},
+           {"SLURM_STEP_NODELIST", "node1"},
+           {"SLURM_JOB_ID", "5"}});
+  LaunchInfo info = launch_info_from_env();
+  EXPECT_EQ(info.master_addr, "");
+  EXPECT_EQ(info.master_port, -1);
+}
+
+TEST(LaunchInfo, SlurmHostLists) {
+  EXPECT_EQ(detail::first_host_of_slurm_nodelist("vm", "L"), "vm");
+  EXPECT_EQ(detail::first_host_of_slurm_nodelist("a,b", "L"), "a");
+  EXPECT_EQ(detail::first_host_of_slurm_nodelist("n[001-004]", "L"), "n001");
+  EXPECT_EQ(detail::first_host_of_slurm_nodelist("n[3,1-2].cluster", "L"), "n3.cluster");
+  for (const char* bad : {"n[1-2", "n]1", "[1-2]x[3", ",n1"}) {
+    EXPECT_THROW(detail::first_host_of_slurm_nodelist(bad, "L"), InvalidArgument) << bad;
+  }
 }
 
 TEST(LaunchInfo, TorchrunWinsOverTheOthers) {
