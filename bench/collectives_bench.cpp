@@ -25,6 +25,8 @@
 #include "subcommands.h"
 
 #include <ddp/backends/gloo.h>
+#include <ddp/backends/mpi.h>
+#include <ddp/backends/shm.h>
 #include <ddp/init.h>
 
 #include <torch/torch.h>
@@ -127,9 +129,13 @@ int run_collectives(Args args) {
                          std::vector<at::Tensor> v{t};
                          c10d_pg->allreduce(v)->wait();
                        }});
-    } else if (name == "mpi-raw") {
-      raw_mpi = std::make_unique<RawMpiAllreduce>();
-      impls.push_back({"mpi-raw", [&raw_mpi](at::Tensor& t) { raw_mpi->allreduce(t); }});
+    } else if (name == "mpi-raw" || name == "mpi-raw-nb") {
+      if (!raw_mpi) raw_mpi = std::make_unique<RawMpiAllreduce>();
+      if (name == "mpi-raw") {
+        impls.push_back({name, [&raw_mpi](at::Tensor& t) { raw_mpi->allreduce(t); }});
+      } else {
+        impls.push_back({name, [&raw_mpi](at::Tensor& t) { raw_mpi->allreduce_polled(t); }});
+      }
     } else {
       ddp::InitOptions o = init;
       o.backend(name);
@@ -137,6 +143,15 @@ int run_collectives(Args args) {
       if (name == "gloo") {
         o.backend_options(std::make_shared<ddp::GlooOptions>(
             ddp::GlooOptions().threads(static_cast<int>(cfg.gloo_threads))));
+      }
+      // The same backend with every collective handed to its worker thread
+      // (inline_bytes 0): what the caller-run path saves.
+      if (name == "shm-handoff") {
+        o.backend("shm").backend_options(
+            std::make_shared<ddp::ShmOptions>(ddp::ShmOptions().inline_bytes(0)));
+      } else if (name == "mpi-handoff") {
+        o.backend("mpi").backend_options(
+            std::make_shared<ddp::MpiOptions>(ddp::MpiOptions().inline_bytes(0)));
       }
       auto pg = ddp::new_process_group(store, rank, world, o);
       ddp_groups.push_back(pg);

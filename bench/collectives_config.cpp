@@ -32,7 +32,11 @@ options:
   --threads T       intra-op threads per rank, torch::set_num_threads (default 1)
   --gloo-threads G  worker threads of each process group (default 1)
   --impls LIST      any of the registered backends (ddp::backend_names()),
-                    c10d, mpi-raw (default gloo,c10d)
+                    c10d, mpi-raw (MPI_Allreduce), mpi-raw-nb
+                    (MPI_Iallreduce polled with MPI_Test), and
+                    shm-handoff / mpi-handoff (shm, mpi
+                    with every collective handed to the group's worker
+                    thread: inline_bytes 0) (default gloo,c10d)
   --json PATH       rank 0 writes the results there
   --raw             also write every sample (µs, slowest rank) to the JSON
 )";
@@ -58,6 +62,12 @@ CollectivesConfig parse_collectives_config(Args& args) {
   std::vector<std::string> known = ddp::backend_names();
   known.push_back("c10d");
   known.push_back("mpi-raw");
+  known.push_back("mpi-raw-nb");
+  for (const char* b : {"shm", "mpi"}) {  // the backend with its caller-run path off
+    if (std::find(known.begin(), known.end(), b) != known.end()) {
+      known.push_back(std::string(b) + "-handoff");
+    }
+  }
   std::stringstream impls(args.take("--impls").value_or("gloo,c10d"));
   for (std::string name; std::getline(impls, name, ',');) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {

@@ -29,15 +29,31 @@ RawMpiAllreduce::~RawMpiAllreduce() {
   if (!finalized) MPI_Comm_free(&state_->comm);
 }
 
+namespace {
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw std::runtime_error(std::string("mpi-raw: ") + call + " failed: " +
+                           std::string(text, length));
+}
+
+}  // namespace
+
 void RawMpiAllreduce::allreduce(at::Tensor& t) {
-  int rc = MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT,
-                         MPI_SUM, state_->comm);
-  if (rc != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    MPI_Error_string(rc, text, &length);
-    throw std::runtime_error("mpi-raw: MPI_Allreduce failed: " + std::string(text, length));
-  }
+  check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT,
+                      MPI_SUM, state_->comm),
+        "MPI_Allreduce");
+}
+
+void RawMpiAllreduce::allreduce_polled(at::Tensor& t) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT,
+                       MPI_SUM, state_->comm, &request),
+        "MPI_Iallreduce");
+  for (int done = 0; !done;) check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
 }
 
 #else
@@ -49,6 +65,7 @@ RawMpiAllreduce::RawMpiAllreduce() {
 }
 RawMpiAllreduce::~RawMpiAllreduce() = default;
 void RawMpiAllreduce::allreduce(at::Tensor&) {}
+void RawMpiAllreduce::allreduce_polled(at::Tensor&) {}
 
 #endif
 

@@ -6,6 +6,8 @@
 #include <ddp/errors.h>
 #include <ddp/mutex.h>
 
+#include <utility>
+
 namespace ddp::detail {
 
 TaskQueue::TaskQueue(std::string where, std::chrono::milliseconds timeout, int threads)
@@ -27,20 +29,32 @@ void TaskQueue::stop() {
   }
 }
 
+WorkPtr TaskQueue::issue(const char* kind, const std::string& detail,
+                         std::vector<at::Tensor> outputs, uint32_t* tag, WorkPtr* previous) {
+  *tag = next_tag_++;
+  auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(*tag) +
+                                         (detail.empty() ? "" : " (" + detail + ")") + " on " +
+                                         where_,
+                                     timeout_, std::move(outputs));
+  *previous = std::exchange(last_, work);
+  return work;
+}
+
 WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
                            std::vector<at::Tensor> outputs, Body body) {
   WorkPtr work;
   bool refused = false;
   {
     MutexLock lock(mutex_);
-    const uint32_t tag = next_tag_++;
-    work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(tag) +
-                                      (detail.empty() ? "" : " (" + detail + ")") + " on " + where_,
-                                  timeout_, std::move(outputs));
     refused = stopping_;  // no worker would run it
-    if (!refused) {
-      queue_.push_back(Task{tag, work, last_, std::move(body)});
-      last_ = work;
+    Task task;
+    work = issue(kind, detail, std::move(outputs), &task.tag, &task.previous);
+    if (refused) {
+      last_ = task.previous;  // it fails now: nothing is chained after it
+    } else {
+      task.work = work;
+      task.body = std::move(body);
+      queue_.push_back(std::move(task));
     }
   }
   if (refused) {  // say so now, not at its timeout (outside the lock: callbacks run)
@@ -50,6 +64,46 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
   }
   queue_cv_.notify_one();  // outside the lock: the worker can take it at once
   return work;
+}
+
+std::optional<TaskQueue::Claim> TaskQueue::claim(const char* kind, const std::string& detail,
+                                                 std::vector<at::Tensor> outputs) {
+  Claim claim;
+  {
+    MutexLock lock(mutex_);
+    // Idle: nothing queued or running, and the last Work complete (a
+    // worker may still run its callbacks, as after any completion).
+    if (stopping_ || claimed_ || running_ > 0 || !queue_.empty() || !broken_reason_.empty() ||
+        (last_ && !last_->is_completed())) {
+      return std::nullopt;
+    }
+    claim.work = issue(kind, detail, std::move(outputs), &claim.tag, &claim.previous);
+    claimed_ = true;
+  }
+  claim.work->mark_started();
+  return claim;
+}
+
+void TaskQueue::finish_claim(Claim claim, std::exception_ptr error) {
+  note(error);
+  finish_after(claim.previous, claim.work, error);
+  bool queued = false;
+  {
+    MutexLock lock(mutex_);
+    claimed_ = false;
+    queued = !queue_.empty();
+  }
+  if (queued) queue_cv_.notify_all();  // what other threads issued meanwhile
+}
+
+void TaskQueue::hand_off_claim(Claim claim, Body rest) {
+  {
+    MutexLock lock(mutex_);
+    queue_.push_front(Task{claim.tag, std::move(claim.work), std::move(claim.previous),
+                           std::move(rest)});
+    claimed_ = false;
+  }
+  queue_cv_.notify_all();
 }
 
 std::string TaskQueue::broken_reason() const {
@@ -62,12 +116,19 @@ void TaskQueue::work_loop() {
     Task task;
     {
       MutexLock lock(mutex_);
-      queue_cv_.wait(mutex_, [&]() DDP_REQUIRES(mutex_) { return stopping_ || !queue_.empty(); });
+      queue_cv_.wait(mutex_, [&]() DDP_REQUIRES(mutex_) {
+        return (stopping_ || !queue_.empty()) && !claimed_;
+      });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
     }
-    std::exception_ptr error = run(task);
+    const std::exception_ptr error = run(task);
+    {
+      MutexLock lock(mutex_);
+      --running_;
+    }
     finish_after(task.previous, task.work, error);
   }
 }
@@ -83,14 +144,18 @@ std::exception_ptr TaskQueue::run(Task& task) {
   }
   task.work->mark_started();
   std::exception_ptr error = task.body(task.tag, *task.work);
-  if (!error) return nullptr;
+  note(error);
+  return error;
+}
+
+void TaskQueue::note(const std::exception_ptr& error) {
+  if (!error) return;
   try {
     std::rethrow_exception(error);
   } catch (const CommunicationError& e) {
     MutexLock lock(mutex_);
     if (broken_reason_.empty()) broken_reason_ = e.what();
   } catch (...) {}
-  return error;
 }
 
 }  // namespace ddp::detail

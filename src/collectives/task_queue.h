@@ -6,6 +6,14 @@
 // Failures follow the ProcessGroup contract: a task whose body returns a
 // CommunicationError breaks the queue; every later task fails without
 // running, citing the first failure.
+//
+// A small operation may skip the hand-off to a worker: when the queue is
+// idle (nothing queued, no body running), claim() issues its Work for the
+// calling thread to run at once, and the workers take nothing up until the
+// claim ends, so issue order holds exactly. The caller ends it by finishing
+// the Work, or by handing the rest of the operation to a worker (an
+// operation whose peers are not there yet), ahead of whatever other threads
+// queued meanwhile.
 #pragma once
 
 #include <ddp/mutex.h>
@@ -18,6 +26,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +52,22 @@ class TaskQueue {
   WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                   Body body);
 
+  // An operation the calling thread runs itself (see above).
+  struct Claim {
+    uint32_t tag = 0;
+    WorkPtr work;      // started (Work::mark_started)
+    WorkPtr previous;  // completes before `work`; null for the first
+  };
+  // A claim when the queue is idle and healthy, else nullopt (enqueue()).
+  std::optional<Claim> claim(const char* kind, const std::string& detail,
+                             std::vector<at::Tensor> outputs);
+  // Ends a claim: its Work completes with `error` (null: success) once the
+  // previous one has; a CommunicationError breaks the queue as a body's does.
+  void finish_claim(Claim claim, std::exception_ptr error);
+  // Ends a claim by queueing `rest` first: a worker runs it and completes
+  // the claim's Work with what it returns.
+  void hand_off_claim(Claim claim, Body rest);
+
   // Runs the tasks already queued, then joins the workers. An owner whose
   // bodies use its members calls this first in its destructor. Idempotent.
   void stop();
@@ -59,6 +84,11 @@ class TaskQueue {
   };
   void work_loop();
   std::exception_ptr run(Task& task);
+  // A Work numbered and chained after the last one issued.
+  WorkPtr issue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                uint32_t* tag, WorkPtr* previous) DDP_REQUIRES(mutex_);
+  // A body's result: a CommunicationError breaks the queue.
+  void note(const std::exception_ptr& error);
 
   const std::string where_;
   const std::chrono::milliseconds timeout_;
@@ -69,6 +99,8 @@ class TaskQueue {
   uint32_t next_tag_ DDP_GUARDED_BY(mutex_) = 0;
   WorkPtr last_ DDP_GUARDED_BY(mutex_);  // the last Work issued
   bool stopping_ DDP_GUARDED_BY(mutex_) = false;
+  int running_ DDP_GUARDED_BY(mutex_) = 0;       // bodies running on workers
+  bool claimed_ DDP_GUARDED_BY(mutex_) = false;  // a caller runs one; workers wait
   std::string broken_reason_ DDP_GUARDED_BY(mutex_);  // "" while healthy
   std::vector<std::thread> workers_;  // started in the constructor, joined by stop()
 };

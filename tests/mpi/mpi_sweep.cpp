@@ -20,7 +20,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace ddp::testing {
 namespace {
@@ -126,6 +128,59 @@ void in_flight(Tap& tap, ProcessGroup& pg) {
   }
   s.report(tap);
   tap.check(ordered, "the barrier completed after every allreduce issued before it");
+}
+
+// Small collectives issued while the group is idle start on the caller's
+// thread (MpiOptions::inline_bytes), the rest on the worker: interleaved,
+// every result is right and the Works complete in issue order. A rank that
+// issues last, its peers already polling, gets its small allreduce back
+// complete (at world 2; with more ranks than cores a peer may be descheduled).
+void caller_run_interleaved(Tap& tap, ProcessGroup& pg) {
+  const int rank = pg.rank(), size = pg.size();
+  std::mutex mutex;
+  std::vector<int> completed;
+  std::vector<std::pair<at::Tensor, at::Tensor>> results;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = i % 3 == 0 ? 100000 : 16;  // 400 KB: past inline_bytes
+    at::Tensor t = input(at::kFloat, rank, n);
+    if (i % 5 == 4) {
+      works.push_back(pg.broadcast(t, i % size));
+      results.emplace_back(t, input(at::kFloat, i % size, n));
+    } else {
+      works.push_back(pg.allreduce(t));
+      results.emplace_back(t, expected(ReduceOp::SUM, at::kFloat, size, n));
+    }
+    works.back()->on_complete([&, i] {
+      std::lock_guard<std::mutex> lock(mutex);
+      completed.push_back(i);
+    });
+    if (i % 7 == 6) works.back()->wait();  // idle again now and then
+  }
+  for (auto& w : works) w->wait();
+  Section s("small collectives on the caller interleaved with large ones on the worker");
+  for (auto& [got, want] : results) s.check(got, want, "result");
+  s.report(tap);
+  bool ordered = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < completed.size(); ++i) ordered = ordered && completed[i] == int(i);
+  }
+  tap.check(ordered && completed.size() == works.size(), "they completed in issue order");
+  if (size != 2) return;
+  int complete_at_issue = 0;
+  for (int round = 0; round < 10; ++round) {
+    pg.barrier()->wait();
+    at::Tensor t = input(at::kFloat, rank, 4);
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    WorkPtr w = pg.allreduce(t);
+    complete_at_issue += rank == 0 && w->is_completed();
+    w->wait();
+  }
+  if (rank == 0) {
+    tap.check(complete_at_issue > 0, "issued last, a small allreduce ran on the caller (" +
+                                         std::to_string(complete_at_issue) + " of 10)");
+  }
 }
 
 // Groups of some of MPI's ranks (world_ranks): the world in reverse order,
@@ -257,6 +312,7 @@ int main_impl(int argc, char** argv) {
     allreduce_sweep(tap, *pg);
     other_collectives(tap, *pg);
     in_flight(tap, *pg);
+    caller_run_interleaved(tap, *pg);
     sub_groups(tap, pg->rank(), pg->size());
     pg->barrier()->wait();
   }

@@ -12,8 +12,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -79,6 +81,63 @@ TEST(Shm, ManyOperationsInFlightThroughASmallRing) {
       ASSERT_TRUE(at::all(tensors[i] == 3.0 * i + 3).item<bool>()) << "allreduce " << i;
     }
   });
+}
+
+// Small operations issued while the group is idle run on the caller's
+// thread (ShmOptions::inline_bytes) when the peers are inside them: the last
+// rank to issue one gets it back complete. Those issued behind queued work
+// go to the progress thread. Either way every result is right and the Works
+// complete in issue order.
+TEST(Shm, CallerRunOperationsKeepIssueOrderWithQueuedOnes) {
+  for (int size : {2, 3}) {
+    std::atomic<int> issued{0};
+    spawn(size, [&](int rank, StorePtr store) {
+      auto pg = shm_group(store, rank, size, tiny().spin_iterations(20000));
+      const double sum_of_ranks = size * (size - 1) / 2.0;
+      // Each round one rank issues last, once the others are inside the
+      // operation: it runs it itself, and it is complete when issued.
+      for (int i = 0; i < 12; ++i) {
+        const int last = i % size;
+        at::Tensor t = at::full({16}, static_cast<double>(rank + i), at::kDouble);
+        WorkPtr w;
+        if (rank == last) {
+          while (issued.load() < (i + 1) * (size - 1)) std::this_thread::yield();
+          w = pg->allreduce(t);
+          EXPECT_TRUE(w->is_completed()) << "round " << i << ": rank " << rank << " issued last";
+        } else {
+          w = pg->allreduce(t);
+          ++issued;
+        }
+        w->wait();
+        ASSERT_TRUE(at::all(t == sum_of_ranks + size * i).item<bool>()) << "allreduce " << i;
+      }
+      // Interleaved with large ones that the progress thread runs.
+      std::mutex mutex;
+      std::vector<int> completed;
+      std::vector<std::pair<at::Tensor, double>> expect;
+      std::vector<WorkPtr> works;
+      for (int i = 0; i < 60; ++i) {
+        const bool large = i % 3 == 0;
+        at::Tensor t =
+            at::full({large ? 20000 : 8}, static_cast<double>(rank * i), at::kDouble);
+        works.push_back(i % 5 == 4 ? pg->broadcast(t, i % size) : pg->allreduce(t));
+        expect.emplace_back(t, i % 5 == 4 ? (i % size) * i : sum_of_ranks * i);
+        works.back()->on_complete([&, i] {
+          std::lock_guard<std::mutex> lock(mutex);
+          completed.push_back(i);
+        });
+        if (i % 7 == 6) works.back()->wait();  // idle again now and then
+      }
+      for (auto& w : works) w->wait();
+      std::lock_guard<std::mutex> lock(mutex);
+      for (size_t i = 0; i < completed.size(); ++i) {
+        ASSERT_EQ(completed[i], static_cast<int>(i)) << "completion order";
+      }
+      for (size_t i = 0; i < expect.size(); ++i) {
+        ASSERT_TRUE(at::all(expect[i].first == expect[i].second).item<bool>()) << "op " << i;
+      }
+    });
+  }
 }
 
 TEST(Shm, SameBitsOnEveryRank) {
@@ -286,6 +345,7 @@ TEST(Shm, BadOptionsAreRejected) {
   EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().chunk_bytes(1000)), InvalidArgument);
   EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().slots(1)), InvalidArgument);
   EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().small_bytes(1 << 30)), InvalidArgument);
+  EXPECT_THROW(shm_group(store, 0, 1, ShmOptions().inline_bytes(-1)), InvalidArgument);
 }
 
 }  // namespace

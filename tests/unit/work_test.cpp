@@ -1,6 +1,8 @@
 // Work's completion contract (include/ddp/work.h): callbacks run once, in
 // the order they were added, even when one is added from another thread
-// while the completing thread is still running the earlier ones.
+// while the completing thread is still running the earlier ones. And the
+// backends' task queue (collectives/task_queue.h): issue order, with
+// operations that the caller's thread runs itself.
 #include <ddp/errors.h>
 #include <ddp/work.h>
 
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ddp {
 namespace {
@@ -71,6 +74,103 @@ TEST(TaskQueue, RunsInIssueOrderAndRefusesWorkAfterStop) {
     EXPECT_NE(std::string(e.what()).find("the group is being destroyed"), std::string::npos)
         << e.what();
   }
+}
+
+// A body that records its name and thread, in the order bodies ran.
+struct Trace {
+  std::mutex mutex;
+  std::vector<std::string> ran;
+  std::vector<std::thread::id> threads;
+  detail::TaskQueue::Body body(const std::string& name) {
+    return [this, name](uint32_t, const Work&) -> std::exception_ptr {
+      std::lock_guard<std::mutex> lock(mutex);
+      ran.push_back(name);
+      threads.push_back(std::this_thread::get_id());
+      return nullptr;
+    };
+  }
+};
+
+TEST(TaskQueue, AClaimRunsOnTheCallerOnlyWhenTheQueueIsIdle) {
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  std::atomic<bool> release{false};
+  auto busy = queue.enqueue("op", "", {}, [&](uint32_t, const Work&) {
+    while (!release) std::this_thread::yield();
+    return std::exception_ptr();
+  });
+  EXPECT_FALSE(queue.claim("op", "", {}));  // a body runs
+  release = true;
+  busy->wait();
+  auto claim = queue.claim("op", "", {});
+  ASSERT_TRUE(claim);
+  EXPECT_FALSE(queue.claim("op", "", {}));  // one claim at a time
+  EXPECT_FALSE(claim->work->is_completed());
+  queue.finish_claim(std::move(*claim), nullptr);
+  auto again = queue.claim("op", "", {});  // idle again
+  ASSERT_TRUE(again);
+  EXPECT_NE(again->work->description().find("op #2 "), std::string::npos)
+      << again->work->description();
+  queue.finish_claim(std::move(*again), nullptr);
+}
+
+TEST(TaskQueue, WorkQueuedDuringAClaimWaitsForItAndCompletesAfterIt) {
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  Trace trace;
+  std::mutex mutex;
+  std::string completed;
+  auto note = [&](const WorkPtr& w, const std::string& name) {
+    w->on_complete([&, name] {
+      std::lock_guard<std::mutex> lock(mutex);
+      completed += name;
+    });
+  };
+  auto claim = queue.claim("claimed", "", {});
+  ASSERT_TRUE(claim);
+  note(claim->work, "A");
+  WorkPtr later;
+  std::thread other([&] { later = queue.enqueue("later", "", {}, trace.body("B")); });
+  other.join();
+  note(later, "B");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(later->is_completed());  // the workers wait for the claim
+  trace.body("A")(claim->tag, *claim->work);
+  queue.finish_claim(std::move(*claim), nullptr);
+  later->wait();
+  EXPECT_EQ(trace.ran, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(trace.threads[0], std::this_thread::get_id());
+  EXPECT_NE(trace.threads[1], std::this_thread::get_id());
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_EQ(completed, "AB");
+}
+
+TEST(TaskQueue, AHandedOffClaimRunsBeforeWhatWasQueuedMeanwhile) {
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  Trace trace;
+  auto claim = queue.claim("claimed", "", {});
+  ASSERT_TRUE(claim);
+  WorkPtr claimed = claim->work;
+  WorkPtr later = queue.enqueue("later", "", {}, trace.body("B"));
+  queue.hand_off_claim(std::move(*claim), trace.body("A, rest"));
+  later->wait();
+  ASSERT_TRUE(claimed->is_completed());
+  EXPECT_EQ(trace.ran, (std::vector<std::string>{"A, rest", "B"}));
+  EXPECT_NE(trace.threads[0], std::this_thread::get_id());  // on the worker
+}
+
+TEST(TaskQueue, AClaimThatFailsCommunicatingBreaksTheQueue) {
+  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  auto claim = queue.claim("claimed", "", {});
+  ASSERT_TRUE(claim);
+  WorkPtr failed = claim->work;
+  queue.finish_claim(std::move(*claim),
+                     std::make_exception_ptr(CommunicationError("ddp: peer 1 vanished")));
+  EXPECT_THROW(failed->wait(), CommunicationError);
+  EXPECT_EQ(queue.broken_reason(), "ddp: peer 1 vanished");
+  EXPECT_FALSE(queue.claim("op", "", {}));  // a broken queue fails what comes: enqueue()
+  Trace trace;
+  auto next = queue.enqueue("next", "", {}, trace.body("never"));
+  EXPECT_THROW(next->wait(), CommunicationError);
+  EXPECT_TRUE(trace.ran.empty());
 }
 
 bool sigpipe_blocked() {

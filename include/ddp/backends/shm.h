@@ -15,6 +15,11 @@
 // - One progress thread per group runs the operations in issue order; their
 //   Works complete in issue order, and consecutive operations overlap (a
 //   rank starts the next one while slower ranks finish the previous one).
+//   A small operation (ShmOptions::inline_bytes) issued while the group is
+//   idle runs on the calling thread instead, when every peer is inside it
+//   too (or gets there within a few microseconds of spinning): it returns
+//   complete, with no hand-off. So a call never waits for a peer that has
+//   not arrived; issue order holds either way.
 // - Faults: a peer whose process dies, exits, or closes its group while
 //   another rank waits for it makes that rank's Work fail within about
 //   `liveness_interval` with a CommunicationError naming the peer; a peer
@@ -56,6 +61,11 @@ struct ShmOptions : BackendOptions {
   // rank copies its tensor into its slot, then every rank reduces all slots:
   // one synchronisation instead of three). At most chunk_bytes. Default 32 KiB.
   TORCH_ARG(int64_t, small_bytes) = 32 << 10;
+  // All-reduces, broadcasts and barriers of at most this many bytes run on
+  // the calling thread when the group is idle and the peers are there (see
+  // the contract): about half the latency of a hand-off to the progress
+  // thread. 0 sends every operation to the progress thread. Default 32 KiB.
+  TORCH_ARG(int64_t, inline_bytes) = 32 << 10;
   // Most polls of a peer's flag before a waiting rank blocks in futex(2).
   // The budget adapts between 64 and this: it halves after a wait that
   // spinning did not end (the peer is not running: ranks share cores) and

@@ -4,7 +4,9 @@
 // the worker issues MPI's nonblocking collective on the group's own
 // communicator and polls MPI_Test until it completes or the group's timeout
 // passes. Blocking calls would be simpler, but a blocked worker could honour
-// no timeout. Half and BFloat16 travel as 2-byte words reduced by ddp's
+// no timeout. A small collective issued while the queue is idle is started
+// and polled a little on the caller's thread (run_small); the worker polls
+// on if it is not done by then. Half and BFloat16 travel as 2-byte words reduced by ddp's
 // kernels (runtime.cpp); AVG is SUM, then a division.
 #include <ddp/backends/mpi.h>
 #include <ddp/mutex.h>
@@ -20,6 +22,7 @@
 
 #include <climits>
 #include <functional>
+#include <optional>
 #include <thread>
 
 namespace ddp {
@@ -122,15 +125,64 @@ class MpiProcessGroup::Impl {
                   Op op) {
     auto shared = std::make_shared<Op>(std::move(op));
     return queue_.enqueue(kind, detail, std::move(outputs),
-                          [this, shared](uint32_t, const Work& work) { return run(shared, work); });
+                          [this, shared](uint32_t, const Work& work) {
+                            return guarded(work, [&] {
+                              MPI_Request request = MPI_REQUEST_NULL;
+                              const int rc = shared->start(&request);
+                              if (rc != MPI_SUCCESS) return mpi_error(work, shared->call, rc);
+                              return *poll(shared, request, work, deadline_from_now(), -1);
+                            });
+                          });
+  }
+
+  // A collective of at most MpiOptions::inline_bytes: when the queue is idle
+  // the calling thread starts it and polls it for up to kInlinePolls; if MPI
+  // has not completed it by then (a peer not there yet), the worker polls on.
+  WorkPtr run_small(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                    int64_t bytes, Op op) {
+    if (bytes > options_.inline_bytes()) {
+      return enqueue(kind, detail, std::move(outputs), std::move(op));
+    }
+    auto claim = queue_.claim(kind, detail, outputs);
+    if (!claim) return enqueue(kind, detail, std::move(outputs), std::move(op));
+    auto shared = std::make_shared<Op>(std::move(op));
+    WorkPtr work = claim->work;
+    const auto deadline = deadline_from_now();
+    auto request = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    bool not_yet = false;
+    const std::exception_ptr error = guarded(*work, [&]() -> std::exception_ptr {
+      const int rc = shared->start(request.get());
+      if (rc != MPI_SUCCESS) return mpi_error(*work, shared->call, rc);
+      auto outcome = poll(shared, *request, *work, deadline, kInlinePolls);
+      not_yet = !outcome;
+      return outcome.value_or(nullptr);
+    });
+    if (not_yet) {
+      queue_.hand_off_claim(std::move(*claim), [this, shared, request, deadline](uint32_t,
+                                                                                 const Work& w) {
+        return guarded(w, [&] { return *poll(shared, *request, w, deadline, -1); });
+      });
+      return work;
+    }
+    queue_.finish_claim(std::move(*claim), error);
+    return work;
   }
 
  private:
-  std::exception_ptr run(const std::shared_ptr<Op>& op, const Work& work) {
+  static constexpr int kInlinePolls = 2000;  // MPI_Test calls: tens of microseconds
+
+  std::chrono::steady_clock::time_point deadline_from_now() const {
+    return std::chrono::steady_clock::now() + owner_.timeout();
+  }
+
+  // Runs `body` (which returns the operation's error) counted as a running
+  // collective; an exception it throws becomes the error.
+  template <typename Body>
+  std::exception_ptr guarded(const Work& work, Body&& body) {
     mpi::collective_started();
     std::exception_ptr error;
     try {
-      error = issue_and_wait(op, work);
+      error = body();
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(Error("ddp: " + work.description() + " failed: " + e.what()));
     }
@@ -138,18 +190,25 @@ class MpiProcessGroup::Impl {
     return error;
   }
 
-  std::exception_ptr issue_and_wait(const std::shared_ptr<Op>& op, const Work& work) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    int rc = op->start(&request);
-    if (rc != MPI_SUCCESS) return mpi_error(work, op->call, rc);
-    const auto deadline = std::chrono::steady_clock::now() + owner_.timeout();
+  // Polls `request` until MPI completes it (then `op->done()`), until
+  // `deadline` (then abandons it: TimeoutError), or, when `polls` >= 0, for
+  // that many MPI_Test calls (then nullopt: not complete yet). The
+  // operation's error, null on success.
+  std::optional<std::exception_ptr> poll(const std::shared_ptr<Op>& op, MPI_Request& request,
+                                         const Work& work,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         int polls) {
     const auto pause = options_.poll_interval();
-    for (int done = 0;;) {
-      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    for (int done = 0, n = 1;; --polls, ++n) {
+      const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_error(work, "MPI_Test", rc);
       if (done) break;
-      if (std::chrono::steady_clock::now() >= deadline) return abandon(op, request, work);
-      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+      if (polls == 0) return std::nullopt;
+      // The clock every 64 polls (or every sleeping one): a poll is ~0.1 us.
+      if ((n % 64 == 0 || pause.count() > 0) && std::chrono::steady_clock::now() >= deadline) {
+        return abandon(op, request, work);
+      }
+      if (pause.count() > 0 && polls < 0) std::this_thread::sleep_for(pause);
     }
     op->done();
     return nullptr;
@@ -231,6 +290,10 @@ MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions o
     throw InvalidArgument("ddp: MpiOptions::poll_interval must be >= 0, got " +
                           std::to_string(options.poll_interval().count()) + " us");
   }
+  if (options.inline_bytes() < 0) {
+    throw InvalidArgument("ddp: MpiOptions::inline_bytes must be >= 0, got " +
+                          std::to_string(options.inline_bytes()));
+  }
   impl_ = std::make_unique<Impl>(*this, std::move(options), index, world_ranks);
 }
 
@@ -255,8 +318,8 @@ WorkPtr MpiProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
           [=] {
             if (op == ReduceOp::AVG) tensor.div_(ranks);
           }};
-  return impl_->enqueue("allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
-                        std::move(call));
+  return impl_->run_small("allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
+                          static_cast<int64_t>(tensor.nbytes()), std::move(call));
 }
 
 WorkPtr MpiProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
@@ -290,9 +353,9 @@ WorkPtr MpiProcessGroup::do_broadcast(at::Tensor tensor, int root) {
                               mpi::datatype(tensor.scalar_type()), root, comm, r);
           },
           [] {}};
-  return impl_->enqueue("broadcast",
-                        detail::tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
-                        std::move(call));
+  return impl_->run_small("broadcast",
+                          detail::tensor_detail(tensor) + ", root " + std::to_string(root),
+                          {tensor}, static_cast<int64_t>(tensor.nbytes()), std::move(call));
 }
 
 WorkPtr MpiProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {

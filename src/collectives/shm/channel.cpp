@@ -133,6 +133,19 @@ void Channel::begin_op(const std::string& description,
   }
 }
 
+bool Channel::peers_began_op() const {
+  for (int i = 0; i < kArrivalPolls; ++i) {
+    bool all = true;
+    for (int q = 0; q < world_ && all; ++q) {
+      all = q == config_.rank ||
+            segment_.control(q).ops_started.load(std::memory_order_acquire) >= op_number_;
+    }
+    if (all) return true;
+    cpu_relax();
+  }
+  return false;
+}
+
 void Channel::describe(OpKind kind, int64_t count, int dtype, int reduce_op, int root,
                        Variant variant) {
   described_.kind = static_cast<int32_t>(kind);

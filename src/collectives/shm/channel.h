@@ -117,6 +117,11 @@ class Channel {
   // The first rank (other than this one) that has not finished `phase` of
   // `step`; -1 if none.
   int first_behind(Phase phase, uint64_t step) const;
+  // Whether every peer has begun this rank's running operation (or a later
+  // one), polling at most kArrivalPolls times: then the operation waits for
+  // nobody who is not inside it (ShmProcessGroup's caller-run path).
+  bool peers_began_op() const;
+  static constexpr int kArrivalPolls = 1000;
   // Polls to spend before blocking, adapted to what spinning has been
   // worth lately (see spin_outcome).
   int spin_budget() const { return spin_budget_; }

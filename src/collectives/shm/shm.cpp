@@ -1,6 +1,7 @@
 // The shm backend's group: set-up (setup.h), one progress thread running the
 // operations in issue order (detail::TaskQueue with one worker), each one a
-// sequence of Channel steps (collectives.h).
+// sequence of Channel steps (collectives.h). Small operations issued while
+// the group is idle may run on the caller's thread instead (run_small).
 //
 // A failure inside a step leaves the ranks out of step with each other, so
 // every error of an operation breaks the group: it becomes a
@@ -43,6 +44,9 @@ void validate(const ShmOptions& o) {
     bad("small_bytes must be in [0, chunk_bytes = " + std::to_string(o.chunk_bytes()) + "], got " +
         std::to_string(o.small_bytes()));
   }
+  if (o.inline_bytes() < 0) {
+    bad("inline_bytes must be >= 0, got " + std::to_string(o.inline_bytes()));
+  }
   if (o.spin_iterations() < 0) {
     bad("spin_iterations must be >= 0, got " + std::to_string(o.spin_iterations()));
   }
@@ -68,19 +72,39 @@ class ShmProcessGroup::Impl {
 
   WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                   std::function<void(shm::Channel&)> body) {
-    // The operation's own deadline runs from its issue, a little short of
-    // the timeout (a tenth, at most 200 ms): Work::wait(), started later,
-    // then sees the backend's error naming the peer rather than its own
-    // generic timeout. Capped at a year so that the sum cannot overflow.
-    const auto timeout =
-        std::min<std::chrono::milliseconds>(owner_.timeout(), std::chrono::hours(24 * 365));
-    const auto deadline =
-        std::chrono::steady_clock::now() + timeout -
-        std::min<std::chrono::milliseconds>(timeout / 10, std::chrono::milliseconds(200));
+    const auto deadline = deadline_from_now();
     return queue_.enqueue(kind, detail, std::move(outputs),
                           [this, deadline, body = std::move(body)](uint32_t, const Work& work) {
                             return run(work, deadline, body);
                           });
+  }
+
+  // An operation of at most ShmOptions::inline_bytes: when the group is
+  // idle and every peer has begun it too (or does within
+  // Channel::kArrivalPolls), the calling thread runs it, with no hand-off to
+  // the progress thread; its peers are inside it, so it waits for nobody who
+  // is not running. Otherwise the progress thread runs it, or the rest of it.
+  WorkPtr run_small(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
+                    int64_t bytes, std::function<void(shm::Channel&)> body) {
+    if (bytes > options_.inline_bytes()) {
+      return enqueue(kind, detail, std::move(outputs), std::move(body));
+    }
+    auto claim = queue_.claim(kind, detail, outputs);
+    if (!claim) return enqueue(kind, detail, std::move(outputs), std::move(body));
+    WorkPtr work = claim->work;
+    const auto deadline = deadline_from_now();
+    std::exception_ptr error =
+        guarded(*work, [&](shm::Channel& ch) { ch.begin_op(work->description(), deadline); });
+    if (!error && !channel_.peers_began_op()) {
+      queue_.hand_off_claim(std::move(*claim),
+                            [this, body = std::move(body)](uint32_t, const Work& w) {
+                              return guarded(w, body);
+                            });
+      return work;
+    }
+    if (!error) error = guarded(*work, body);
+    queue_.finish_claim(std::move(*claim), error);
+    return work;
   }
 
   const ShmOptions& options() const { return options_; }
@@ -141,10 +165,29 @@ class ShmProcessGroup::Impl {
     return shm::Channel(std::move(a.segment), c);
   }
 
+  // The operation's own deadline runs from its issue, a little short of
+  // the timeout (a tenth, at most 200 ms): Work::wait(), started later,
+  // then sees the backend's error naming the peer rather than its own
+  // generic timeout. Capped at a year so that the sum cannot overflow.
+  std::chrono::steady_clock::time_point deadline_from_now() const {
+    const auto timeout =
+        std::min<std::chrono::milliseconds>(owner_.timeout(), std::chrono::hours(24 * 365));
+    return std::chrono::steady_clock::now() + timeout -
+           std::min<std::chrono::milliseconds>(timeout / 10, std::chrono::milliseconds(200));
+  }
+
   std::exception_ptr run(const Work& work, std::chrono::steady_clock::time_point deadline,
                          const std::function<void(shm::Channel&)>& body) {
+    return guarded(work, [&](shm::Channel& ch) {
+      ch.begin_op(work.description(), deadline);
+      body(ch);
+    });
+  }
+
+  // Runs `body` on the channel; its error, as the Work's (a failure inside a
+  // step breaks the group).
+  std::exception_ptr guarded(const Work& work, const std::function<void(shm::Channel&)>& body) {
     try {
-      channel_.begin_op(work.description(), deadline);
       body(channel_);
       return nullptr;
     } catch (const CommunicationError&) {
@@ -163,7 +206,9 @@ class ShmProcessGroup::Impl {
   uint64_t regions_made_ = 0;  // caller threads, in collective order
   Mutex regions_mutex_;
   std::vector<std::weak_ptr<shm::Region>> regions_ DDP_GUARDED_BY(regions_mutex_);
-  shm::Channel channel_;     // used by the progress thread only, then by ~Impl
+  // Used by one thread at a time: the progress thread, or a caller that
+  // claimed the idle queue (run_small), then by ~Impl.
+  shm::Channel channel_;
   detail::TaskQueue queue_;  // last: its worker uses channel_
 };
 
@@ -194,8 +239,9 @@ WorkPtr ShmProcessGroup::do_allreduce(at::Tensor tensor, ReduceOp op) {
                           });
   }
   const int64_t small = impl_->options().small_bytes();
-  return impl_->enqueue(
+  return impl_->run_small(
       "allreduce", detail::tensor_detail(tensor, to_string(op)), {tensor},
+      static_cast<int64_t>(tensor.nbytes()),
       [tensor, op, small](shm::Channel& ch) { shm::allreduce(ch, tensor, op, small); });
 }
 
@@ -224,9 +270,10 @@ WorkPtr ShmProcessGroup::do_allreduce_coalesced(std::vector<at::Tensor> tensors,
 }
 
 WorkPtr ShmProcessGroup::do_broadcast(at::Tensor tensor, int root) {
-  return impl_->enqueue("broadcast",
-                        detail::tensor_detail(tensor) + ", root " + std::to_string(root), {tensor},
-                        [tensor, root](shm::Channel& ch) { shm::broadcast(ch, tensor, root); });
+  return impl_->run_small("broadcast",
+                          detail::tensor_detail(tensor) + ", root " + std::to_string(root),
+                          {tensor}, static_cast<int64_t>(tensor.nbytes()),
+                          [tensor, root](shm::Channel& ch) { shm::broadcast(ch, tensor, root); });
 }
 
 WorkPtr ShmProcessGroup::do_allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
@@ -242,7 +289,7 @@ WorkPtr ShmProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::Te
 }
 
 WorkPtr ShmProcessGroup::do_barrier() {
-  return impl_->enqueue("barrier", "", {}, [](shm::Channel& ch) { shm::barrier(ch); });
+  return impl_->run_small("barrier", "", {}, 0, [](shm::Channel& ch) { shm::barrier(ch); });
 }
 
 }  // namespace ddp
