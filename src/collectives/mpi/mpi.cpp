@@ -6,8 +6,8 @@
 // passes. Blocking calls would be simpler, but a blocked worker could honour
 // no timeout. A small collective issued while the queue is idle is started
 // and polled a little on the caller's thread (run_small); the worker polls
-// on if it is not done by then. Half and BFloat16 travel as 2-byte words reduced by ddp's
-// kernels (runtime.cpp); AVG is SUM, then a division.
+// on if it is not done by then. Half and BFloat16 travel as 2-byte words
+// reduced by ddp's kernels (runtime.cpp); AVG is SUM, then a division.
 #include <ddp/backends/mpi.h>
 #include <ddp/mutex.h>
 
@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 
 #include <climits>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -199,11 +200,12 @@ class MpiProcessGroup::Impl {
                                          std::chrono::steady_clock::time_point deadline,
                                          int polls) {
     const auto pause = options_.poll_interval();
-    for (int done = 0, n = 1;; --polls, ++n) {
+    for (uint32_t n = 1;; ++n) {  // wraps harmlessly when polls < 0
+      int done = 0;
       const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_error(work, "MPI_Test", rc);
       if (done) break;
-      if (polls == 0) return std::nullopt;
+      if (polls >= 0 && n >= static_cast<uint32_t>(polls)) return std::nullopt;
       // The clock every 64 polls (or every sleeping one): a poll is ~0.1 us.
       if ((n % 64 == 0 || pause.count() > 0) && std::chrono::steady_clock::now() >= deadline) {
         return abandon(op, request, work);
