@@ -91,16 +91,16 @@ void TaskQueue::finish_claim(Claim claim, std::exception_ptr error) {
   {
     MutexLock lock(mutex_);
     claimed_ = false;
-    queued = !queue_.empty();
+    queued = !queue_.empty() || stopping_;
   }
-  if (queued) queue_cv_.notify_all();  // what other threads issued meanwhile
+  if (queued) queue_cv_.notify_all();  // what other threads issued meanwhile, or stop()
 }
 
 void TaskQueue::hand_off_claim(Claim claim, Body rest) {
   {
     MutexLock lock(mutex_);
     queue_.push_front(Task{claim.tag, std::move(claim.work), std::move(claim.previous),
-                           std::move(rest)});
+                           std::move(rest), /*started=*/true});
     claimed_ = false;
   }
   queue_cv_.notify_all();
@@ -142,7 +142,7 @@ std::exception_ptr TaskQueue::run(Task& task) {
           " not run: the group is broken by an earlier failure: " + broken_reason_));
     }
   }
-  task.work->mark_started();
+  if (!task.started) task.work->mark_started();
   std::exception_ptr error = task.body(task.tag, *task.work);
   note(error);
   return error;

@@ -81,6 +81,7 @@ class TaskQueue {
     WorkPtr work;
     WorkPtr previous;  // null for the first
     Body body;
+    bool started = false;  // a claim's rest: its Work was marked started
   };
   void work_loop();
   std::exception_ptr run(Task& task);

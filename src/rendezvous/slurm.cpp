@@ -38,24 +38,20 @@ std::string first_host_of_slurm_nodelist(const std::string& nodelist, const char
 }
 
 int slurm_step_port(long job_id, long step_id) {
-  return 20000 + 16 * static_cast<int>(job_id % 800) + static_cast<int>(step_id % 16);
+  return 20000 + 16 * static_cast<int>(job_id % 798) + static_cast<int>(step_id % 16);
 }
 
 SlurmMaster slurm_master_from_env() {
+  // Only inside an srun step: a program started by the batch script itself
+  // (no step, SLURM_PROCID 0) gets nothing, and says MASTER_ADDR is unset.
   SlurmMaster master;
-  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}) {
-    if (auto list = env_string(name)) {
-      master.addr = first_host_of_slurm_nodelist(*list, name);
-      master.addr_source = name;
-      break;
-    }
-  }
-  if (auto job = env_int("SLURM_JOB_ID", 0, 1L << 40)) {
-    // A batch script's own step has no number: it takes step 0's port.
-    const auto step = env_string("SLURM_STEP_ID");
-    const bool numbered = step && step->find_first_not_of("0123456789") == std::string::npos;
-    master.port = slurm_step_port(*job, numbered ? *env_int("SLURM_STEP_ID", 0, 1L << 40) : 0);
-  }
+  const auto nodes = env_string("SLURM_STEP_NODELIST");
+  const auto job = env_int("SLURM_JOB_ID", 0, 1L << 40);
+  const auto step = env_int("SLURM_STEP_ID", 0, 1L << 40);
+  if (!nodes || !job || !step) return master;
+  master.addr = first_host_of_slurm_nodelist(*nodes, "SLURM_STEP_NODELIST");
+  master.addr_source = "SLURM_STEP_NODELIST";
+  master.port = slurm_step_port(*job, *step);
   return master;
 }
 

@@ -61,6 +61,7 @@ chmod 600 "$dir/munge/munge.key"
 
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=ddp-test
+FirstJobId=$((1 + RANDOM % 700))
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)

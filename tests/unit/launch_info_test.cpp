@@ -107,24 +107,27 @@ TEST(LaunchInfo, SrunDerivesTheMasterFromTheStep) {
 
 TEST(LaunchInfo, SrunStepsOfOneJobGetDifferentPorts) {
   std::set<int> ports;
-  for (long job : {1234L, 1235L, 2033L})
+  for (long job : {1234L, 1235L, 1236L})
     for (long step = 0; step < 16; ++step) ports.insert(detail::slurm_step_port(job, step));
   EXPECT_EQ(ports.size(), 48u);
-  for (int port : ports) {
-    EXPECT_GE(port, 20000);
-    EXPECT_LT(port, 32768);  // below Linux's ephemeral ports
+  for (long job = 0; job < 1600; ++job) {
+    for (long step : {0L, 15L}) {
+      const int port = detail::slurm_step_port(job, step);
+      EXPECT_GE(port, 20000);
+      EXPECT_LT(port, 32768) << "job " << job;  // below Linux's ephemeral ports
+    }
   }
 }
 
-TEST(LaunchInfo, SrunWithoutAStepUsesTheJobsNodeListAndStepZero) {
+TEST(LaunchInfo, ABatchScriptsOwnProcessDerivesNothing) {
+  // sbatch's script runs as SLURM_PROCID 0 of SLURM_NTASKS, outside any step.
   Env env({{"SLURM_PROCID", "0"},
            {"SLURM_NTASKS", "2"},
            {"SLURM_JOB_NODELIST", "rack[2-3]-n[05,09]"},
-           {"SLURM_JOB_ID", "77"},
-           {"SLURM_STEP_ID", "batch"}});
+           {"SLURM_JOB_ID", "77"}});
   LaunchInfo info = launch_info_from_env();
-  EXPECT_EQ(info.master_addr, "rack2-n05");
-  EXPECT_EQ(info.master_port, detail::slurm_step_port(77, 0));
+  EXPECT_EQ(info.master_addr, "");
+  EXPECT_EQ(info.master_port, -1);
 }
 
 TEST(LaunchInfo, MasterVariablesWinOverSrunsDerivation) {
@@ -132,6 +135,7 @@ TEST(LaunchInfo, MasterVariablesWinOverSrunsDerivation) {
            {"SLURM_NTASKS", "2"},
            {"SLURM_STEP_NODELIST", "node1"},
            {"SLURM_JOB_ID", "5"},
+           {"SLURM_STEP_ID", "0"},
            {"MASTER_ADDR", "10.0.0.9"},
            {"MASTER_PORT", "29511"}});
   LaunchInfo info = launch_info_from_env();
@@ -146,7 +150,8 @@ TEST(LaunchInfo, OnlySrunsRanksDeriveTheMaster) {
            {"SLURM_PROCID", "0"},
            {"SLURM_NTASKS", "1"},
            {"SLURM_STEP_NODELIST", "node1"},
-           {"SLURM_JOB_ID", "5"}});
+           {"SLURM_JOB_ID", "5"},
+           {"SLURM_STEP_ID", "0"}});
   LaunchInfo info = launch_info_from_env();
   EXPECT_EQ(info.master_addr, "");
   EXPECT_EQ(info.master_port, -1);
@@ -157,6 +162,7 @@ TEST(LaunchInfo, SlurmHostLists) {
   EXPECT_EQ(detail::first_host_of_slurm_nodelist("a,b", "L"), "a");
   EXPECT_EQ(detail::first_host_of_slurm_nodelist("n[001-004]", "L"), "n001");
   EXPECT_EQ(detail::first_host_of_slurm_nodelist("n[3,1-2].cluster", "L"), "n3.cluster");
+  EXPECT_EQ(detail::first_host_of_slurm_nodelist("rack[2-3]-n[05,09]", "L"), "rack2-n05");
   for (const char* bad : {"n[1-2", "n]1", "[1-2]x[3", ",n1"}) {
     EXPECT_THROW(detail::first_host_of_slurm_nodelist(bad, "L"), InvalidArgument) << bad;
   }

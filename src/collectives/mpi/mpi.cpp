@@ -141,28 +141,36 @@ class MpiProcessGroup::Impl {
   // has not completed it by then (a peer not there yet), the worker polls on.
   WorkPtr run_small(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                     int64_t bytes, Op op) {
-    if (bytes > options_.inline_bytes()) {
+    if (options_.inline_bytes() == 0 || bytes > options_.inline_bytes()) {
       return enqueue(kind, detail, std::move(outputs), std::move(op));
     }
+    // Everything that can throw is made before the claim: nothing stands
+    // between a claim and its end.
+    auto shared = std::make_shared<Op>(op);
+    auto request = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    const auto deadline = deadline_from_now();
+    // The worker's part: polls on, still counted as a running collective
+    // (the count taken before the hand-off) so that MPI is not finalized
+    // under it.
+    detail::TaskQueue::Body rest = [this, shared, request, deadline](uint32_t, const Work& w) {
+      auto error = guarded(w, [&] { return *poll(shared, *request, w, deadline, -1); });
+      mpi::collective_ended();
+      return error;
+    };
     auto claim = queue_.claim(kind, detail, outputs);
     if (!claim) return enqueue(kind, detail, std::move(outputs), std::move(op));
-    auto shared = std::make_shared<Op>(std::move(op));
     WorkPtr work = claim->work;
-    const auto deadline = deadline_from_now();
-    auto request = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
     bool not_yet = false;
     const std::exception_ptr error = guarded(*work, [&]() -> std::exception_ptr {
       const int rc = shared->start(request.get());
       if (rc != MPI_SUCCESS) return mpi_error(*work, shared->call, rc);
       auto outcome = poll(shared, *request, *work, deadline, kInlinePolls);
       not_yet = !outcome;
+      if (not_yet) mpi::collective_started();  // held until `rest` ends
       return outcome.value_or(nullptr);
     });
     if (not_yet) {
-      queue_.hand_off_claim(std::move(*claim), [this, shared, request, deadline](uint32_t,
-                                                                                 const Work& w) {
-        return guarded(w, [&] { return *poll(shared, *request, w, deadline, -1); });
-      });
+      queue_.hand_off_claim(std::move(*claim), std::move(rest));
       return work;
     }
     queue_.finish_claim(std::move(*claim), error);

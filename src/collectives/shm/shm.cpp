@@ -86,9 +86,12 @@ class ShmProcessGroup::Impl {
   // is not running. Otherwise the progress thread runs it, or the rest of it.
   WorkPtr run_small(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                     int64_t bytes, std::function<void(shm::Channel&)> body) {
-    if (bytes > options_.inline_bytes()) {
+    if (options_.inline_bytes() == 0 || bytes > options_.inline_bytes()) {
       return enqueue(kind, detail, std::move(outputs), std::move(body));
     }
+    // The rest of the operation, for the progress thread, made before the
+    // claim: nothing that can throw stands between a claim and its end.
+    detail::TaskQueue::Body rest = [this, body](uint32_t, const Work& w) { return guarded(w, body); };
     auto claim = queue_.claim(kind, detail, outputs);
     if (!claim) return enqueue(kind, detail, std::move(outputs), std::move(body));
     WorkPtr work = claim->work;
@@ -96,10 +99,7 @@ class ShmProcessGroup::Impl {
     std::exception_ptr error =
         guarded(*work, [&](shm::Channel& ch) { ch.begin_op(work->description(), deadline); });
     if (!error && !channel_.peers_began_op()) {
-      queue_.hand_off_claim(std::move(*claim),
-                            [this, body = std::move(body)](uint32_t, const Work& w) {
-                              return guarded(w, body);
-                            });
+      queue_.hand_off_claim(std::move(*claim), std::move(rest));
       return work;
     }
     if (!error) error = guarded(*work, body);
