@@ -11,6 +11,7 @@ packages=(
   ccache                         # rebuilds (and CI's clean clones) reuse compiled files
   dataset-fashion-mnist          # the main job's data (examples/train)
   zlib1g-dev                     # examples/train unzips it
+  libssl-dev                     # OpenSSL's libcrypto: the job secret's HMAC (rendezvous)
   clang                          # scripts/thread-safety.sh: the thread-safety annotations checked
   python3-venv                   # the virtual environment of pip's torch
   libgtest-dev                   # GoogleTest: the multirank test tier

@@ -46,6 +46,16 @@ TimeoutError arrival_timeout(const StorePtr& store, const std::string& key_prefi
 
 }  // namespace
 
+bool wait_for_key(const StorePtr& store, const std::string& key,
+                  std::chrono::steady_clock::time_point deadline) {
+  Backoff backoff;
+  while (!store->check({key})) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    backoff.pause();
+  }
+  return true;
+}
+
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label) {
   const std::string prefix = "ddp/" + label + "/arrived";
@@ -72,14 +82,10 @@ std::vector<std::string> allgather_on_store(const StorePtr& store, const std::st
   store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> all(size);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  Backoff backoff;
   for (int r = 0; r < size; ++r) {
     const std::string key = prefix + std::to_string(r);
-    while (!store->check({key})) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        throw arrival_timeout(store, prefix, rank, size, timeout, what, why_missing);
-      }
-      backoff.pause();
+    if (!wait_for_key(store, key, deadline)) {
+      throw arrival_timeout(store, prefix, rank, size, timeout, what, why_missing);
     }
     auto bytes = store->get(key);
     all[r].assign(bytes.begin(), bytes.end());

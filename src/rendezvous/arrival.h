@@ -11,6 +11,10 @@
 
 namespace ddp::detail {
 
+// Polls `store` until `key` exists (true) or `deadline` passes (false).
+bool wait_for_key(const StorePtr& store, const std::string& key,
+                  std::chrono::steady_clock::time_point deadline);
+
 // `label` names the rendezvous in keys and errors ("rendezvous", "gloo").
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label);

@@ -7,6 +7,7 @@
 #include <ddp/errors.h>
 
 #include "collectives/checked_process_group.h"
+#include "rendezvous/admission.h"
 #include "rendezvous/arrival.h"
 #include "rendezvous/bounded.h"
 #include "rendezvous/store_handshake.h"
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -122,7 +124,14 @@ std::string agent_store_prefix() {
          std::to_string(rendezvous_in_process++);
 }
 
-StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o,
+// A connection to the rendezvous store, and how to open another one to it
+// (rank 0's admission thread has its own).
+struct TcpStore {
+  StorePtr store;
+  std::function<StorePtr()> reconnect;
+};
+
+TcpStore make_tcp_store(const Endpoint& master, const InitOptions& o,
                         std::chrono::steady_clock::time_point deadline) {
   const bool agent = master.source == "MASTER_ADDR" && agent_hosts_store();
   c10d::TCPStoreOptions opts;
@@ -149,8 +158,16 @@ StorePtr make_tcp_store(const Endpoint& master, const InitOptions& o,
           [host = master.host, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); },
           who, std::clamp(left, std::chrono::milliseconds(1000), detail::kStoreHandshake));
     }
-    if (!agent) return store;
-    return c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(), store);
+    const std::string prefix = agent ? agent_store_prefix() : "";
+    auto client = opts;
+    client.isServer = false;
+    auto within_prefix = [prefix](StorePtr s) -> StorePtr {
+      if (prefix.empty()) return s;
+      return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(s));
+    };
+    return {within_prefix(store), [host = master.host, client, within_prefix] {
+              return within_prefix(c10::make_intrusive<c10d::TCPStore>(host, client));
+            }};
   } catch (const Error&) {
     throw;  // ours already say where and what to check
   } catch (const std::exception& e) {
@@ -257,26 +274,38 @@ StorePtr rendezvous(InitOptions& o) {
   // Each step below bounds itself by the rendezvous timeout, except where
   // a store call blocks with no deadline: the whole runs bounded, with a
   // little grace so that the steps' own errors (who arrived) come first.
+  // Read before anything starts: a malformed secret fails at once.
+  const std::optional<detail::JobSecret> secret = detail::JobSecret::from_env();
   const auto timeout = o.rendezvous_timeout();
   const auto grace = std::max(std::chrono::milliseconds(1000), timeout / 10);
   auto step = std::make_shared<std::atomic<const char*>>("connecting to the store");
   const InitOptions options = o;
-  auto body = [options, master, step, timeout]() -> StorePtr {
+  auto body = [options, master, secret, step, timeout]() -> StorePtr {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    StorePtr store;
-    if (master) {
-      *step = "resolving the master address";
-      resolve_master(*master, options.rank(), deadline);
-      *step = "connecting to the store";
-      store = make_tcp_store(*master, options, deadline);
-    } else {
-      store = c10::make_intrusive<c10d::FileStore>(options.init_method().substr(7),
-                                                   options.world_size());
+    if (!master) {
+      StorePtr store = c10::make_intrusive<c10d::FileStore>(options.init_method().substr(7),
+                                                            options.world_size());
       store->setTimeout(timeout);
+      *step = "announcing this rank and counting arrivals";
+      detail::wait_for_all_ranks(store, options.rank(), options.world_size(), timeout,
+                                 "rendezvous");
+      return store;
     }
+    *step = "resolving the master address";
+    resolve_master(*master, options.rank(), deadline);
+    *step = "connecting to the store";
+    TcpStore tcp = make_tcp_store(*master, options, deadline);
+    *step = "being admitted to the job";
+    StorePtr job = detail::admit(tcp.store, tcp.reconnect, options.rank(), options.world_size(),
+                                 secret, deadline);
     *step = "announcing this rank and counting arrivals";
-    detail::wait_for_all_ranks(store, options.rank(), options.world_size(), timeout, "rendezvous");
-    return store;
+    try {
+      detail::wait_for_all_ranks(job, options.rank(), options.world_size(), timeout,
+                                 "rendezvous");
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(e.what() + detail::admission_refusals(tcp.store, options.world_size()));
+    }
+    return job;
   };
   auto blocked = [&] {
     const std::string where =

@@ -1,14 +1,16 @@
 // ddprun: launches the ranks of a ddp (distributed data-parallel) program on
 // one node, like `torchrun --no_python`, without needing Python.
 //
-// main() parses the arguments (bad ones: one-line error, exit 2), picks a
-// free rendezvous port when none was given on a single-node run, and hands
+// main() parses the arguments (bad ones: one-line error, exit 2), makes the
+// job's secret when none is given (job_secret.h), picks a free rendezvous
+// port when none was given on a single-node run, and hands
 // over to the launcher, whose result is ddprun's exit status; with
 // --max-restarts it starts the whole job again after a failure. With a
 // flight-recorder directory, each failed start ends with the line that the
 // ranks' dumps tell.
 #include "flight_report.h"
 #include "free_port.h"
+#include "job_secret.h"
 #include "launcher.h"
 #include "options.h"
 
@@ -35,6 +37,11 @@ int main(int argc, char** argv) {
   const std::string flight_dir = !opts.flight_recorder_dir.empty() ? opts.flight_recorder_dir
                                  : inherited_flight_dir           ? inherited_flight_dir
                                                                   : "";
+
+  bool no_secret = false;
+  const std::string secret_note = ddprun::ensure_job_secret(opts, no_secret);
+  if (!secret_note.empty()) std::fprintf(stderr, "ddprun: %s\n", secret_note.c_str());
+  if (no_secret) return 1;
 
   std::string error;
   if (!ddprun::install_launcher_signals(error)) {

@@ -280,6 +280,9 @@ environment of each rank (added to ddprun's own environment):
   DDP_RESTART_COUNT,         how many times the job was restarted (0 first)
   TORCHELASTIC_RESTART_COUNT
   DDP_FLIGHT_RECORDER_DIR    DIR, with --flight-recorder
+  DDP_JOB_SECRET             kept when set; else, on one node, a fresh random
+                             secret that every rank proves at the rendezvous
+                             (docs/security.md)
   DDP_ELASTIC_MIN_WORLD_SIZE,
   DDP_ELASTIC_MAX_WORLD_SIZE MIN and MAX, with --elastic (RANK is left unset
                              with --join)

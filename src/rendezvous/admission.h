@@ -1,0 +1,48 @@
+// Admission: the first step of a rendezvous on a TCP store, before any of
+// the job's keys is read or written. Rank 0 opens the job with a fresh
+// challenge; every other rank proves that it holds the job's secret
+// (rendezvous/job_secret.h) by a MAC over the challenge, its rank and a
+// nonce of its own, and checks rank 0's answer, a MAC too: the secret never
+// crosses the network, an answer cannot be replayed into another job, and
+// a rank cannot be fooled by a store that does not hold the secret. Rank 0
+// answers on a thread of its own for as long as the job's store lives, so a
+// process that connects mid-job is refused as one that connects early is.
+//
+// Keys (the only ones outside the job's prefix), under "ddp/admission/":
+//   challenge     "hmac-sha256 <challenge>", or "none" when rank 0 has no
+//                 secret (then nobody is checked, as before secrets)
+//   tickets       a counter: each request takes a ticket number T
+//   hello/T       "<rank> <world size> <nonce> <proof> <host>:<pid>"
+//   verdict/T     "admitted <answer>" or "refused <why>"
+//   refused/R     why the last process claiming rank R was refused, a
+//                 sentence (for the rendezvous's timeout error on every rank)
+// A rank with a secret facing "none", or without one facing a challenge,
+// leaves refused/R itself and fails at once.
+#pragma once
+
+#include "rendezvous/job_secret.h"
+
+#include <ddp/store.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace ddp::detail {
+
+// Admits this rank, holding `secret` (JobSecret::from_env()); returns the store the job's keys go through: `store`
+// itself when rank 0 has no secret, else a view of it under the secret's
+// key prefix (rank 0's also keeps its admission thread, on a connection of
+// its own from `reconnect`, until the view is destroyed).
+// InvalidArgument on the rank refused (naming why and what to set);
+// TimeoutError at `deadline` when rank 0 does not open the job or answer.
+StorePtr admit(const StorePtr& store, const std::function<StorePtr()>& reconnect, int rank,
+               int world_size, const std::optional<JobSecret>& secret,
+               std::chrono::steady_clock::time_point deadline);
+
+// Why ranks were refused, as a sentence to append to the rendezvous's
+// timeout error ("" when none was).
+std::string admission_refusals(const StorePtr& store, int world_size);
+
+}  // namespace ddp::detail

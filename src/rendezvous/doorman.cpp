@@ -1,0 +1,169 @@
+#include "rendezvous/doorman.h"
+
+#include "rendezvous/admission_protocol.h"
+#include "rendezvous/store_values.h"
+
+#include <ddp/mutex.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace ddp::detail {
+
+struct Doorman::Control {
+  Mutex mu;
+  CondVar changed;
+  bool stopping DDP_GUARDED_BY(mu) = false;
+  bool finished DDP_GUARDED_BY(mu) = false;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A request that took a ticket but has not written its hello is forgotten
+// after this long (a client that died, or one that only counts tickets).
+constexpr std::chrono::seconds kHelloPatience{10};
+// How often the tickets are polled while ranks are still missing, and after.
+constexpr std::chrono::milliseconds kPollWhileJoining{5};
+constexpr std::chrono::milliseconds kPollAfterJoining{100};
+
+struct Hello {
+  int rank = -1;
+  int world_size = -1;
+  std::string nonce, proof, origin;
+};
+
+bool parse_hello(const std::string& text, Hello& hello) {
+  std::istringstream in(text);
+  return static_cast<bool>(in >> hello.rank >> hello.world_size >> hello.nonce >> hello.proof >>
+                           hello.origin);
+}
+
+class Answerer {
+ public:
+  Answerer(StorePtr store, JobSecret secret, std::string challenge, int world_size)
+      : store_(std::move(store)),
+        secret_(std::move(secret)),
+        challenge_(std::move(challenge)),
+        world_size_(world_size),
+        admitted_(world_size) {}
+
+  bool everyone_admitted() const { return admitted_count_ == world_size_ - 1; }
+
+  // Takes the new tickets and answers those whose hello has come.
+  void poll() {
+    const int64_t tickets = store_->add(admission::kTicketsKey, 0);
+    for (; next_ticket_ <= tickets; ++next_ticket_) waiting_[next_ticket_] = Clock::now();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      const std::string key = admission::hello_key(it->first);
+      if (store_->check({key})) {
+        answer(it->first, store_text(store_->get(key)));
+        it = waiting_.erase(it);
+      } else if (Clock::now() - it->second > kHelloPatience) {
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+ private:
+  void answer(int64_t ticket, const std::string& text) {
+    Hello hello;
+    if (!parse_hello(text, hello)) return refuse(ticket, hello, "its request is malformed");
+    const std::string expected = secret_.mac(
+        admission::proof_message(challenge_, hello.rank, hello.world_size, hello.nonce));
+    if (!equal_in_constant_time(hello.proof, expected)) {
+      return refuse(ticket, hello,
+                    "its proof of the job secret does not match rank 0's (DDP_JOB_SECRET differs "
+                    "between the ranks, or the process belongs to another job). " +
+                        admission::kSameSecretAdvice);
+    }
+    if (hello.world_size != world_size_) {
+      return refuse(ticket, hello,
+                    "it was started with world size " + std::to_string(hello.world_size) +
+                        " but rank 0 with " + std::to_string(world_size_) +
+                        ". Start every rank with the same WORLD_SIZE.");
+    }
+    if (hello.rank < 1 || hello.rank >= world_size_) {
+      return refuse(ticket, hello,
+                    "its rank is outside [1, " + std::to_string(world_size_) +
+                        "). Give every rank its own RANK below WORLD_SIZE.");
+    }
+    std::string& admitted = admitted_[hello.rank];
+    if (!admitted.empty()) {
+      return refuse(ticket, hello,
+                    "rank " + std::to_string(hello.rank) + " is already in the job (" + admitted +
+                        "). Give every rank its own RANK; a second copy of the job may be "
+                        "running with the same MASTER_PORT and secret.");
+    }
+    admitted = hello.origin;
+    ++admitted_count_;
+    store_->deleteKey(admission::refused_key(hello.rank));
+    store_->set(admission::verdict_key(ticket),
+                store_bytes("admitted " + secret_.mac(admission::answer_message(
+                                              challenge_, hello.rank, hello.world_size,
+                                              hello.nonce))));
+  }
+
+  void refuse(int64_t ticket, const Hello& hello, const std::string& why) {
+    store_->set(admission::verdict_key(ticket), store_bytes("refused " + why));
+    if (hello.rank >= 1 && hello.rank < world_size_ && admitted_[hello.rank].empty()) {
+      store_->set(admission::refused_key(hello.rank),
+                  store_bytes("a process claiming rank " + std::to_string(hello.rank) + " (" +
+                              hello.origin + ") was refused: " + why));
+    }
+  }
+
+  StorePtr store_;
+  JobSecret secret_;
+  std::string challenge_;
+  int world_size_;
+  std::vector<std::string> admitted_;  // by rank: where it was admitted from
+  int admitted_count_ = 0;
+  int64_t next_ticket_ = 1;
+  std::map<int64_t, Clock::time_point> waiting_;  // ticket -> when it was seen
+};
+
+}  // namespace
+
+Doorman::Doorman(StorePtr store, JobSecret secret, std::string challenge, int world_size)
+    : control_(std::make_shared<Control>()) {
+  auto answerer = std::make_shared<Answerer>(std::move(store), std::move(secret),
+                                             std::move(challenge), world_size);
+  std::thread([control = control_, answerer] {
+    try {
+      MutexLock lock(control->mu);
+      while (!control->stopping) {
+        lock.unlock();
+        answerer->poll();
+        lock.lock();
+        const auto pause =
+            answerer->everyone_admitted() ? kPollAfterJoining : kPollWhileJoining;
+        control->changed.wait_for(control->mu, pause,
+                                  [&]() DDP_REQUIRES(control->mu) { return control->stopping; });
+      }
+    } catch (const std::exception&) {
+      // The store went away (the job is ending): nobody is left to admit.
+    }
+    MutexLock lock(control->mu);
+    control->finished = true;
+    control->changed.notify_all();
+  }).detach();
+}
+
+Doorman::~Doorman() {
+  MutexLock lock(control_->mu);
+  control_->stopping = true;
+  control_->changed.notify_all();
+  control_->changed.wait_for(control_->mu, std::chrono::seconds(2),
+                             [&]() DDP_REQUIRES(control_->mu) { return control_->finished; });
+}
+
+}  // namespace ddp::detail

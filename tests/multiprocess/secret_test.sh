@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The job secret (DDP_JOB_SECRET, docs/security.md) in real processes: ranks
+# prove it at the rendezvous; a wrong, missing or one-sided secret is a clear
+# error on every rank within the rendezvous timeout; a foreign process that
+# connects to the store mid-job is refused and the job is unharmed.
+#   secret_test.sh BUILD_DIR CASE
+# CASE: ddprun | wrong | missing | rank0_without | short | foreign
+set -uo pipefail
+build=$1 case=$2
+ddprun=$build/tools/ddprun/ddprun
+demo=$build/examples/collectives
+job=$build/tests/multiprocess/fault_rank
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+failed=0
+ok() { echo "ok - $1"; }
+not_ok() {
+  echo "not ok - $1"
+  for f in "$tmp"/*.log; do echo "--- $f:"; head -20 "$f"; done
+  failed=1
+}
+# check NAME FILE STATUS PATTERN: the process logged to FILE exited STATUS
+# (its last line is "exit N") and said PATTERN.
+check() {
+  local name=$1 file=$2 status=$3 pattern=$4
+  if ! grep -qx "exit $status" "$file"; then not_ok "$name (got $(tail -1 "$file"), expected exit $status)"; return; fi
+  if ! grep -q -E -- "$pattern" "$file"; then not_ok "$name (no '$pattern')"; return; fi
+  ok "$name"
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 DDP_RENDEZVOUS_TIMEOUT_S=4
+secret=0123456789abcdef0123456789abcdef
+# rank R SECRET LOG PROGRAM...: one rank in the background ("-" for no secret).
+rank() {
+  local r=$1 s=$2 log=$3; shift 3
+  (
+    if [ "$s" = - ]; then unset DDP_JOB_SECRET; else export DDP_JOB_SECRET=$s; fi
+    start=$(date +%s%N)
+    RANK=$r timeout -s KILL 60 "$@" >"$log" 2>&1
+    status=$?
+    echo "took $(( ($(date +%s%N) - start) / 1000000 )) ms" >>"$log"
+    echo "exit $status" >>"$log"
+  ) &
+}
+# within LOG MS: the rank's error came within MS milliseconds.
+within() {
+  local ms; ms=$(sed -n 's/^took \([0-9]*\) ms$/\1/p' "$1")
+  if [ "${ms:-999999}" -le "$2" ]; then ok "$3 within $2 ms ($ms ms)"; else not_ok "$3 took ${ms:-?} ms (limit $2)"; fi
+}
+
+case $case in
+ddprun)
+  # One ddprun, one fresh secret for all its ranks; the ranks meet with it.
+  env -u DDP_JOB_SECRET "$ddprun" --nproc-per-node 2 sh -c 'echo "secret=$DDP_JOB_SECRET"' >"$tmp/a.log" 2>&1
+  env -u DDP_JOB_SECRET "$ddprun" --nproc-per-node 2 sh -c 'echo "secret=$DDP_JOB_SECRET"' >"$tmp/b.log" 2>&1
+  a=$(sed -n 's/.*secret=//p' "$tmp/a.log" | sort -u); b=$(sed -n 's/.*secret=//p' "$tmp/b.log" | sort -u)
+  if [[ "$a" =~ ^[0-9a-f]{32}$ && "$b" =~ ^[0-9a-f]{32}$ && "$a" != "$b" ]]; then
+    ok "ddprun gives every rank of a job one fresh 32-hex secret, another per job"
+  else
+    not_ok "ddprun's secrets: '$a' and '$b'"
+  fi
+  DDP_JOB_SECRET=$secret "$ddprun" --nproc-per-node 2 sh -c 'echo "secret=$DDP_JOB_SECRET"' >"$tmp/c.log" 2>&1
+  if [ "$(sed -n 's/.*secret=//p' "$tmp/c.log" | sort -u)" = "$secret" ]; then
+    ok "ddprun keeps the user's DDP_JOB_SECRET"
+  else
+    not_ok "ddprun replaced the user's secret"
+  fi
+  env -u DDP_JOB_SECRET "$ddprun" --nproc-per-node 2 "$demo" >"$tmp/d.log" 2>&1; echo "exit $?" >>"$tmp/d.log"
+  check "ranks under ddprun are admitted and run" "$tmp/d.log" 0 "rank 1 of 2.*all correct"
+  ;;
+wrong)
+  rank 0 "$secret" "$tmp/r0.log" "$demo"
+  rank 1 "${secret/0123/9999}" "$tmp/r1.log" "$demo"
+  wait
+  check "the rank with another secret is refused" "$tmp/r1.log" 1 \
+    "rank 1: rank 0 refused this process .*proof of the job secret does not match.*same DDP_JOB_SECRET"
+  within "$tmp/r1.log" 3000 "its error"
+  check "rank 0 names the refused rank" "$tmp/r0.log" 1 \
+    "1 of 2 ranks arrived \(missing: 1\).*Refused at admission: a process claiming rank 1 .*proof of the job secret does not match"
+  within "$tmp/r0.log" 6000 "rank 0's error (rendezvous timeout 4 s)"
+  ;;
+missing)
+  rank 0 "$secret" "$tmp/r0.log" "$demo"
+  rank 1 - "$tmp/r1.log" "$demo"
+  wait
+  check "the rank without a secret says so" "$tmp/r1.log" 1 \
+    "rank 1: has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
+  within "$tmp/r1.log" 3000 "its error"
+  check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
+  within "$tmp/r0.log" 6000 "rank 0's error"
+  ;;
+rank0_without)
+  rank 0 - "$tmp/r0.log" "$demo"
+  rank 1 "$secret" "$tmp/r1.log" "$demo"
+  wait
+  check "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
+    "rank 1: holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
+  within "$tmp/r1.log" 3000 "its error"
+  check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
+  ;;
+short)
+  rank 0 abc "$tmp/r0.log" "$demo"
+  wait
+  check "a short secret is refused before the rendezvous" "$tmp/r0.log" 1 \
+    "DDP_JOB_SECRET is 3 characters long; a job secret needs at least 16"
+  if grep -q abc "$tmp/r0.log"; then not_ok "the error shows the secret"; else ok "the error does not show the secret"; fi
+  ;;
+foreign)
+  # A job of several seconds on gloo (its pairs meet through the store's
+  # keys); while it runs, three strangers come to its store.
+  export DDP_BACKEND=gloo
+  # exited LOG: the process logged to LOG has ended.
+  exited() { grep -q "^exit" "$1" 2>/dev/null; }
+  py=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
+  if "$py" -c "import torch.distributed" 2>/dev/null; then
+    # A bare store client (PyTorch's own, imported before the job starts):
+    # the rendezvous's key names without the job's prefix hold nothing, and
+    # what it writes there touches nothing.
+    ( "$py" - >"$tmp/bare.log" 2>&1 <<PY; echo "exit $?" >>"$tmp/bare.log" ) &
+import datetime, os, time, torch.distributed as dist
+print("ready", flush=True)
+while not os.path.exists("$tmp/go"):
+    time.sleep(0.05)
+s = dist.TCPStore("127.0.0.1", $port, is_master=False, timeout=datetime.timedelta(seconds=10))
+for key in ["ddp/rendezvous/arrived/count", "generation1/group0/0", "ddp_groups_built/rank0"]:
+    print("read" if s.check([key]) else "hidden", key)
+    s.set(key, "junk")
+PY
+    for _ in $(seq 600); do grep -q ready "$tmp/bare.log" && break; exited "$tmp/bare.log" && break; sleep 0.1; done
+  fi
+  rank 0 "$secret" "$tmp/r0.log" "$job" --victim 9 --iterations 800 --elements 262144
+  rank 1 "$secret" "$tmp/r1.log" "$job" --victim 9 --iterations 800 --elements 262144
+  sleep 1
+  rank 1 "${secret/0123/9999}" "$tmp/wrong.log" "$demo"
+  rank 1 "$secret" "$tmp/twin.log" "$demo"
+  until { exited "$tmp/wrong.log" && exited "$tmp/twin.log"; } || exited "$tmp/r0.log"; do sleep 0.1; done
+  touch "$tmp/go"
+  if [ -f "$tmp/bare.log" ]; then
+    until exited "$tmp/bare.log" || exited "$tmp/r0.log"; do sleep 0.1; done
+  fi
+  if exited "$tmp/r0.log"; then
+    not_ok "the job ended before the strangers were done (it is too short for this machine)"
+  else
+    ok "the strangers came while the job ran"
+  fi
+  wait
+  check "a process with another secret is refused mid-job" "$tmp/wrong.log" 1 \
+    "rank 0 refused this process .*proof of the job secret does not match"
+  check "a second process with the secret claiming rank 1 is refused" "$tmp/twin.log" 1 \
+    "rank 0 refused this process .*rank 1 is already in the job"
+  if [ -f "$tmp/bare.log" ]; then
+    check "a bare store client finds none of the job's keys" "$tmp/bare.log" 0 "hidden ddp/rendezvous/arrived/count"
+    if grep -q "^read " "$tmp/bare.log"; then not_ok "the bare client read a job key"; fi
+  else
+    echo "ok - a bare store client # SKIP $py cannot import torch.distributed"
+  fi
+  check "the job is unharmed (rank 0)" "$tmp/r0.log" 0 ""
+  check "the job is unharmed (rank 1)" "$tmp/r1.log" 0 ""
+  ;;
+*)
+  echo "unknown case $case" >&2
+  exit 2
+  ;;
+esac
+exit $failed
