@@ -2,7 +2,8 @@
 # The GPU checks on a lent GPU machine (docs/benchmarks.md, "On a GPU"): a
 # bare Ubuntu with pip's torch 2.11 in its python3, no Debian packages, no
 # network. Two steps:
-#   scripts/gpu-session.sh fetch   here: Debian's GoogleTest and Gloo headers
+#   scripts/gpu-session.sh fetch   here: Debian's GoogleTest, Gloo and OpenSSL
+#                                  (libcrypto: the job secret) packages
 #                                  as .deb files into .gpu/ (git-ignored
 #                                  through .git/info/exclude), to be carried
 #   scripts/gpu-session.sh run     there (with .gpu carried): builds the GPU
@@ -17,13 +18,24 @@ case "${1:-}" in
   fetch)
     grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >>.git/info/exclude
     mkdir -p .gpu
-    (cd .gpu && apt-get download libgtest-dev libgloo-dev libgloo0)
+    (cd .gpu && apt-get download libgtest-dev libgloo-dev libgloo0 libssl-dev libssl3)
     ;;
   run)
     out=${OUT:-/tmp/gpu-out}
     mkdir -p "$out" /tmp/gt /tmp/gloo
     dpkg -x .gpu/libgtest-dev_*.deb /tmp/gt
     for f in .gpu/libgloo*.deb; do dpkg -x "$f" /tmp/gloo; done
+    # OpenSSL's headers where the machine lacks them: Debian's, with its
+    # libcrypto.so.3 beside them (the build links that one by path).
+    cxxflags="-isystem/tmp/gloo/usr/include"
+    openssl=()
+    if [ ! -f /usr/include/openssl/hmac.h ]; then
+      mkdir -p /tmp/ssl
+      for f in .gpu/libssl*.deb; do dpkg -x "$f" /tmp/ssl; done
+      cxxflags+=" -isystem/tmp/ssl/usr/include/x86_64-linux-gnu"
+      openssl=(-DOPENSSL_INCLUDE_DIR=/tmp/ssl/usr/include
+        -DOPENSSL_CRYPTO_LIBRARY=/tmp/ssl/usr/lib/x86_64-linux-gnu/libcrypto.so)
+    fi
     nvidia-smi -L
     python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
     prefix=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
@@ -31,7 +43,7 @@ case "${1:-}" in
     # Gloo's headers only (ddp_bench's c10d reference); the gloo backend
     # itself is not built there (no libgloo to link).
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-      -DDDP_REFERENCE_PYTHON="$python" -DCMAKE_CXX_FLAGS=-isystem/tmp/gloo/usr/include \
+      -DDDP_REFERENCE_PYTHON="$python" -DCMAKE_CXX_FLAGS="$cxxflags" "${openssl[@]}" \
       -DGTest_DIR=/tmp/gt/usr/lib/x86_64-linux-gnu/cmake/GTest >"$out/configure.log" 2>&1 ||
       { tail -40 "$out/configure.log"; exit 1; }
     grep "ddp:" "$out/configure.log"
