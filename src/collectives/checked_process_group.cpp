@@ -9,7 +9,7 @@
 namespace ddp::detail {
 namespace {
 
-constexpr int kFields = 6;
+constexpr int kFields = 7;
 
 }  // namespace
 
@@ -36,7 +36,7 @@ at::Tensor CheckedProcessGroup::allocate_zero_copy(int64_t bytes) {
 }
 
 std::string CheckedProcessGroup::describe(const Fingerprint& f) {
-  std::string s = std::string(to_string(f.kind)) + "(";
+  std::string s = std::string(to_string(f.kind)) + " #" + std::to_string(f.number) + " (";
   if (f.op >= 0) s += std::string(to_string(static_cast<ReduceOp>(f.op))) + ", ";
   if (f.dtype >= 0) s += std::string(c10::toString(static_cast<at::ScalarType>(f.dtype))) + ", ";
   if (f.kind != OpKind::BARRIER) {
@@ -47,9 +47,15 @@ std::string CheckedProcessGroup::describe(const Fingerprint& f) {
   return s + ")";
 }
 
-void CheckedProcessGroup::check(const Fingerprint& mine) {
-  const int64_t fields[kFields] = {
-      static_cast<int64_t>(mine.kind), mine.op, mine.dtype, mine.numel, mine.tensors, mine.root};
+void CheckedProcessGroup::check(Fingerprint mine) {
+  mine.number = ++checked_;
+  const int64_t fields[kFields] = {static_cast<int64_t>(mine.kind),
+                                   mine.op,
+                                   mine.dtype,
+                                   mine.numel,
+                                   mine.tensors,
+                                   mine.root,
+                                   mine.number};
   at::Tensor local = at::tensor(at::ArrayRef<int64_t>(fields, kFields), at::kLong);
   std::vector<at::Tensor> all;
   for (int r = 0; r < size(); ++r) all.push_back(at::empty({kFields}, at::kLong));
@@ -63,15 +69,15 @@ void CheckedProcessGroup::check(const Fingerprint& mine) {
     auto* v = all[r].data_ptr<int64_t>();
     Fingerprint f{
         static_cast<OpKind>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), v[3], v[4],
-        static_cast<int>(v[5])};
+        static_cast<int>(v[5]), v[6]};
     report += "\n  rank " + std::to_string(r) + ": " + describe(f);
   }
   CollectiveMismatch mismatch("ddp: " + where() +
                               ": the ranks issued different collectives "
                               "(DDP_DEBUG=detail check):" +
                               report +
-                              "\nEvery rank must issue the same collectives, in the same order, "
-                              "on tensors of the same dtype and size.");
+                              "\nEvery rank must issue the same collectives, in the same order "
+                              "(none skipped), on tensors of the same dtype and size.");
   detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
   throw mismatch;
 }

@@ -1,11 +1,14 @@
 // DDP_DEBUG=detail: a ProcessGroup that, before each collective, allgathers
-// a fingerprint of it (kind, reduce op, dtype, element counts, root) over
+// a fingerprint of it (its number on the group, kind, reduce op, dtype,
+// element counts, root) over
 // the wrapped group and compares them. On disagreement every rank raises
 // CollectiveMismatch listing what each rank issued; nothing is mixed.
 // It costs one small blocking allgather per collective: a debug mode.
 #pragma once
 
 #include <ddp/process_group.h>
+
+#include <atomic>
 
 namespace ddp::detail {
 
@@ -36,12 +39,15 @@ class CheckedProcessGroup : public ProcessGroup {
     int64_t numel = 0;  // per rank, summed over tensors
     int64_t tensors = 0;
     int root = -1;
+    int64_t number = 0;  // the collective's number on this group, from 1
+                         // (for the error: which collective disagreed)
   };
   // Throws CollectiveMismatch on every rank when the fingerprints differ.
-  void check(const Fingerprint& mine);
+  void check(Fingerprint mine);  // numbers it
   static std::string describe(const Fingerprint& f);
 
   const ProcessGroupPtr inner_;
+  std::atomic<int64_t> checked_{0};  // collectives checked so far
 };
 
 }  // namespace ddp::detail

@@ -240,8 +240,8 @@ void mismatch_case(Tap& tap, const ProcessGroupPtr& mpi) {
     tap.fail("mismatched allreduce was not detected");
   } catch (const CollectiveMismatch& e) {
     const std::string what = e.what();
-    tap.check(what.find("rank 0: allreduce(SUM, Float, 4 elements)") != std::string::npos &&
-                  what.find("rank 1: allreduce(SUM, Float, 5 elements)") != std::string::npos,
+    tap.check(what.find("rank 0: allreduce #1 (SUM, Float, 4 elements)") != std::string::npos &&
+                  what.find("rank 1: allreduce #1 (SUM, Float, 5 elements)") != std::string::npos,
               "CollectiveMismatch lists every rank's collective", what);
   }
 }

@@ -5,13 +5,19 @@
 //   exit:  completes it and returns 0 from main (its group closes normally);
 //   skip:  skips it and goes on; after the loop it hangs outside any collective;
 //   shape: issues it on one element more than the others;
-//   op:    issues a broadcast of the same tensor instead.
+//   op:    issues a broadcast of the same tensor instead;
+//   dtype: issues it on int32s (the same byte count);
+//   wide:  issues it on doubles (twice the bytes);
+//   reduce: issues it with MAX instead of SUM;
+//   root:  every rank broadcasts at the K-th, the victim from root 1, the
+//          others from root 0.
 // Survivors must fail within the timeout (an error naming the victim where
 // the backend can tell): they print it and exit 3 (0 would mean the fault
 // went unnoticed).
 //
-//   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit|skip|shape|op]
-//              [--iterations N] [--elements E]
+//   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit|skip|shape|op|dtype|wide|reduce|root]
+//              [--iterations N] [--elements E] [--linger-s S]
+// A survivor stays S seconds (default 2) after its error before it exits.
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>
@@ -21,7 +27,7 @@
 #include <thread>
 
 int main(int argc, char** argv) {
-  int victim = 1, after = 3, timeout_s = 20, iterations = 1000;
+  int victim = 1, after = 3, timeout_s = 20, iterations = 1000, linger_s = 2;
   int64_t elements = 4 << 20;
   std::string fault = "kill";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -41,6 +47,8 @@ int main(int argc, char** argv) {
       iterations = value;
     else if (flag == "--elements")
       elements = value;
+    else if (flag == "--linger-s")
+      linger_s = value;
   }
   auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
   const auto start = std::chrono::steady_clock::now();
@@ -49,8 +57,19 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iterations; ++i) {
       const bool faulty = is_victim && i == after;
       if (faulty && fault == "skip") continue;
-      at::Tensor t = torch::ones({elements + (faulty && fault == "shape" ? 1 : 0)});
-      auto work = faulty && fault == "op" ? pg->broadcast(t) : pg->allreduce(t);
+      at::Tensor t = torch::ones({elements + (faulty && fault == "shape" ? 1 : 0)},
+                                 !faulty             ? torch::kFloat
+                                 : fault == "dtype" ? torch::kInt
+                                 : fault == "wide"  ? torch::kDouble
+                                                    : torch::kFloat);
+      ddp::WorkPtr work;
+      if (i == after && fault == "root") {
+        work = pg->broadcast(t, faulty ? 1 : 0);
+      } else if (faulty && fault == "op") {
+        work = pg->broadcast(t);
+      } else {
+        work = pg->allreduce(t, faulty && fault == "reduce" ? ddp::ReduceOp::MAX : ddp::ReduceOp::SUM);
+      }
       if (faulty && fault == "exit") {
         work->wait();
         return 0;
@@ -67,7 +86,7 @@ int main(int argc, char** argv) {
               << std::endl;
     // Rank 0 hosts the store through which the others learn the first
     // failure: stay a moment, as a job's rank 0 does while it cleans up.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(std::chrono::seconds(linger_s));
     return 3;
   }
   return 0;

@@ -75,10 +75,10 @@ wrong)
   wait
   check "the rank with another secret is refused" "$tmp/r1.log" 1 \
     "rank 1: rank 0 refused this process .*proof of the job secret does not match.*same DDP_JOB_SECRET"
-  within "$tmp/r1.log" 3000 "its error"
+  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
   check "rank 0 names the refused rank" "$tmp/r0.log" 1 \
     "1 of 2 ranks arrived \(missing: 1\).*Refused at admission: a process claiming rank 1 .*proof of the job secret does not match"
-  within "$tmp/r0.log" 6000 "rank 0's error (rendezvous timeout 4 s)"
+  within "$tmp/r0.log" 8000 "rank 0's error (rendezvous timeout 4 s, plus the process's start)"
   ;;
 missing)
   rank 0 "$secret" "$tmp/r0.log" "$demo"
@@ -86,9 +86,9 @@ missing)
   wait
   check "the rank without a secret says so" "$tmp/r1.log" 1 \
     "rank 1: has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
-  within "$tmp/r1.log" 3000 "its error"
+  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
   check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
-  within "$tmp/r0.log" 6000 "rank 0's error"
+  within "$tmp/r0.log" 8000 "rank 0's error"
   ;;
 rank0_without)
   rank 0 - "$tmp/r0.log" "$demo"
@@ -96,7 +96,7 @@ rank0_without)
   wait
   check "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
     "rank 1: holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
-  within "$tmp/r1.log" 3000 "its error"
+  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
   check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
   ;;
 short)

@@ -140,9 +140,9 @@ TEST(ProcessGroup, DebugModeNamesWhatEachRankIssued) {
       FAIL() << "mismatch not detected on rank " << rank;
     } catch (const CollectiveMismatch& e) {
       std::string what = e.what();
-      EXPECT_NE(what.find("rank 0: allreduce(SUM, Float, 1000 elements)"), std::string::npos)
+      EXPECT_NE(what.find("rank 0: allreduce #2 (SUM, Float, 1000 elements)"), std::string::npos)
           << what;
-      EXPECT_NE(what.find("rank 1: allreduce(SUM, Float, 999 elements)"), std::string::npos)
+      EXPECT_NE(what.find("rank 1: allreduce #2 (SUM, Float, 999 elements)"), std::string::npos)
           << what;
     }
     // Different kinds and dtypes are caught too.
