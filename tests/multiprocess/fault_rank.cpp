@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - start)
                   .count();
+    const auto unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
     std::cerr << "survivor rank " << pg->rank() << " failed after " << ms << " ms: " << e.what()
+              << "\nsurvivor rank " << pg->rank() << "'s error came at unix ms " << unix_ms
               << std::endl;
     // Rank 0 hosts the store through which the others learn the first
     // failure: stay a moment, as a job's rank 0 does while it cleans up.

@@ -2,7 +2,8 @@
 # Two "nodes" in two network namespaces joined by a veth pair, one ddprun in
 # each (--nnodes 2), 2 ranks per node: rendezvous and every collective across
 # a real link, on the default backend (hierarchical: shm inside a node, Gloo
-# across). Exits 77 (skipped) where `ip netns` is not permitted.
+# across); then a link that goes down mid-training. Exits 77 (skipped) where
+# `ip netns` is not permitted.
 #   multinode_netns_test.sh BUILD_DIR
 set -uo pipefail
 build=$1
@@ -68,8 +69,10 @@ run_both_nodes() {
 }
 
 # No DDP_SOCKET_IFNAME: each node must bind where the master is reachable.
+# One job secret for both nodes, as a user sets it (docs/security.md).
 failed=0
-run_both_nodes "two nodes over a veth link (ddprun)" "\[hierarchical\(shm\+gloo\)\]" \
+run_both_nodes "two nodes over a veth link (ddprun, one DDP_JOB_SECRET)" "\[hierarchical\(shm\+gloo\)\]" \
+  env DDP_JOB_SECRET=0123456789abcdef0123456789abcdef \
   "$ddprun" --nnodes 2 --node-rank NODE_RANK --master-addr 10.78.0.1 --master-port 29611 \
   --nproc-per-node 2 "$demo" || failed=1
 
@@ -86,4 +89,33 @@ if [ "$python" != /usr/bin/python3 ] && "$python" -c "import torch.distributed.r
 else
   echo "ok - two nodes with torchrun # SKIP the build's Python ($python) has no PyTorch 2.x torchrun"
 fi
+
+# The link goes down mid-training (Gloo, a rank on each side, a 5 s timeout):
+# every rank fails within the timeout plus 2 s of it, the one cut off from
+# rank 0's store included.
+fault=$build/tests/multiprocess/fault_rank
+for r in 0 1; do
+  ns=$a
+  [ "$r" = 1 ] && ns=$b
+  ( timeout -s KILL 60 ip netns exec "$ns" env DDP_BACKEND=gloo MASTER_ADDR=10.78.0.1 MASTER_PORT=29613 \
+      RANK=$r WORLD_SIZE=2 "$fault" --victim 9 --iterations 100000000 --elements 1024 \
+      --timeout-s 5 --linger-s 0 >"$tmp/down$r" 2>&1
+    echo "exit $? at $(date +%s%N)" >>"$tmp/down$r" ) &
+done
+sleep 3
+down=$(( $(date +%s%N) / 1000000 ))
+ip -n "$a" link set "va$id" down
+wait
+for r in 0 1; do
+  error_at=$(sed -n 's/^survivor rank .*error came at unix ms \([0-9]*\)$/\1/p' "$tmp/down$r")
+  ms=$(( ${error_at:-0} - down ))
+  if grep -q "^exit 3 at" "$tmp/down$r" && grep -q "Timed out" "$tmp/down$r" && [ -n "$error_at" ] &&
+     [ "$ms" -le 7000 ]; then
+    echo "ok - link down: rank $r failed $ms ms after it (timeout 5 s, at most 7 s), and exited"
+  else
+    echo "not ok - link down: rank $r (its error ${ms} ms after it, limit 7000)"
+    head -c 1500 "$tmp/down$r"
+    failed=1
+  fi
+done
 exit $failed

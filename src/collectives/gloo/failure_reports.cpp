@@ -7,14 +7,17 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <thread>
 
 namespace ddp::detail {
 namespace {
 
-// How long one store round trip may take before the store counts as
+// How long a clean close's store call may take before the store counts as
 // unresponsive: generous for a loaded host, short next to any timeout.
-constexpr std::chrono::milliseconds kStoreLimit(3000);
+constexpr std::chrono::milliseconds kCloseLimit(3000);
+// What a body's own waits leave of the caller's deadline.
+constexpr std::chrono::milliseconds kMargin(100);
 
 // Not a std::string: a call left blocked on an unanswering store (see
 // bounded() below) may still use it while the process exits and destroys
@@ -33,12 +36,15 @@ FailureReports::FailureReports(StorePtr store, int rank, int size)
 // The body runs on a helper thread and owns its captures: if the store never
 // answers, the thread stays blocked and this rank goes on without it.
 template <typename T>
-std::optional<T> FailureReports::bounded(std::function<T(const StorePtr&)> body,
-                                         std::chrono::milliseconds extra) {
-  if (!answers_) return std::nullopt;
+std::optional<T> FailureReports::bounded(std::function<T(const StorePtr&, Deadline)> body,
+                                         Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (!answers_ || left <= kMargin) return std::nullopt;
   try {
     StorePtr store = store_;
-    return run_bounded<T>([store, body] { return body(store); }, kStoreLimit + extra,
+    const Deadline own = deadline - kMargin;
+    return run_bounded<T>([store, body, own] { return body(store, own); }, left,
                           [] { throw Unanswered{}; });
   } catch (const Unanswered&) {
     answers_ = false;
@@ -48,31 +54,30 @@ std::optional<T> FailureReports::bounded(std::function<T(const StorePtr&)> body,
   return std::nullopt;
 }
 
-std::optional<std::string> FailureReports::report(const std::string& report) {
+std::optional<std::string> FailureReports::report(const std::string& report,
+                                                  Deadline deadline) {
   const int rank = rank_;
   return bounded<std::string>(
-      [rank, report](const StorePtr& store) -> std::string {
+      [rank, report](const StorePtr& store, Deadline deadline) -> std::string {
         store->set(failed_key(rank), store_bytes(report));
         if (store->add(std::string(kFirst) + "/count", 1) == 1) {
           store->set(kFirst, store_bytes(report));
           return report;
         }
         // Another rank counted first and is writing its report: wait briefly.
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
         while (!store->check({kFirst})) {
           if (std::chrono::steady_clock::now() >= deadline) return "";
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         return store_text(store->get(kFirst));
       },
-      std::chrono::seconds(2));
+      deadline);
 }
 
-std::optional<std::vector<int>> FailureReports::silent(std::chrono::milliseconds patience) {
+std::optional<std::vector<int>> FailureReports::silent(Deadline deadline) {
   const int rank = rank_, size = size_;
   return bounded<std::vector<int>>(
-      [rank, size, patience](const StorePtr& store) {
-        const auto deadline = std::chrono::steady_clock::now() + patience;
+      [rank, size](const StorePtr& store, Deadline deadline) {
         for (;;) {
           std::vector<int> silent;
           for (int r = 0; r < size; ++r) {
@@ -82,13 +87,14 @@ std::optional<std::vector<int>> FailureReports::silent(std::chrono::milliseconds
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       },
-      patience);
+      deadline);
 }
 
-std::optional<std::string> FailureReports::about(int peer, std::chrono::milliseconds patience) {
+std::optional<std::string> FailureReports::about(int peer, std::chrono::milliseconds patience,
+                                                 Deadline deadline) {
   return bounded<std::string>(
-      [peer, patience](const StorePtr& store) -> std::string {
-        const auto deadline = std::chrono::steady_clock::now() + patience;
+      [peer, patience](const StorePtr& store, Deadline deadline) -> std::string {
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + patience);
         for (;;) {
           if (store->check({failed_key(peer)})) {
             return "rank " + std::to_string(peer) +
@@ -103,17 +109,17 @@ std::optional<std::string> FailureReports::about(int peer, std::chrono::millisec
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       },
-      patience);
+      deadline);
 }
 
 void FailureReports::closed_cleanly() {
   const int rank = rank_;
   bounded<bool>(
-      [rank](const StorePtr& store) {
+      [rank](const StorePtr& store, Deadline) {
         store->set(closed_key(rank), store_bytes("1"));
         return true;
       },
-      std::chrono::milliseconds(0));
+      std::chrono::steady_clock::now() + kCloseLimit);
 }
 
 }  // namespace ddp::detail

@@ -272,7 +272,8 @@ class Engine final : public detail::GlooEngine {
               "): " + gloo_error;
     }
     const std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
-    auto first = reports_->report(report);
+    const auto deadline = std::chrono::steady_clock::now() + detail::kFailureBudget;
+    auto first = reports_->report(report, deadline);
     std::string message = "ddp: " + work.description() + " failed: " + cause;
     bool peer_silent = false, peer_closed = false;
     if (peer >= 0) {
@@ -282,7 +283,7 @@ class Engine final : public detail::GlooEngine {
       // crashed or was killed). A timeout gives a stuck peer a moment.
       const auto patience =
           timed_out ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
-      auto known = reports_->about(peer, patience);
+      auto known = reports_->about(peer, patience, deadline);
       peer_silent = known && known->empty();
       peer_closed = known && known->find("had closed") != std::string::npos;
       if (known && !known->empty()) message += ". Before that, " + *known;
@@ -294,8 +295,7 @@ class Engine final : public detail::GlooEngine {
     }
     // Whoever has not reported a failure is not responding (a timeout), or
     // is the one that failed without a word.
-    auto silent =
-        peer_silent || peer_closed ? std::nullopt : reports_->silent(std::chrono::seconds(2));
+    auto silent = peer_silent || peer_closed ? std::nullopt : reports_->silent(deadline);
     if (silent && !silent->empty()) {
       std::string ranks;
       for (int r : *silent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -309,9 +309,9 @@ class Engine final : public detail::GlooEngine {
       message += " (first failure reported: " + *first + ")";
     }
     if (!reports_->store_answers()) {
-      message +=
-          ". The store hosted by rank 0 does not answer either: rank 0 is stopped, "
-          "frozen or cut off from this rank, or has exited";
+      message += ". The store hosted by rank 0 does not answer either (within " +
+                 std::to_string(detail::kFailureBudget.count()) +
+                 " ms): rank 0 is stopped, frozen or cut off from this rank, or has exited";
     }
     context_->closeConnections();
     if (timed_out) {
