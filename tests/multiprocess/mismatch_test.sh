@@ -13,8 +13,7 @@ build=$1 backend=$2
 job=$build/tests/multiprocess/fault_rank
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-failed=0
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/../support/tap.sh"
 # Each rank finds the disagreement itself: no need to linger for the others.
 args=(--victim 1 --after 2 --iterations 6 --elements 1024 --timeout-s 3 --linger-s 0)
 declare -A fault=([kind]=op [count]=shape [dtype]=dtype [wide]=wide [reduce]=reduce [root]=root)
@@ -47,12 +46,11 @@ expect() {
   local errors; errors=$(grep -c "^survivor rank [01] failed" "$tmp/$name.log")
   local bad_exit; bad_exit=$(grep -v -E "exit 3$|^mpirun [1-9]" "$tmp/$name.status")
   if [ "$errors" -eq 2 ] && [ -z "$bad_exit" ]; then
-    echo "ok - $backend, DDP_DEBUG=$debug: rank 1's $name mismatch fails every rank"
+    ok "$backend, DDP_DEBUG=$debug: rank 1's $name mismatch fails every rank"
     grep -m1 "^survivor rank 0" "$tmp/$name.log" | cut -c1-240 | sed 's/^/#   /'
   else
-    echo "not ok - $backend, DDP_DEBUG=$debug: $name ($errors ranks failed; $(tr '\n' ' ' <"$tmp/$name.status"))"
-    head -20 "$tmp/$name.log"
-    failed=1
+    not_ok "$backend, DDP_DEBUG=$debug: $name ($errors ranks failed; $(tr '\n' ' ' <"$tmp/$name.status"))" \
+      "$tmp/$name.log"
   fi
 }
 

@@ -12,22 +12,15 @@ demo=$build/examples/collectives
 job=$build/tests/multiprocess/fault_rank
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-failed=0
-ok() { echo "ok - $1"; }
-not_ok() {
-  echo "not ok - $1"
-  for f in "$tmp"/*.log; do echo "--- $f:"; head -20 "$f"; done
-  failed=1
-}
-# check NAME FILE STATUS PATTERN: the process logged to FILE exited STATUS
-# (its last line is "exit N") and said PATTERN.
-check() {
+. "$(dirname "$0")/../support/tap.sh"
+# expect_exit NAME FILE STATUS PATTERN: the process logged to FILE exited
+# STATUS (its last line is "exit N") and said PATTERN.
+expect_exit() {
   local name=$1 file=$2 status=$3 pattern=$4
-  if ! grep -qx "exit $status" "$file"; then not_ok "$name (got $(tail -1 "$file"), expected exit $status)"; return; fi
-  if ! grep -q -E -- "$pattern" "$file"; then not_ok "$name (no '$pattern')"; return; fi
+  if ! grep -qx "exit $status" "$file"; then not_ok "$name (got $(tail -1 "$file"), expected exit $status)" "$file"; return; fi
+  if ! grep -q -E -- "$pattern" "$file"; then not_ok "$name (no '$pattern')" "$file"; return; fi
   ok "$name"
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 DDP_RENDEZVOUS_TIMEOUT_S=4
 secret=0123456789abcdef0123456789abcdef
@@ -46,7 +39,7 @@ rank() {
 # within LOG MS: the rank's error came within MS milliseconds.
 within() {
   local ms; ms=$(sed -n 's/^took \([0-9]*\) ms$/\1/p' "$1")
-  if [ "${ms:-999999}" -le "$2" ]; then ok "$3 within $2 ms ($ms ms)"; else not_ok "$3 took ${ms:-?} ms (limit $2)"; fi
+  if [ "${ms:-999999}" -le "$2" ]; then ok "$3 within $2 ms ($ms ms)"; else not_ok "$3 took ${ms:-?} ms (limit $2)" "$1"; fi
 }
 
 case $case in
@@ -64,19 +57,19 @@ ddprun)
   if [ "$(sed -n 's/.*secret=//p' "$tmp/c.log" | sort -u)" = "$secret" ]; then
     ok "ddprun keeps the user's DDP_JOB_SECRET"
   else
-    not_ok "ddprun replaced the user's secret"
+    not_ok "ddprun replaced the user's secret" "$tmp/c.log"
   fi
   env -u DDP_JOB_SECRET "$ddprun" --nproc-per-node 2 "$demo" >"$tmp/d.log" 2>&1; echo "exit $?" >>"$tmp/d.log"
-  check "ranks under ddprun are admitted and run" "$tmp/d.log" 0 "rank 1 of 2.*all correct"
+  expect_exit "ranks under ddprun are admitted and run" "$tmp/d.log" 0 "rank 1 of 2.*all correct"
   ;;
 wrong)
   rank 0 "$secret" "$tmp/r0.log" "$demo"
   rank 1 "${secret/0123/9999}" "$tmp/r1.log" "$demo"
   wait
-  check "the rank with another secret is refused" "$tmp/r1.log" 1 \
+  expect_exit "the rank with another secret is refused" "$tmp/r1.log" 1 \
     "rank 1: rank 0 refused this process .*proof of the job secret does not match.*same DDP_JOB_SECRET"
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  check "rank 0 names the refused rank" "$tmp/r0.log" 1 \
+  expect_exit "rank 0 names the refused rank" "$tmp/r0.log" 1 \
     "1 of 2 ranks arrived \(missing: 1\).*Refused at admission: a process claiming rank 1 .*proof of the job secret does not match"
   within "$tmp/r0.log" 8000 "rank 0's error (rendezvous timeout 4 s, plus the process's start)"
   ;;
@@ -84,27 +77,27 @@ missing)
   rank 0 "$secret" "$tmp/r0.log" "$demo"
   rank 1 - "$tmp/r1.log" "$demo"
   wait
-  check "the rank without a secret says so" "$tmp/r1.log" 1 \
+  expect_exit "the rank without a secret says so" "$tmp/r1.log" 1 \
     "rank 1: has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
+  expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
   within "$tmp/r0.log" 8000 "rank 0's error"
   ;;
 rank0_without)
   rank 0 - "$tmp/r0.log" "$demo"
   rank 1 "$secret" "$tmp/r1.log" "$demo"
   wait
-  check "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
+  expect_exit "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
     "rank 1: holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  check "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
+  expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
   ;;
 short)
   rank 0 abc "$tmp/r0.log" "$demo"
   wait
-  check "a short secret is refused before the rendezvous" "$tmp/r0.log" 1 \
+  expect_exit "a short secret is refused before the rendezvous" "$tmp/r0.log" 1 \
     "DDP_JOB_SECRET is 3 characters long; a job secret needs at least 16"
-  if grep -q abc "$tmp/r0.log"; then not_ok "the error shows the secret"; else ok "the error does not show the secret"; fi
+  if grep -q abc "$tmp/r0.log"; then not_ok "the error shows the secret" "$tmp/r0.log"; else ok "the error does not show the secret"; fi
   ;;
 foreign)
   # A job of several seconds on gloo (its pairs meet through the store's
@@ -140,23 +133,23 @@ PY
     until exited "$tmp/bare.log" || exited "$tmp/r0.log"; do sleep 0.1; done
   fi
   if exited "$tmp/r0.log"; then
-    not_ok "the job ended before the strangers were done (it is too short for this machine)"
+    not_ok "the job ended before the strangers were done (it is too short for this machine)" "$tmp/r0.log"
   else
     ok "the strangers came while the job ran"
   fi
   wait
-  check "a process with another secret is refused mid-job" "$tmp/wrong.log" 1 \
+  expect_exit "a process with another secret is refused mid-job" "$tmp/wrong.log" 1 \
     "rank 0 refused this process .*proof of the job secret does not match"
-  check "a second process with the secret claiming rank 1 is refused" "$tmp/twin.log" 1 \
+  expect_exit "a second process with the secret claiming rank 1 is refused" "$tmp/twin.log" 1 \
     "rank 0 refused this process .*rank 1 is already in the job"
   if [ -f "$tmp/bare.log" ]; then
-    check "a bare store client finds none of the job's keys" "$tmp/bare.log" 0 "hidden ddp/rendezvous/arrived/count"
-    if grep -q "^read " "$tmp/bare.log"; then not_ok "the bare client read a job key"; fi
+    expect_exit "a bare store client finds none of the job's keys" "$tmp/bare.log" 0 "hidden ddp/rendezvous/arrived/count"
+    if grep -q "^read " "$tmp/bare.log"; then not_ok "the bare client read a job key" "$tmp/bare.log"; fi
   else
     echo "ok - a bare store client # SKIP $py cannot import torch.distributed"
   fi
-  check "the job is unharmed (rank 0)" "$tmp/r0.log" 0 ""
-  check "the job is unharmed (rank 1)" "$tmp/r1.log" 0 ""
+  expect_exit "the job is unharmed (rank 0)" "$tmp/r0.log" 0 ""
+  expect_exit "the job is unharmed (rank 1)" "$tmp/r1.log" 0 ""
   ;;
 *)
   echo "unknown case $case" >&2
