@@ -42,7 +42,7 @@ std::string who(int rank) { return "ddp: rank " + std::to_string(rank) + ": "; }
   const std::string sentence = why + ". " + admission::kSameSecretAdvice;
   store->set(admission::refused_key(rank),
              store_bytes("rank " + std::to_string(rank) + " (" + this_process() + ") " + sentence));
-  throw InvalidArgument(who(rank) + sentence);
+  throw InvalidArgument(who(rank) + "this rank " + sentence);
 }
 
 std::string wait_for_value(const StorePtr& store, const std::string& key, int rank,

@@ -61,8 +61,11 @@ ref_python=${DDP_REFERENCE_PYTHON:-/usr/bin/python3}
 if [ "$ref_python" = /usr/bin/python3 ]; then
   echo "ok - torchrun of the build's PyTorch # SKIP the build's Python is Debian's (above)"
 elif "$ref_python" -c "import torch.distributed.run" >/dev/null 2>&1; then
-  expect "torchrun of the build's PyTorch (agent store) --no-python" 0 "rank 1 of 2.*all correct" \
-    -- "$ref_python" -m torch.distributed.run --standalone --nproc-per-node 2 --no-python "$demo"
+  # With a job secret: rank 0 answers admissions on a second connection to
+  # the agent's store, under the agent store's prefix (docs/security.md).
+  expect "torchrun of the build's PyTorch (agent store, a job secret) --no-python" 0 "rank 1 of 2.*all correct" \
+    -- env DDP_JOB_SECRET=0123456789abcdef0123456789abcdef \
+    "$ref_python" -m torch.distributed.run --standalone --nproc-per-node 2 --no-python "$demo"
 else
   echo "ok - torchrun of the build's PyTorch # SKIP $ref_python cannot import torch.distributed.run"
 fi

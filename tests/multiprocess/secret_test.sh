@@ -78,7 +78,7 @@ missing)
   rank 1 - "$tmp/r1.log" "$demo"
   wait
   expect_exit "the rank without a secret says so" "$tmp/r1.log" 1 \
-    "rank 1: has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
+    "rank 1: this rank has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
   expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
   within "$tmp/r0.log" 8000 "rank 0's error"
@@ -88,7 +88,7 @@ rank0_without)
   rank 1 "$secret" "$tmp/r1.log" "$demo"
   wait
   expect_exit "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
-    "rank 1: holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
+    "rank 1: this rank holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
   expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
   ;;
