@@ -76,8 +76,8 @@ void CheckedProcessGroup::check(Fingerprint mine) {
                               ": the ranks issued different collectives "
                               "(DDP_DEBUG=detail check):" +
                               report +
-                              "\nEvery rank must issue the same collectives, in the same order "
-                              "(none skipped), on tensors of the same dtype and size.");
+                              "\nEvery rank must issue the same collectives, in the same order, "
+                              "on tensors of the same dtype and size.");
   detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
   throw mismatch;
 }

@@ -3,11 +3,10 @@
 #include "rendezvous/admission_protocol.h"
 #include "rendezvous/arrival.h"
 #include "rendezvous/doorman.h"
+#include "rendezvous/job_store.h"
 #include "rendezvous/store_values.h"
 
 #include <ddp/errors.h>
-
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <unistd.h>
 
@@ -17,17 +16,6 @@ namespace ddp::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The job's keys under the secret's prefix, with rank 0's doorman alive for
-// as long as they are in use.
-class AdmittedStore : public c10d::PrefixStore {
- public:
-  AdmittedStore(const std::string& prefix, StorePtr store, std::unique_ptr<Doorman> doorman)
-      : c10d::PrefixStore(prefix, std::move(store)), doorman_(std::move(doorman)) {}
-
- private:
-  std::unique_ptr<Doorman> doorman_;
-};
 
 std::string this_process() {
   char host[256] = "unknown-host";
@@ -39,7 +27,7 @@ std::string who(int rank) { return "ddp: rank " + std::to_string(rank) + ": "; }
 
 // This rank fails before asking: it leaves why for the others' errors.
 [[noreturn]] void refuse_myself(const StorePtr& store, int rank, const std::string& why) {
-  const std::string sentence = why + ". " + admission::kSameSecretAdvice;
+  const std::string sentence = why + ". " + std::string(admission::kSameSecretAdvice);
   store->set(admission::refused_key(rank),
              store_bytes("rank " + std::to_string(rank) + " (" + this_process() + ") " + sentence));
   throw InvalidArgument(who(rank) + "this rank " + sentence);
@@ -69,8 +57,9 @@ StorePtr open_job(const StorePtr& store, const std::function<StorePtr()>& reconn
                              "(rank 0 answers admissions on it): " + std::string(e.what()));
   }
   auto doorman = std::make_unique<Doorman>(own, *secret, challenge, world_size);
-  store->set(admission::kChallengeKey, store_bytes(admission::kScheme + " " + challenge));
-  return c10::make_intrusive<AdmittedStore>(secret->key_prefix(), store, std::move(doorman));
+  store->set(admission::kChallengeKey,
+             store_bytes(std::string(admission::kScheme) + " " + challenge));
+  return c10::make_intrusive<JobStore>(store, *secret, challenge, std::move(doorman));
 }
 
 StorePtr join_job(const StorePtr& store, int rank, int world_size,
@@ -85,7 +74,7 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
     }
     return store;
   }
-  const std::string scheme_prefix = admission::kScheme + " ";
+  const std::string scheme_prefix = std::string(admission::kScheme) + " ";
   if (opened.rfind(scheme_prefix, 0) != 0) {
     throw InvalidArgument(who(rank) + "rank 0 asks for an admission scheme this build does not "
                           "know ('" + opened.substr(0, 40) + "'): build every rank from the "
@@ -99,8 +88,8 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
   const std::string nonce = random_hex(16);
   const std::string origin = this_process();
   const int64_t ticket = store->add(admission::kTicketsKey, 1);
-  const std::string proof =
-      secret->mac(admission::proof_message(challenge, rank, world_size, nonce));
+  const std::string proof = secret->mac(admission::admission_message(
+      admission::kProofLabel, challenge, ticket, rank, world_size, nonce));
   store->set(admission::hello_key(ticket),
              store_bytes(std::to_string(rank) + " " + std::to_string(world_size) + " " + nonce +
                          " " + proof + " " + origin));
@@ -113,14 +102,15 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
                           verdict.substr(refused.size()));
   }
   const std::string expected =
-      "admitted " + secret->mac(admission::answer_message(challenge, rank, world_size, nonce));
+      "admitted " + secret->mac(admission::admission_message(admission::kAnswerLabel, challenge,
+                                                             ticket, rank, world_size, nonce));
   if (!equal_in_constant_time(verdict, expected)) {
     throw InvalidArgument(who(rank) + "the store's answer does not prove that it holds this "
                           "job's secret: the store at MASTER_ADDR:MASTER_PORT belongs to another "
                           "job, or something other than rank 0 answers there. Check MASTER_ADDR, "
                           "MASTER_PORT and DDP_JOB_SECRET.");
   }
-  return c10::make_intrusive<c10d::PrefixStore>(secret->key_prefix(), store);
+  return c10::make_intrusive<JobStore>(store, *secret, challenge);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Admission: the first step of a rendezvous on a TCP store, before any of
 // the job's keys is read or written. Rank 0 opens the job with a fresh
 // challenge; every other rank proves that it holds the job's secret
-// (rendezvous/job_secret.h) by a MAC over the challenge, its rank and a
-// nonce of its own, and checks rank 0's answer, a MAC too: the secret never
-// crosses the network, an answer cannot be replayed into another job, and
-// a rank cannot be fooled by a store that does not hold the secret. Rank 0
+// (rendezvous/job_secret.h) by a MAC over the challenge, its ticket, its
+// rank and a nonce of its own, and checks rank 0's answer, a MAC too: the
+// secret never crosses the network, neither can be replayed under another
+// ticket or into another job, and a rank cannot be fooled by a store that
+// does not hold the secret. Rank 0
 // answers on a thread of its own for as long as the job's store lives, so a
 // process that connects mid-job is refused as one that connects early is.
 //
@@ -12,8 +13,10 @@
 //   challenge     "hmac-sha256 <challenge>", or "none" when rank 0 has no
 //                 secret (then nobody is checked, as before secrets)
 //   tickets       a counter: each request takes a ticket number T
-//   hello/T       "<rank> <world size> <nonce> <proof> <host>:<pid>"
-//   verdict/T     "admitted <answer>" or "refused <why>"
+//   hello/T       "<rank> <world size> <nonce> <proof> <host>:<pid>"; the
+//                 proof is a MAC over (challenge, T, rank, world size, nonce)
+//   verdict/T     "admitted <answer>" (a MAC over the same fields) or
+//                 "refused <why>"
 //   refused/R     why the last process claiming rank R was refused, a
 //                 sentence (for the rendezvous's timeout error on every rank)
 // A rank with a secret facing "none", or without one facing a challenge,
@@ -31,10 +34,11 @@
 
 namespace ddp::detail {
 
-// Admits this rank, holding `secret` (JobSecret::from_env()); returns the store the job's keys go through: `store`
-// itself when rank 0 has no secret, else a view of it under the secret's
-// key prefix (rank 0's also keeps its admission thread, on a connection of
-// its own from `reconnect`, until the view is destroyed).
+// Admits this rank, which holds `secret` (JobSecret::from_env(), or none).
+// Returns the store that the job's keys go through: `store` itself when
+// rank 0 has no secret, else a JobStore on it (rendezvous/job_store.h;
+// rank 0's keeps its admission thread, on a connection of its own from
+// `reconnect`, for as long as the JobStore lives).
 // InvalidArgument on the rank refused (naming why and what to set);
 // TimeoutError at `deadline` when rank 0 does not open the job or answer.
 StorePtr admit(const StorePtr& store, const std::function<StorePtr()>& reconnect, int rank,

@@ -8,10 +8,12 @@
 
 namespace ddp::detail::admission {
 
-inline const std::string kChallengeKey = "ddp/admission/challenge";
-inline const std::string kTicketsKey = "ddp/admission/tickets";
-inline const std::string kScheme = "hmac-sha256";
-inline const std::string kNoSecret = "none";
+// Plain character arrays, not std::string: rank 0's admission thread may be
+// left blocked in a store call past the end of static destruction.
+constexpr char kChallengeKey[] = "ddp/admission/challenge";
+constexpr char kTicketsKey[] = "ddp/admission/tickets";
+constexpr char kScheme[] = "hmac-sha256";
+constexpr char kNoSecret[] = "none";
 
 inline std::string hello_key(int64_t ticket) {
   return "ddp/admission/hello/" + std::to_string(ticket);
@@ -24,20 +26,19 @@ inline std::string refused_key(int rank) {
 }
 
 // What a rank's proof and rank 0's answer are MACs of: distinct labels, so
-// that neither can stand for the other.
-inline std::string proof_message(const std::string& challenge, int rank, int world_size,
-                                 const std::string& nonce) {
-  return "ddp admission proof\n" + challenge + "\n" + std::to_string(rank) + "\n" +
-         std::to_string(world_size) + "\n" + nonce;
+// that neither can stand for the other, and the ticket, so that a request
+// copied under another ticket proves nothing.
+inline std::string admission_message(const char* label, const std::string& challenge,
+                                     int64_t ticket, int rank, int world_size,
+                                     const std::string& nonce) {
+  return std::string(label) + "\n" + challenge + "\n" + std::to_string(ticket) + "\n" +
+         std::to_string(rank) + "\n" + std::to_string(world_size) + "\n" + nonce;
 }
-inline std::string answer_message(const std::string& challenge, int rank, int world_size,
-                                  const std::string& nonce) {
-  return "ddp admission answer\n" + challenge + "\n" + std::to_string(rank) + "\n" +
-         std::to_string(world_size) + "\n" + nonce;
-}
+constexpr char kProofLabel[] = "ddp admission proof";
+constexpr char kAnswerLabel[] = "ddp admission answer";
 
 // What a refusal for a missing or different secret tells the user to do.
-inline const std::string kSameSecretAdvice =
+constexpr char kSameSecretAdvice[] =
     "Start every rank with the same DDP_JOB_SECRET (ddprun sets one for all the ranks it "
     "starts; with other launchers, export it to every rank).";
 

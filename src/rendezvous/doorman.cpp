@@ -7,6 +7,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -29,6 +30,10 @@ using Clock = std::chrono::steady_clock;
 // A request that took a ticket but has not written its hello is forgotten
 // after this long (a client that died, or one that only counts tickets).
 constexpr std::chrono::seconds kHelloPatience{10};
+// At most this many requests are awaited at once (at least 64, else twice
+// the world size): a stranger that adds a huge number to the ticket count
+// costs a bounded number of checks per poll, never memory without end.
+int max_waiting(int world_size) { return std::max(64, 2 * world_size); }
 // How often the tickets are polled while ranks are still missing, and after.
 constexpr std::chrono::milliseconds kPollWhileJoining{5};
 constexpr std::chrono::milliseconds kPollAfterJoining{100};
@@ -59,7 +64,12 @@ class Answerer {
   // Takes the new tickets and answers those whose hello has come.
   void poll() {
     const int64_t tickets = store_->add(admission::kTicketsKey, 0);
+    const int64_t window = max_waiting(world_size_);
+    // Counts that went back (a stranger's negative add) are ignored; a jump
+    // past the window is skipped over to its last tickets.
+    next_ticket_ = std::max(next_ticket_, tickets - window + 1);
     for (; next_ticket_ <= tickets; ++next_ticket_) waiting_[next_ticket_] = Clock::now();
+    while (static_cast<int64_t>(waiting_.size()) > window) waiting_.erase(waiting_.begin());
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       const std::string key = admission::hello_key(it->first);
       if (store_->check({key})) {
@@ -77,13 +87,13 @@ class Answerer {
   void answer(int64_t ticket, const std::string& text) {
     Hello hello;
     if (!parse_hello(text, hello)) return refuse(ticket, hello, "its request is malformed");
-    const std::string expected = secret_.mac(
-        admission::proof_message(challenge_, hello.rank, hello.world_size, hello.nonce));
+    const std::string expected = secret_.mac(admission::admission_message(
+        admission::kProofLabel, challenge_, ticket, hello.rank, hello.world_size, hello.nonce));
     if (!equal_in_constant_time(hello.proof, expected)) {
       return refuse(ticket, hello,
                     "its proof of the job secret does not match rank 0's (DDP_JOB_SECRET differs "
                     "between the ranks, or the process belongs to another job). " +
-                        admission::kSameSecretAdvice);
+                        std::string(admission::kSameSecretAdvice));
     }
     if (hello.world_size != world_size_) {
       return refuse(ticket, hello,
@@ -107,9 +117,10 @@ class Answerer {
     ++admitted_count_;
     store_->deleteKey(admission::refused_key(hello.rank));
     store_->set(admission::verdict_key(ticket),
-                store_bytes("admitted " + secret_.mac(admission::answer_message(
-                                              challenge_, hello.rank, hello.world_size,
-                                              hello.nonce))));
+                store_bytes("admitted " +
+                            secret_.mac(admission::admission_message(
+                                admission::kAnswerLabel, challenge_, ticket, hello.rank,
+                                hello.world_size, hello.nonce))));
   }
 
   void refuse(int64_t ticket, const Hello& hello, const std::string& why) {

@@ -126,12 +126,12 @@ std::string agent_store_prefix() {
 
 // A connection to the rendezvous store, and how to open another one to it
 // (rank 0's admission thread has its own).
-struct TcpStore {
+struct StoreConnection {
   StorePtr store;
   std::function<StorePtr()> reconnect;
 };
 
-TcpStore make_tcp_store(const Endpoint& master, const InitOptions& o,
+StoreConnection make_tcp_store(const Endpoint& master, const InitOptions& o,
                         std::chrono::steady_clock::time_point deadline) {
   const bool agent = master.source == "MASTER_ADDR" && agent_hosts_store();
   c10d::TCPStoreOptions opts;
@@ -294,14 +294,17 @@ StorePtr rendezvous(InitOptions& o) {
     *step = "resolving the master address";
     resolve_master(*master, options.rank(), deadline);
     *step = "connecting to the store";
-    TcpStore tcp = make_tcp_store(*master, options, deadline);
+    StoreConnection tcp = make_tcp_store(*master, options, deadline);
     *step = "being admitted to the job";
     StorePtr job = detail::admit(tcp.store, tcp.reconnect, options.rank(), options.world_size(),
                                  secret, deadline);
     *step = "announcing this rank and counting arrivals";
+    // What the steps before left of the rendezvous timeout.
+    const auto left = std::max(std::chrono::milliseconds(1),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
     try {
-      detail::wait_for_all_ranks(job, options.rank(), options.world_size(), timeout,
-                                 "rendezvous");
+      detail::wait_for_all_ranks(job, options.rank(), options.world_size(), left, "rendezvous");
     } catch (const TimeoutError& e) {
       throw TimeoutError(e.what() + detail::admission_refusals(tcp.store, options.world_size()));
     }

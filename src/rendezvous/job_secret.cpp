@@ -25,6 +25,15 @@ std::string to_hex(const unsigned char* bytes, std::size_t n) {
   return hex;
 }
 
+// OpenSSL frees its state in an atexit handler of its own, but a MAC may be
+// needed after that: a process group torn down in static destruction still
+// writes to the job's store (rendezvous/job_store.h). So the library is set
+// up without that handler, once, before its first use.
+void set_up_openssl() {
+  static const bool set_up = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+  if (!set_up) throw Error("ddp: OpenSSL's libcrypto failed to initialise");
+}
+
 }  // namespace
 
 std::optional<JobSecret> JobSecret::from_env() {
@@ -42,6 +51,7 @@ std::optional<JobSecret> JobSecret::from_env() {
 }
 
 std::string JobSecret::mac(const std::string& message) const {
+  set_up_openssl();
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
@@ -52,8 +62,8 @@ std::string JobSecret::mac(const std::string& message) const {
   return to_hex(digest, length);
 }
 
-std::string JobSecret::key_prefix() const {
-  return "ddp/job/" + mac("ddp job key prefix").substr(0, 32);
+std::string JobSecret::key_prefix(const std::string& challenge) const {
+  return "ddp/job/" + mac("ddp job key prefix\n" + challenge).substr(0, 32);
 }
 
 std::string random_hex(std::size_t bytes) {

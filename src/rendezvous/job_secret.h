@@ -1,9 +1,9 @@
 // A job's identity: the secret every rank of one job holds (DDP_JOB_SECRET;
 // ddprun sets a fresh one per job). It never leaves the process: ranks prove
 // they hold it with HMAC-SHA256 over a challenge (rendezvous/admission.h),
-// and the job's store keys live under a prefix derived from it, so that a
-// process without it can neither name nor read them. docs/security.md has
-// the threat model.
+// and the job's store keys live under a prefix derived from it, their
+// values carrying MACs (rendezvous/job_store.h). docs/security.md has the
+// threat model.
 #pragma once
 
 #include <optional>
@@ -31,9 +31,10 @@ class JobSecret {
   std::string mac(const std::string& message) const;
 
   // The prefix of the job's store keys: "ddp/job/" and 32 hex characters
-  // of a MAC, the same on every rank holding the secret, unrelated for any
-  // other secret, and telling nothing of the secret itself.
-  std::string key_prefix() const;
+  // of a MAC over the job's challenge, the same on every rank of the job,
+  // unrelated for another secret or another job, telling nothing of the
+  // secret itself.
+  std::string key_prefix(const std::string& challenge) const;
 
  private:
   std::string key_;

@@ -110,7 +110,7 @@ for r in 0 1; do
   error_at=$(sed -n 's/^survivor rank .*error came at unix ms \([0-9]*\)$/\1/p' "$tmp/down$r")
   ms=$(( ${error_at:-0} - down ))
   if grep -q "^exit 3 at" "$tmp/down$r" && grep -q "Timed out" "$tmp/down$r" && [ -n "$error_at" ] &&
-     [ "$ms" -le 7000 ]; then
+     [ "$ms" -ge 0 ] && [ "$ms" -le 7000 ]; then
     echo "ok - link down: rank $r failed $ms ms after it (timeout 5 s, at most 7 s), and exited"
   else
     echo "not ok - link down: rank $r (its error ${ms} ms after it, limit 7000)"

@@ -21,10 +21,11 @@ TEST(JobSecret, MacIsHmacSha256OfRfc4231) {
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
-TEST(JobSecret, KeyPrefixIsTheSameForOneSecretAndUnrelatedForAnother) {
-  const std::string a = JobSecret("0123456789abcdef0123").key_prefix();
-  EXPECT_EQ(a, JobSecret("0123456789abcdef0123").key_prefix());
-  EXPECT_NE(a, JobSecret("0123456789abcdef0124").key_prefix());
+TEST(JobSecret, KeyPrefixIsTheSameForOneJobAndUnrelatedForAnother) {
+  const std::string a = JobSecret("0123456789abcdef0123").key_prefix("challenge1");
+  EXPECT_EQ(a, JobSecret("0123456789abcdef0123").key_prefix("challenge1"));
+  EXPECT_NE(a, JobSecret("0123456789abcdef0124").key_prefix("challenge1"));
+  EXPECT_NE(a, JobSecret("0123456789abcdef0123").key_prefix("challenge2"));
   EXPECT_EQ(a.rfind("ddp/job/", 0), 0u);
   EXPECT_EQ(a.size(), std::string("ddp/job/").size() + 32);
   EXPECT_EQ(a.find("0123456789abcdef"), std::string::npos);

@@ -64,7 +64,9 @@ std::optional<std::string> FailureReports::report(const std::string& report,
           store->set(kFirst, store_bytes(report));
           return report;
         }
-        // Another rank counted first and is writing its report: wait briefly.
+        // Another rank counted first and is writing its report: wait briefly
+        // (a third of the budget at most: the other calls need the rest).
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + kFailureBudget / 3);
         while (!store->check({kFirst})) {
           if (std::chrono::steady_clock::now() >= deadline) return "";
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
