@@ -9,7 +9,7 @@
 namespace ddp::detail {
 namespace {
 
-constexpr int kFields = 7;
+constexpr int kFields = 6;
 
 }  // namespace
 
@@ -49,13 +49,10 @@ std::string CheckedProcessGroup::describe(const Fingerprint& f) {
 
 void CheckedProcessGroup::check(Fingerprint mine) {
   mine.number = ++checked_;
-  const int64_t fields[kFields] = {static_cast<int64_t>(mine.kind),
-                                   mine.op,
-                                   mine.dtype,
-                                   mine.numel,
-                                   mine.tensors,
-                                   mine.root,
-                                   mine.number};
+  // The number is not sent: the n-th check's allgather pairs the n-th
+  // collective of every rank, so every rank's number is this one.
+  const int64_t fields[kFields] = {
+      static_cast<int64_t>(mine.kind), mine.op, mine.dtype, mine.numel, mine.tensors, mine.root};
   at::Tensor local = at::tensor(at::ArrayRef<int64_t>(fields, kFields), at::kLong);
   std::vector<at::Tensor> all;
   for (int r = 0; r < size(); ++r) all.push_back(at::empty({kFields}, at::kLong));
@@ -69,7 +66,7 @@ void CheckedProcessGroup::check(Fingerprint mine) {
     auto* v = all[r].data_ptr<int64_t>();
     Fingerprint f{
         static_cast<OpKind>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), v[3], v[4],
-        static_cast<int>(v[5]), v[6]};
+        static_cast<int>(v[5]), mine.number};
     report += "\n  rank " + std::to_string(r) + ": " + describe(f);
   }
   CollectiveMismatch mismatch("ddp: " + where() +

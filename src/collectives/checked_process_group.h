@@ -1,6 +1,6 @@
 // DDP_DEBUG=detail: a ProcessGroup that, before each collective, allgathers
-// a fingerprint of it (its number on the group, kind, reduce op, dtype,
-// element counts, root) over
+// a fingerprint of it (kind, reduce op, dtype, element counts, root; its
+// number on the group goes into the error) over
 // the wrapped group and compares them. On disagreement every rank raises
 // CollectiveMismatch listing what each rank issued; nothing is mixed.
 // It costs one small blocking allgather per collective: a debug mode.
@@ -39,8 +39,8 @@ class CheckedProcessGroup : public ProcessGroup {
     int64_t numel = 0;  // per rank, summed over tensors
     int64_t tensors = 0;
     int root = -1;
-    int64_t number = 0;  // the collective's number on this group, from 1
-                         // (for the error: which collective disagreed)
+    int64_t number = 0;  // the collective's number on this group, from 1, the
+                         // same on every rank (for the error: which one)
   };
   // Throws CollectiveMismatch on every rank when the fingerprints differ.
   void check(Fingerprint mine);  // numbers it
