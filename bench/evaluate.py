@@ -13,6 +13,8 @@ subcommands (bench/README.md says what each runs and which program it uses):
                 PyTorch's DDP (eval/compare.py)
   collectives   allreduce by backend against c10d and raw MPI, with the bus
                 bandwidth plot (eval/collectives.py)
+  compression   adaptive-precision compression against fp32, fp16 and PowerSGD
+                on the main job: accuracy, bytes, time (eval/compression.py)
   zero          ZeroRedundancyOptimizer against unsharded Adam, ours and
                 PyTorch's: state memory and iteration time (eval/zero.py)
   report        the report of a `paper` results directory again (eval/report.py)
@@ -39,6 +41,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval"))
 
 import collectives  # noqa: E402
+import compression  # noqa: E402
 import compare  # noqa: E402
 import harness  # noqa: E402
 import models_check  # noqa: E402
@@ -70,6 +73,7 @@ def main():
     paper.add_parser(sub)
     compare.add_parsers(sub)
     collectives.add_parser(sub)
+    compression.add_parser(sub)
     models_check.add_parser(sub)
     zero.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")

@@ -192,6 +192,39 @@ uint64_t parameters_hash(const std::vector<torch::Tensor>& parameters) {
 }
 
 // The training loop, for either dataset (`train`: examples of one sample).
+// --compress as the hook's options (the flag was checked by train::parse).
+ddp::AdaptiveCompressionOptions compression_options(const Flags& f) {
+  auto options = ddp::AdaptiveCompressionOptions().window(f.compress_window);
+  if (f.compress == "adaptive") return options;
+  std::vector<ddp::CompressionLevel> levels;
+  for (const auto& level : train::compression_ladder(f.compress)) {
+    if (level == "full") levels.push_back(ddp::CompressionLevel::full());
+    if (level == "fp16") levels.push_back(ddp::CompressionLevel::fp16());
+    if (level == "bf16") levels.push_back(ddp::CompressionLevel::bf16());
+    if (level.rfind("powersgd:", 0) == 0) {
+      levels.push_back(ddp::CompressionLevel::powerSGD(std::stoll(level.substr(9))));
+    }
+  }
+  return options.levels(levels);
+}
+
+// One line of what --compress sent: bytes, levels used, switches.
+std::string compression_summary(const ddp::AdaptiveCompressionState& state) {
+  const auto stats = state.stats();
+  const auto& levels = state.options().levels();
+  std::string text = "sent " + std::to_string(stats.bytes_sent) + " bytes of " +
+                     std::to_string(stats.bytes_uncompressed) + " (" +
+                     std::to_string(stats.sent_fraction()) + " of full precision); reductions:";
+  for (size_t i = 0; i < levels.size(); ++i) {
+    text += (i ? ", " : " ") + levels[i].name() + " " +
+            std::to_string(stats.reductions_per_level[i]);
+  }
+  int critical = 0;
+  for (const auto& change : stats.switches) critical += change.critical ? 1 : 0;
+  return text + "; " + std::to_string(stats.switches.size()) + " switches (" +
+         std::to_string(critical) + " critical)";
+}
+
 template <typename Dataset>
 void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset train,
          const std::string& data_name, Net net, const torch::Tensor& test_images,
@@ -209,6 +242,12 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
                                               .bucket_cap_mb(f.bucket_cap_mb)
                                               .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
                                               .find_unused_parameters(f.find_unused));
+  std::shared_ptr<ddp::AdaptiveCompressionState> compression;
+  if (!f.compress.empty()) {
+    compression = model->register_comm_hook(
+        ddp::AdaptiveCompressionState(compression_options(f).process_group(pg)),
+        ddp::adaptive_compression_hook);
+  }
   const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   ddp::ZeroRedundancyOptimizer* zero = nullptr;  // with --zero
@@ -358,6 +397,10 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
         last_epoch_loss, test_loss, 100 * accuracy, static_cast<long long>(test_images.size(0)),
         static_cast<long long>(state.iteration - first_step), train_s);
     std::printf("final: last iteration %s\n", model->stats().summary().c_str());
+    if (compression) {
+      std::printf("final: --compress %s: %s\n", f.compress.c_str(),
+                  compression_summary(*compression).c_str());
+    }
     std::printf("final: parameters fnv1a64 %016llx\n",
                 static_cast<unsigned long long>(parameters_hash(net->parameters())));
     // The wrapped module, as a plain (non-DDP) checkpoint: it loads into a Net.
@@ -515,7 +558,7 @@ int main(int argc, char** argv) {
   }
   try {
     torch::set_num_threads(f.threads);
-    torch::manual_seed(1);  // the same model on every rank (DDP broadcasts rank 0's anyway)
+    torch::manual_seed(f.seed);  // the same model on every rank (DDP broadcasts rank 0's anyway)
     if (f.elastic) {
       // No group yet (the runner forms them): each process looks for the
       // data alone (on one host they all find the same).

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace train {
 
@@ -32,6 +33,13 @@ inline const char* const kUsage =
     "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
     "                      min(1, MB))\n"
     "  --find-unused       DDP find_unused_parameters(true)\n"
+    "  --compress LEVELS   reduce gradients through ddp::adaptive_compression_hook:\n"
+    "                      LEVELS is a comma-separated ladder from the most precise\n"
+    "                      level to the most compressed (full, fp16, bf16,\n"
+    "                      powersgd:R), one level is fixed compression, 'adaptive'\n"
+    "                      the hook's default ladder; rank 0 prints the bytes sent\n"
+    "                      and the levels used (default: no hook)\n"
+    "  --compress-window N iterations per window of --compress (default 50)\n"
     "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
     "  --elastic           train through ddp::ElasticRunner: ranks may die or join\n"
     "                      (run under ddprun --elastic MIN:MAX); not with --zero,\n"
@@ -51,6 +59,7 @@ inline const char* const kUsage =
     "  --dropout P         dropout after each hidden layer (default 0); each rank\n"
     "                      draws its masks from its own seed\n"
     "  --float64           train in float64 instead of float32\n"
+    "  --seed S            the seed of the model's initial parameters (default 1)\n"
     "  --threads T         intra-op threads per rank (default 1)\n"
     "  --timeout S         seconds a collective may wait for the other ranks before\n"
     "                      the job fails (default 30 minutes; $DDP_TIMEOUT, read\n"
@@ -72,8 +81,11 @@ struct Flags {
   int64_t train_size = 40000;
   double dropout = 0;
   bool float64 = false;
+  int64_t seed = 1;
   double bucket_cap_mb = 25;
   bool find_unused = false;
+  std::string compress;         // empty: no communication hook
+  int64_t compress_window = 50;
   bool zero = false;
   bool uneven = false;
   bool elastic = false;
@@ -104,6 +116,14 @@ T number(const std::string& flag, const std::string& text, T min) {
     throw UsageError(message.str());
   }
   return value;
+}
+
+// --compress's levels, in order ("" -> none).
+inline std::vector<std::string> compression_ladder(const std::string& text) {
+  std::vector<std::string> levels;
+  std::stringstream in(text);
+  for (std::string level; std::getline(in, level, ',');) levels.push_back(level);
+  return levels;
 }
 
 inline Flags parse(int argc, char** argv) {
@@ -143,10 +163,16 @@ inline Flags parse(int argc, char** argv) {
       f.dropout = number<double>(flag, next(), 0);
     else if (flag == "--float64")
       f.float64 = true;
+    else if (flag == "--seed")
+      f.seed = number<int64_t>(flag, next(), 0);
     else if (flag == "--bucket-cap-mb")
       f.bucket_cap_mb = number<double>(flag, next(), 0);
     else if (flag == "--find-unused")
       f.find_unused = true;
+    else if (flag == "--compress")
+      f.compress = next();
+    else if (flag == "--compress-window")
+      f.compress_window = number<int64_t>(flag, next(), 1);
     else if (flag == "--zero")
       f.zero = true;
     else if (flag == "--uneven")
@@ -174,6 +200,19 @@ inline Flags parse(int argc, char** argv) {
     throw UsageError("--data expects fashion-mnist or synthetic, got '" + f.data + "'");
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
+  for (const auto& level : compression_ladder(f.compress)) {
+    if (level == "full" || level == "fp16" || level == "bf16") continue;
+    if (level == "adaptive" && f.compress == "adaptive") continue;
+    if (level.rfind("powersgd:", 0) == 0) {
+      number<int64_t>("--compress powersgd:R", level.substr(9), 1);
+      continue;
+    }
+    throw UsageError("--compress: '" + level +
+                     "' is not a level (full, fp16, bf16, powersgd:R) nor 'adaptive' alone");
+  }
+  if (f.elastic && !f.compress.empty()) {
+    throw UsageError("--compress does not go with --elastic (the elastic runner builds DDP itself)");
+  }
   if (f.zero && f.checkpoint_every > 0) {
     throw UsageError(
         "--zero with --checkpoint-every: a snapshot needs the optimizer's whole "

@@ -1,0 +1,306 @@
+// The adaptive compression hook. Every level reuses a built-in hook: full
+// precision is allreduce_hook, fp16/bf16 their compress hooks, PowerSGD
+// powerSGD_hook on a PowerSGDState per rank (warm start on, its own error
+// feedback off: the error is kept here, per bucket, so that it survives a
+// change of level).
+#include <ddp/hooks/adaptive_compression.h>
+
+#include <ddp/errors.h>
+#include <ddp/hooks/default_hooks.h>
+#include <ddp/hooks/powersgd.h>
+#include <ddp/mutex.h>
+
+#include "hooks/adaptive_policy.h"
+#include "rendezvous/default_group.h"
+#include "timeline/rank_timeline.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <map>
+#include <sstream>
+
+namespace ddp {
+
+std::string CompressionLevel::name() const {
+  switch (kind) {
+    case Kind::kFull:
+      return "full";
+    case Kind::kFloat16:
+      return "fp16";
+    case Kind::kBFloat16:
+      return "bf16";
+    case Kind::kPowerSGD:
+      return "powerSGD rank " + std::to_string(powerSGD_rank);
+  }
+  return "unknown";
+}
+
+namespace detail {
+namespace {
+
+double options_fingerprint(const AdaptiveCompressionOptions& o) {
+  std::ostringstream text;
+  for (const auto& level : o.levels()) text << level.name() << ';';
+  text << o.window() << ';' << o.critical_threshold() << ';' << o.min_compression_rate() << ';'
+       << o.error_feedback() << ';' << o.random_seed();
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text.str()) hash = (hash ^ c) * 1099511628211ull;
+  return static_cast<double>(hash % (1u << 20));
+}
+
+}  // namespace
+
+class AdaptiveCompression {
+ public:
+  explicit AdaptiveCompression(AdaptiveCompressionOptions options) : options_(std::move(options)) {
+    auto bad = [](const std::string& what) {
+      throw InvalidArgument("ddp: AdaptiveCompressionOptions: " + what);
+    };
+    if (options_.levels().empty()) bad("levels is empty: give at least one level");
+    for (size_t i = 0; i < options_.levels().size(); ++i) {
+      const auto& level = options_.levels()[i];
+      if (level.kind == CompressionLevel::Kind::kPowerSGD && level.powerSGD_rank < 1) {
+        bad("levels[" + std::to_string(i) + "] is PowerSGD of rank " +
+            std::to_string(level.powerSGD_rank) + ": the rank must be >= 1");
+      }
+    }
+    if (options_.window() < 1) {
+      bad("window must be >= 1 iteration, got " + std::to_string(options_.window()));
+    }
+    if (!(options_.critical_threshold() > 0)) {
+      bad("critical_threshold must be > 0, got " + std::to_string(options_.critical_threshold()));
+    }
+    if (!(options_.min_compression_rate() > 0)) {
+      bad("min_compression_rate must be > 0, got " +
+          std::to_string(options_.min_compression_rate()));
+    }
+    stats_.reductions_per_level.assign(options_.levels().size(), 0);
+    fingerprint_ = options_fingerprint(options_);
+  }
+
+  ~AdaptiveCompression() {
+    if (!timeline_) return;
+    for (auto& [index, bucket] : buckets_) trace_run(index, bucket, iteration_);
+  }
+
+  const AdaptiveCompressionOptions& options() const { return options_; }
+
+  AdaptiveCompressionStats stats() const {
+    MutexLock lock(stats_mutex_);
+    return stats_;
+  }
+
+  void mark_critical() { marks_.fetch_add(1); }
+
+  FuturePtr reduce(GradBucket& bucket) {
+    if (!group_) {
+      group_ = group_or_default(options_.process_group());
+      timeline_ = RankTimeline::open_from_env(group_->rank());
+    }
+    if (iteration_ != memories_checked_at_ && iteration_ <= 2) forget_bucket_memories();
+    const size_t index = bucket.index();
+    Bucket& state = buckets_[index];
+    if (state.run_start == TraceClock::time_point{}) state.run_start = TraceClock::now();
+    at::Tensor buffer = bucket.buffer();
+    if (iteration_ > 0 && iteration_ % options_.window() == 0 && state.decided_at < iteration_) {
+      decide(index, state, buffer.device());
+    }
+    if (group_->rank() == 0) accumulate(state, buffer);
+
+    const CompressionLevel& level = options_.levels()[state.level];
+    const int64_t full_bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    int64_t sent_bytes = 0;
+    FuturePtr result;
+    if (level.kind == CompressionLevel::Kind::kPowerSGD) {
+      PowerSGDState& powersgd = powersgd_state(level.powerSGD_rank);
+      const int64_t before = powersgd.compression_stats().numel_after;
+      at::Tensor input_copy;
+      if (options_.error_feedback()) {
+        if (state.error.defined() && state.error.numel() == buffer.numel()) buffer.add_(state.error);
+        input_copy = buffer.clone();
+      }
+      result = powerSGD_hook(powersgd, bucket);  // synchronous: the buffer holds the result
+      if (options_.error_feedback()) state.error = input_copy.sub_(bucket.buffer());
+      sent_bytes = (powersgd.compression_stats().numel_after - before) *
+                   static_cast<int64_t>(buffer.element_size());
+    } else {
+      if (state.error.defined()) {
+        if (state.error.numel() == buffer.numel()) buffer.add_(state.error);
+        state.error = at::Tensor();
+      }
+      switch (level.kind) {
+        case CompressionLevel::Kind::kFloat16:
+          result = fp16_compress_hook(group_, bucket);
+          sent_bytes = buffer.numel() * 2;
+          break;
+        case CompressionLevel::Kind::kBFloat16:
+          result = bf16_compress_hook(group_, bucket);
+          sent_bytes = buffer.numel() * 2;
+          break;
+        default:
+          result = allreduce_hook(group_, bucket);
+          sent_bytes = full_bytes;
+      }
+    }
+    {
+      MutexLock lock(stats_mutex_);
+      stats_.bytes_sent += sent_bytes;
+      stats_.bytes_uncompressed += full_bytes;
+      ++stats_.reductions_per_level[state.level];
+      if (stats_.bucket_levels.size() <= index) stats_.bucket_levels.resize(index + 1, 0);
+      stats_.bucket_levels[index] = state.level;
+      if (bucket.is_last()) stats_.iterations = iteration_ + 1;
+    }
+    if (bucket.is_last()) ++iteration_;
+    return result;
+  }
+
+ private:
+  struct Bucket {
+    size_t level = 0;
+    int64_t decided_at = 0;  // the iteration of the last decision
+    at::Tensor error;  // what PowerSGD lost last time (error feedback)
+    // Rank 0: the gradient summed over the current window, and the norm of
+    // the previous window's sum (negative: none yet).
+    at::Tensor window_sum;
+    double previous_norm = -1;
+    uint64_t marks_seen = 0;
+    // The current level's run, for the timeline.
+    TraceClock::time_point run_start;
+    int64_t run_start_iteration = 0;
+  };
+
+  // DDP rebuilds its buckets after the first iteration, so before the
+  // second and the third, what is kept per bucket index may belong to other
+  // gradients now: the errors and PowerSGD's warm starts go.
+  void forget_bucket_memories() {
+    memories_checked_at_ = iteration_;
+    powersgd_.clear();
+    for (auto& entry : buckets_) entry.second.error = at::Tensor();
+  }
+
+  void accumulate(Bucket& state, const at::Tensor& buffer) {
+    if (!state.window_sum.defined() || state.window_sum.numel() != buffer.numel()) {
+      state.window_sum = at::zeros_like(buffer, at::kDouble);  // buckets were rebuilt
+    }
+    state.window_sum.add_(buffer);
+  }
+
+  // At the first launch of a window: rank 0 judges the window that ended
+  // and broadcasts the bucket's level; every rank applies it.
+  void decide(size_t index, Bucket& state, const at::Device& device) {
+    state.decided_at = iteration_;
+    const uint64_t marks = marks_.load();
+    const bool marked = marks != state.marks_seen;
+    state.marks_seen = marks;
+    const bool judging = iteration_ >= 2 * options_.window();
+    // Rank 0's decision and every rank's fingerprint of its options, summed:
+    // the others add zeros to the decision, and the fingerprints agree when
+    // n * sum(f^2) == sum(f)^2 (exact: f < 2^20).
+    at::Tensor decision = at::zeros({5}, at::kDouble);
+    auto* values = decision.data_ptr<double>();
+    if (group_->rank() == 0) {
+      const double norm = state.window_sum.defined() ? state.window_sum.norm().item<double>() : 0;
+      if (state.window_sum.defined()) state.window_sum.zero_();
+      LevelDecision d{state.level, false, 0};
+      if (judging) {
+        d = next_level(state.level, options_.levels().size(), state.previous_norm, norm,
+                       options_.critical_threshold(), marked);
+      }
+      state.previous_norm = norm;
+      values[0] = static_cast<double>(d.level);
+      values[1] = d.critical ? 1 : 0;
+      values[2] = d.norm_change;
+    }
+    if (!judging) return;  // the first windows keep levels[0]: nothing to agree on
+    values[3] = fingerprint_;
+    values[4] = fingerprint_ * fingerprint_;
+    // On the bucket's device: a group may take only that (nccl).
+    at::Tensor on_device = decision.to(device);
+    group_->allreduce(on_device)->wait();
+    decision.copy_(on_device);
+    const auto to = static_cast<size_t>(values[0]);
+    if (group_->size() * values[4] != values[3] * values[3] || to >= options_.levels().size()) {
+      throw InvalidArgument("ddp: adaptive_compression_hook: rank " +
+                            std::to_string(group_->rank()) + " (bucket " + std::to_string(index) +
+                            ", iteration " + std::to_string(iteration_) +
+                            "): the ranks' AdaptiveCompressionOptions differ (levels, window, "
+                            "threshold, min_compression_rate, error_feedback or random_seed): "
+                            "give every rank the same options");
+    }
+    if (to == state.level) return;
+    AdaptiveCompressionStats::Switch change;
+    change.iteration = iteration_;
+    change.bucket = index;
+    change.from = state.level;
+    change.to = to;
+    change.critical = values[1] != 0;
+    change.norm_change = values[2];
+    trace_run(index, state, iteration_);
+    state.level = to;
+    state.run_start = TraceClock::now();
+    state.run_start_iteration = iteration_;
+    MutexLock lock(stats_mutex_);
+    stats_.switches.push_back(change);
+  }
+
+  // The bucket's run at its current level, as a span of the timeline.
+  void trace_run(size_t index, const Bucket& state, int64_t end_iteration) {
+    if (!timeline_ || end_iteration <= state.run_start_iteration) return;
+    std::ostringstream name;
+    name << "bucket " << index << ": " << options_.levels()[state.level].name();
+    timeline_->add({"compression", name.str(), state.run_start, TraceClock::now()},
+                   state.run_start_iteration);
+  }
+
+  PowerSGDState& powersgd_state(int64_t rank) {
+    auto it = powersgd_.find(rank);
+    if (it != powersgd_.end()) return it->second;
+    // Error feedback and warm start off at construction: PowerSGDState then
+    // allows starting at once, which is safe here because its memories are
+    // dropped when DDP rebuilds its buckets (forget_bucket_memories).
+    PowerSGDState powersgd(group_, rank, /*start_powerSGD_iter=*/0,
+                           options_.min_compression_rate(), /*use_error_feedback=*/false,
+                           /*warm_start=*/false, /*orthogonalization_epsilon=*/0,
+                           options_.random_seed() + static_cast<uint64_t>(rank),
+                           /*compression_stats_logging_frequency=*/int64_t{1} << 40);
+    powersgd.warm_start = true;
+    return powersgd_.emplace(rank, std::move(powersgd)).first->second;
+  }
+
+  const AdaptiveCompressionOptions options_;
+  double fingerprint_ = 0;  // of the options that must agree across ranks, < 2^20
+  // Touched by the communication thread only.
+  ProcessGroupPtr group_;
+  std::shared_ptr<RankTimeline> timeline_;
+  int64_t iteration_ = 0;
+  int64_t memories_checked_at_ = -1;
+  std::map<size_t, Bucket> buckets_;
+  std::map<int64_t, PowerSGDState> powersgd_;  // by rank
+  // Any thread.
+  std::atomic<uint64_t> marks_{0};
+  mutable Mutex stats_mutex_;
+  AdaptiveCompressionStats stats_ DDP_GUARDED_BY(stats_mutex_);
+};
+
+}  // namespace detail
+
+AdaptiveCompressionState::AdaptiveCompressionState(AdaptiveCompressionOptions options)
+    : impl_(std::make_unique<detail::AdaptiveCompression>(std::move(options))) {}
+AdaptiveCompressionState::~AdaptiveCompressionState() = default;
+AdaptiveCompressionState::AdaptiveCompressionState(AdaptiveCompressionState&&) noexcept = default;
+AdaptiveCompressionState& AdaptiveCompressionState::operator=(AdaptiveCompressionState&&) noexcept =
+    default;
+
+const AdaptiveCompressionOptions& AdaptiveCompressionState::options() const {
+  return impl_->options();
+}
+AdaptiveCompressionStats AdaptiveCompressionState::stats() const { return impl_->stats(); }
+void AdaptiveCompressionState::mark_critical() { impl_->mark_critical(); }
+
+FuturePtr adaptive_compression_hook(AdaptiveCompressionState& state, GradBucket& bucket) {
+  return state.impl_->reduce(bucket);
+}
+
+}  // namespace ddp
