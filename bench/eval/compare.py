@@ -34,8 +34,8 @@ import time
 
 import hooks_table
 import train_table
-from harness import PYTHON, REPO, Log, Snapshot, die, git_description, md_table, \
-    paired_ratio, quick_out, require_python, run_bounded, alternated, write_json
+from harness import REPO, Log, Snapshot, die, git_description, md_table, \
+    paired_ratio, quick_out, reference_python, require_python, run_bounded, alternated, write_json
 
 PYTORCH_TRAIN = os.path.join(REPO, "bench", "pytorch_ddp_train.py")
 HOOKS = "none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1"
@@ -108,7 +108,7 @@ def quick(args, name):
     args.out = args.out or (quick_out(name) if args.quick else
                             os.path.join(REPO, "bench", "results"))
     os.makedirs(args.out, exist_ok=True)
-    require_python()
+    require_python(reference_python(args.build))
 
 
 class Runs:
@@ -163,7 +163,7 @@ def run_train(args):
             if side == "ddp":
                 cmd = ours_launch + [snap.bench, "train"] + tail + shlex.split(args.ddp_args)
             else:
-                cmd = pytorch_launch + [PYTHON, PYTORCH_TRAIN] + tail + \
+                cmd = pytorch_launch + [snap.python, PYTORCH_TRAIN] + tail + \
                     shlex.split(args.pytorch_args)
             status, _ = runs.run("%s round %d/%d: %s" % (model, r, args.rounds, side), cmd,
                                  json_path, ours_env if side == "ddp" else None)
@@ -224,7 +224,7 @@ def run_hooks(args):
                         % (model, hook, r, side))
                 continue
             cmd = [snap.bench, "train", "--impls", "ddp"] if side == "ddp" else \
-                [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"]
+                [snap.python, PYTORCH_TRAIN, "--impls", "pytorch_ddp"]
             cmd = snap.launcher(args.link, 2) + cmd + ["--model", model] + common + \
                 ["--hook", hook, "--tag", "round %d" % r, "--json", json_path]
             status, text = runs.run("%s %s round %d/%d: %s" % (model, hook, r, args.rounds, side),
@@ -277,7 +277,7 @@ def run_hierarchical(args):
             side_launch = launch
             cmd = [snap.bench, "train", "--impls", "ddp"]
             if side == "pytorch":
-                cmd, env = [PYTHON, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
+                cmd, env = [snap.python, PYTORCH_TRAIN, "--impls", "pytorch_ddp"], None
             elif side == "hierarchical-mpi":
                 # netem's mpirun passes its environment on to every node's ranks
                 side_launch = snap.netem_cmd(args.rate, nodes=2, nproc_per_node=2, mpirun=True)

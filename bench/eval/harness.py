@@ -22,7 +22,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and matplotlib
+# Debian's Python: matplotlib (the plots), and PyTorch 1.13 for build-debian/.
+PLOT_PYTHON = "/usr/bin/python3"
 # glibc's mmap threshold adapts to a process's history of frees and settles
 # differently in the Python process than in ours: on ResNet-18 the Python
 # ranks took 3x the page faults (897K against 300K for the same iterations),
@@ -43,10 +44,35 @@ def quick_out(subcommand):
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddp-bench-quick", subcommand)
 
 
-def require_python(modules="torch.distributed"):
-    if subprocess.run([PYTHON, "-c", "import " + modules], capture_output=True).returncode:
-        die("%s cannot import %s: run scripts/install-deps.sh (python3-torch, "
-            "python3-matplotlib)" % (PYTHON, modules))
+def reference_python(build):
+    """The Python whose PyTorch is the reference for the ddp of `build`: the
+    one its CMake cache names (DDP_REFERENCE_PYTHON: the project's venv with
+    pip's PyTorch 2.x for build/, Debian's 1.13 for build-debian/), unless
+    the environment's DDP_REFERENCE_PYTHON says otherwise. Both sides of a
+    comparison then run the same libtorch."""
+    if os.environ.get("DDP_REFERENCE_PYTHON"):
+        return os.environ["DDP_REFERENCE_PYTHON"]
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("DDP_REFERENCE_PYTHON:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return PLOT_PYTHON
+
+
+def require_python(python, modules="torch.distributed"):
+    if subprocess.run([python, "-c", "import " + modules], capture_output=True).returncode:
+        die("%s cannot import %s: run scripts/install-deps.sh (the venv's torch, "
+            "python3-torch, python3-matplotlib)" % (python, modules))
+
+
+def torch_version(python):
+    """`torch.__version__` of `python`, or "unknown"."""
+    proc = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
 def git_description():
@@ -90,6 +116,7 @@ class Snapshot:
                 if os.path.exists(module):
                     shutil.copy2(module, self.dir)
         self.bench = os.path.join(self.dir, "ddp_bench")
+        self.python = reference_python(build)  # PyTorch's side
         self.ddprun = os.path.join(self.dir, "ddprun")
         self.built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench)))
         self.env = dict(os.environ)

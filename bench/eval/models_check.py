@@ -14,7 +14,7 @@ per-parameter float64 sums as printed, %.9e) are reported, and required with
 import os
 import subprocess
 
-from harness import PYTHON, REPO, Snapshot, die
+from harness import REPO, Snapshot, die
 
 MODELS = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
 
@@ -27,12 +27,12 @@ def listing(cmd, env=None):
     return [l for l in proc.stdout.splitlines() if l.strip()], None
 
 
-def compare(bench, env, model, seed=0):
+def compare(bench, python, env, model, seed=0):
     """{same_structure, same_initial_weights, tensors, parameters, difference}:
     `difference` names the first line where the structures differ, or why
     there is nothing to compare."""
     cxx, err_c = listing([bench, "models", "--print", model, "--seed", str(seed)], env)
-    py, err_p = listing([PYTHON, os.path.join(REPO, "bench", "models", "models.py"), "--print",
+    py, err_p = listing([python, os.path.join(REPO, "bench", "models", "models.py"), "--print",
                          model, "--seed", str(seed)])
     result = {"same_structure": False, "same_initial_weights": False, "tensors": 0,
               "parameters": None, "difference": None}
@@ -83,7 +83,7 @@ def run(args):
     status = 0
     with Snapshot(args.build) as snap:
         for m in models:
-            r = compare(snap.bench, snap.env, m, args.seed)
+            r = compare(snap.bench, snap.python, snap.env, m, args.seed)
             if not r["same_structure"]:
                 die("models: %s (seed %d): %s" % (m, args.seed, describe(r)))
             print("%s (seed %d): names, shapes and order equal: %d parameters in %d tensors; "

@@ -45,8 +45,8 @@ import shutil
 import subprocess
 import time
 
-from harness import PYTHON, REPO, Log, Snapshot, die, git_description, quick_out, \
-    require_python, run_bounded, side_order, write_digits_csv
+from harness import PLOT_PYTHON, REPO, Log, Snapshot, die, git_description, quick_out, \
+    reference_python, require_python, run_bounded, side_order, write_digits_csv
 import models_check
 from presets import PRESETS
 
@@ -117,8 +117,8 @@ class Context:
                 else:
                     impls = ddp_impls.replace("ddp", "pytorch_ddp").replace("local", "pytorch_local")
                     impls = ",".join(i for i in impls.split(",") if i != "allreduce")
-                    cmd = [PYTHON, os.path.join(REPO, "bench", "pytorch_ddp_train.py")] + common + \
-                        ["--impls", impls] + pytorch_args
+                    cmd = [self.snap.python, os.path.join(REPO, "bench", "pytorch_ddp_train.py")] + \
+                        common + ["--impls", impls] + pytorch_args
                 self.run(experiment, link, side, model, params, rnd,
                          cmd + ["--tag", "round %d" % rnd, "--json", out], out, world=world,
                          bridge=bridge)
@@ -193,7 +193,7 @@ def exp_converge(ctx):
     for side in ("ddp", "pytorch"):
         out = ctx.path(5, "loopback", "converge-" + side)
         cmd = ([ctx.bench, "converge"] if side == "ddp"
-               else [PYTHON, os.path.join(REPO, "bench", "pytorch_converge.py")])
+               else [ctx.snap.python, os.path.join(REPO, "bench", "pytorch_converge.py")])
         ctx.run(5, "loopback", side, "digits_mlp", {"kind": "converge"}, 1,
                 cmd + common + ["--json", out], out)
 
@@ -216,7 +216,7 @@ def exp_variants(ctx, link):
              "--rounds", str(p["rounds"]), "--warmup", "1", "--accum", "2", "--json", out], out)
     out = ctx.path(7, link, "variants-pytorch")
     ctx.run(7, link, "pytorch", model, {"variant": "pytorch_ddp"}, 1,
-            [PYTHON, os.path.join(REPO, "bench", "pytorch_ddp_train.py"), "--model", model,
+            [ctx.snap.python, os.path.join(REPO, "bench", "pytorch_ddp_train.py"), "--model", model,
              "--world-size", "2", "--iters", str(p["variants_iters"] * p["rounds"] // 2),
              "--warmup", "2", "--sync-every", "2", "--impls", "pytorch_ddp", "--timeline",
              "--json", out], out)
@@ -235,7 +235,7 @@ def model_check(ctx, models):
     whether the initial weights match): models_check.py."""
     result = {}
     for model in models:
-        check = models_check.compare(ctx.bench, ctx.env, model)
+        check = models_check.compare(ctx.bench, ctx.snap.python, ctx.env, model)
         if not check["same_structure"]:
             die("the C++ and Python %s: %s; refusing to compare them"
                 % (model, models_check.describe(check)))
@@ -316,7 +316,8 @@ def run(args):
         shutil.rmtree(os.path.join(args.out, "runs"))
     os.makedirs(args.out, exist_ok=True)
     log = Log(os.path.join(args.out, "log.txt"), append=args.add)
-    require_python("torch.distributed, matplotlib")
+    require_python(reference_python(args.build))
+    require_python(PLOT_PYTHON, "matplotlib")
 
     with Snapshot(args.build) as snap:
         ctx = Context(args, preset, snap, log)
@@ -367,7 +368,7 @@ def run(args):
 
 def report(out, docs):
     """report.py on a results directory; with `docs`, into that markdown file."""
-    cmd = [PYTHON, os.path.join(REPO, "bench", "eval", "report.py"), out]
+    cmd = [PLOT_PYTHON, os.path.join(REPO, "bench", "eval", "report.py"), out]
     if docs:
         cmd += ["--docs", docs, "--images", os.path.join(os.path.dirname(docs), "img", "eval")]
     return subprocess.run(cmd).returncode

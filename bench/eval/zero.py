@@ -14,8 +14,8 @@ import os
 import shutil
 import statistics
 
-from harness import PYTHON, REPO, Log, Snapshot, die, md_table, quick_out, require_python, \
-    run_bounded, side_order
+from harness import REPO, Log, Snapshot, die, md_table, quick_out, reference_python, \
+    require_python, run_bounded, side_order
 
 PYTORCH_ZERO = os.path.join(REPO, "bench", "pytorch_zero.py")
 RUNS = ("ddp adam", "ddp zero", "ddp zero-overlap", "pytorch adam", "pytorch zero")
@@ -56,7 +56,7 @@ def run_zero(args):
     args.out = args.out or (quick_out("zero") if args.quick else
                             os.path.join(REPO, "bench", "results"))
     os.makedirs(args.out, exist_ok=True)
-    require_python()
+    require_python(reference_python(args.build))
     zero_bench = os.path.join(args.build, "bench", "zero_bench")
     if not os.access(zero_bench, os.X_OK):
         die("%s not found: cmake --build %s --target zero_bench" % (zero_bench, args.build))
@@ -71,7 +71,7 @@ def run_zero(args):
                 for run in side_order(RUNS, r):
                     side, optimizer = run.split()
                     program = [os.path.join(snap.dir, "zero_bench")] if side == "ddp" else \
-                        [PYTHON, PYTORCH_ZERO]
+                        [snap.python, PYTORCH_ZERO]
                     cmd = snap.ddprun_cmd(world) + program + \
                         ["--optimizer", optimizer, "--iters", str(args.iters)]
                     log.say("world %d round %d/%d: %s" % (world, r + 1, args.rounds, run))

@@ -81,7 +81,9 @@ class AdaptiveCompression {
 
   ~AdaptiveCompression() {
     if (!timeline_) return;
-    for (auto& [index, bucket] : buckets_) trace_run(index, bucket, iteration_);
+    for (auto& [index, bucket] : buckets_) {
+      if (bucket.last_seen + 1 >= iteration_) trace_run(index, bucket, iteration_);  // not gone
+    }
   }
 
   const AdaptiveCompressionOptions& options() const { return options_; }
@@ -101,7 +103,11 @@ class AdaptiveCompression {
     if (iteration_ != memories_checked_at_ && iteration_ <= 2) forget_bucket_memories();
     const size_t index = bucket.index();
     Bucket& state = buckets_[index];
-    if (state.run_start == TraceClock::time_point{}) state.run_start = TraceClock::now();
+    if (state.run_start == TraceClock::time_point{}) {  // a new bucket
+      state.run_start = TraceClock::now();
+      state.run_start_iteration = iteration_;
+    }
+    state.last_seen = iteration_;
     at::Tensor buffer = bucket.buffer();
     if (iteration_ > 0 && iteration_ % options_.window() == 0 && state.decided_at < iteration_) {
       decide(index, state, buffer.device());
@@ -120,8 +126,11 @@ class AdaptiveCompression {
         if (state.error.defined() && state.error.numel() == buffer.numel()) buffer.add_(state.error);
         input_copy = buffer.clone();
       }
-      result = powerSGD_hook(powersgd, bucket);  // synchronous: the buffer holds the result
-      if (options_.error_feedback()) state.error = input_copy.sub_(bucket.buffer());
+      // Never the last bucket to PowerSGD: this hook counts the iterations,
+      // and the state then does not log its own (PowerSGD's iteration 0).
+      GradBucket inner(index, /*is_last=*/false, buffer, bucket.parameters());
+      result = powerSGD_hook(powersgd, inner);  // synchronous: the buffer holds the result
+      if (options_.error_feedback()) state.error = input_copy.sub_(buffer);
       sent_bytes = (powersgd.compression_stats().numel_after - before) *
                    static_cast<int64_t>(buffer.element_size());
     } else {
@@ -166,6 +175,7 @@ class AdaptiveCompression {
     at::Tensor window_sum;
     double previous_norm = -1;
     uint64_t marks_seen = 0;
+    int64_t last_seen = 0;  // the last iteration that reduced this index
     // The current level's run, for the timeline.
     TraceClock::time_point run_start;
     int64_t run_start_iteration = 0;
@@ -173,11 +183,14 @@ class AdaptiveCompression {
 
   // DDP rebuilds its buckets after the first iteration, so before the
   // second and the third, what is kept per bucket index may belong to other
-  // gradients now: the errors and PowerSGD's warm starts go.
+  // gradients now: the errors and PowerSGD's warm starts go. (Rank 0's
+  // window sum starts again where its bucket's size changed.)
   void forget_bucket_memories() {
     memories_checked_at_ = iteration_;
     powersgd_.clear();
     for (auto& entry : buckets_) entry.second.error = at::Tensor();
+    MutexLock lock(stats_mutex_);
+    stats_.bucket_levels.clear();
   }
 
   void accumulate(Bucket& state, const at::Tensor& buffer) {
@@ -263,8 +276,7 @@ class AdaptiveCompression {
     PowerSGDState powersgd(group_, rank, /*start_powerSGD_iter=*/0,
                            options_.min_compression_rate(), /*use_error_feedback=*/false,
                            /*warm_start=*/false, /*orthogonalization_epsilon=*/0,
-                           options_.random_seed() + static_cast<uint64_t>(rank),
-                           /*compression_stats_logging_frequency=*/int64_t{1} << 40);
+                           options_.random_seed() + static_cast<uint64_t>(rank));
     powersgd.warm_start = true;
     return powersgd_.emplace(rank, std::move(powersgd)).first->second;
   }
