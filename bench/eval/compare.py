@@ -35,7 +35,8 @@ import time
 import hooks_table
 import train_table
 from harness import REPO, Log, Snapshot, die, git_description, md_table, \
-    paired_ratio, quick_out, reference_python, require_python, run_bounded, alternated, write_json
+    paired_ratio, quick_out, reference_python, require_python, results_dir, run_bounded, \
+    alternated, write_json
 
 PYTORCH_TRAIN = os.path.join(REPO, "bench", "pytorch_ddp_train.py")
 HOOKS = "none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1"
@@ -105,9 +106,7 @@ def quick(args, name):
             args.models = "mlp"
         if getattr(args, "hooks", None) == HOOKS:
             args.hooks = "none,fp16"
-    args.out = args.out or (quick_out(name) if args.quick else
-                            os.path.join(REPO, "bench", "results"))
-    os.makedirs(args.out, exist_ok=True)
+    results_dir(args, name)
     require_python(reference_python(args.build))
 
 

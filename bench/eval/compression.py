@@ -19,7 +19,8 @@ import re
 import shutil
 import statistics
 
-from harness import REPO, Log, Snapshot, die, md_table, quick_out, run_bounded, side_order
+from harness import REPO, Log, Snapshot, built_program, die, md_table, quick_out, results_dir, \
+    run_bounded, side_order
 
 # Fixed levels, the default ladder, and a ladder down to PowerSGD rank 1
 # (where Accordion's premise, aggressive compression only while training is
@@ -124,12 +125,8 @@ def run_compression(args):
     configs = args.configs.split(";")
     if args.quick:
         seeds, args.epochs = seeds[:1], 1
-    args.out = args.out or (quick_out("compression") if args.quick else
-                            os.path.join(REPO, "bench", "results"))
-    os.makedirs(args.out, exist_ok=True)
-    train = os.path.join(args.build, "examples", "train")
-    if not os.access(train, os.X_OK):
-        die("%s not found: cmake --build %s --target train" % (train, args.build))
+    results_dir(args, "compression")
+    train = built_program(args.build, os.path.join("examples", "train"), "train")
     base = os.path.join(args.out, "compression")
     log = Log(base + ".txt")
     rows = []

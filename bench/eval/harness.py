@@ -44,6 +44,24 @@ def quick_out(subcommand):
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddp-bench-quick", subcommand)
 
 
+def results_dir(args, subcommand):
+    """args.out, else (with --quick) quick_out(subcommand), else
+    bench/results: made if missing, and set as args.out."""
+    args.out = args.out or (quick_out(subcommand) if args.quick else
+                            os.path.join(REPO, "bench", "results"))
+    os.makedirs(args.out, exist_ok=True)
+    return args.out
+
+
+def built_program(build, path, target):
+    """`path` under `build`, which must be an executable; else says which
+    target to build, and exits."""
+    program = os.path.join(build, path)
+    if not os.access(program, os.X_OK):
+        die("%s not found: cmake --build %s --target %s" % (program, build, target))
+    return program
+
+
 def reference_python(build):
     """The Python whose PyTorch is the reference for the ddp of `build`: the
     one its CMake cache names (DDP_REFERENCE_PYTHON: the project's venv with

@@ -14,8 +14,8 @@ import os
 import shutil
 import statistics
 
-from harness import REPO, Log, Snapshot, die, md_table, quick_out, reference_python, \
-    require_python, run_bounded, side_order
+from harness import REPO, Log, Snapshot, built_program, die, md_table, quick_out, \
+    reference_python, require_python, results_dir, run_bounded, side_order
 
 PYTORCH_ZERO = os.path.join(REPO, "bench", "pytorch_zero.py")
 RUNS = ("ddp adam", "ddp zero", "ddp zero-overlap", "pytorch adam", "pytorch zero")
@@ -53,13 +53,9 @@ def table(rows):
 def run_zero(args):
     if args.quick:
         args.worlds, args.rounds, args.iters = "2", 1, 2
-    args.out = args.out or (quick_out("zero") if args.quick else
-                            os.path.join(REPO, "bench", "results"))
-    os.makedirs(args.out, exist_ok=True)
+    results_dir(args, "zero")
     require_python(reference_python(args.build))
-    zero_bench = os.path.join(args.build, "bench", "zero_bench")
-    if not os.access(zero_bench, os.X_OK):
-        die("%s not found: cmake --build %s --target zero_bench" % (zero_bench, args.build))
+    zero_bench = built_program(args.build, os.path.join("bench", "zero_bench"), "zero_bench")
     base = os.path.join(args.out, "zero-loopback")
     log = Log(base + ".txt")
     rows = []
