@@ -38,7 +38,9 @@ inline const char* const kUsage =
     "                      level to the most compressed (full, fp16, bf16,\n"
     "                      powersgd:R), one level is fixed compression, 'adaptive'\n"
     "                      the hook's default ladder; rank 0 prints the bytes sent\n"
-    "                      and the levels used (default: no hook)\n"
+    "                      and the levels used (default: no hook). Snapshots of\n"
+    "                      --checkpoint-every do not hold the hook's state: a\n"
+    "                      resumed job starts the ladder again\n"
     "  --compress-window N iterations per window of --compress (default 50)\n"
     "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
     "  --elastic           train through ddp::ElasticRunner: ranks may die or join\n"
@@ -169,8 +171,10 @@ inline Flags parse(int argc, char** argv) {
       f.bucket_cap_mb = number<double>(flag, next(), 0);
     else if (flag == "--find-unused")
       f.find_unused = true;
-    else if (flag == "--compress")
+    else if (flag == "--compress") {
       f.compress = next();
+      if (f.compress.empty()) throw UsageError("--compress needs levels, e.g. 'adaptive'");
+    }
     else if (flag == "--compress-window")
       f.compress_window = number<int64_t>(flag, next(), 1);
     else if (flag == "--zero")

@@ -100,6 +100,7 @@ class AdaptiveCompression {
       group_ = group_or_default(options_.process_group());
       timeline_ = RankTimeline::open_from_env(group_->rank());
     }
+    if (!options_checked_) check_same_options(bucket.buffer().device());
     if (iteration_ != memories_checked_at_ && iteration_ <= 2) forget_bucket_memories();
     const size_t index = bucket.index();
     Bucket& state = buckets_[index];
@@ -174,7 +175,7 @@ class AdaptiveCompression {
     // the previous window's sum (negative: none yet).
     at::Tensor window_sum;
     double previous_norm = -1;
-    uint64_t marks_seen = 0;
+    uint64_t marks_seen = 0;  // rank 0: mark_critical() calls already judged
     int64_t last_seen = 0;  // the last iteration that reduced this index
     // The current level's run, for the timeline.
     TraceClock::time_point run_start;
@@ -200,47 +201,65 @@ class AdaptiveCompression {
     state.window_sum.add_(buffer);
   }
 
+  // Before the hook's first collective: every rank's options agree, or
+  // InvalidArgument on every rank. The fingerprints agree when
+  // n * sum(f^2) == sum(f)^2 (exact: f < 2^20).
+  void check_same_options(const at::Device& device) {
+    options_checked_ = true;
+    at::Tensor mine = at::tensor({fingerprint_, fingerprint_ * fingerprint_}, at::kDouble);
+    const auto sums = allreduce_doubles(mine, device);
+    if (group_->size() * sums[1] != sums[0] * sums[0]) {
+      throw InvalidArgument("ddp: adaptive_compression_hook: rank " +
+                            std::to_string(group_->rank()) +
+                            ": the ranks' AdaptiveCompressionOptions differ (levels, window, "
+                            "critical_threshold, min_compression_rate, error_feedback or "
+                            "random_seed): give every rank the same options");
+    }
+  }
+
+  // Sums `values` over the ranks, on `device` (a group may take only that:
+  // nccl), counted in the bytes sent.
+  std::vector<double> allreduce_doubles(const at::Tensor& values, const at::Device& device) {
+    at::Tensor on_device = values.to(device);
+    group_->allreduce(on_device)->wait();
+    {
+      MutexLock lock(stats_mutex_);
+      stats_.bytes_sent += on_device.numel() * static_cast<int64_t>(on_device.element_size());
+    }
+    at::Tensor result = on_device.cpu();
+    return {result.data_ptr<double>(), result.data_ptr<double>() + result.numel()};
+  }
+
   // At the first launch of a window: rank 0 judges the window that ended
-  // and broadcasts the bucket's level; every rank applies it.
+  // and every rank adopts its decision (the others add zeros to it).
   void decide(size_t index, Bucket& state, const at::Device& device) {
     state.decided_at = iteration_;
-    const uint64_t marks = marks_.load();
-    const bool marked = marks != state.marks_seen;
-    state.marks_seen = marks;
     const bool judging = iteration_ >= 2 * options_.window();
-    // Rank 0's decision and every rank's fingerprint of its options, summed:
-    // the others add zeros to the decision, and the fingerprints agree when
-    // n * sum(f^2) == sum(f)^2 (exact: f < 2^20).
-    at::Tensor decision = at::zeros({5}, at::kDouble);
-    auto* values = decision.data_ptr<double>();
+    at::Tensor decision = at::zeros({3}, at::kDouble);
     if (group_->rank() == 0) {
       const double norm = state.window_sum.defined() ? state.window_sum.norm().item<double>() : 0;
       if (state.window_sum.defined()) state.window_sum.zero_();
       LevelDecision d{state.level, false, 0};
       if (judging) {
+        const uint64_t marks = marks_.load();
         d = next_level(state.level, options_.levels().size(), state.previous_norm, norm,
-                       options_.critical_threshold(), marked);
+                       options_.critical_threshold(), marks != state.marks_seen);
+        state.marks_seen = marks;
       }
       state.previous_norm = norm;
+      auto* values = decision.data_ptr<double>();
       values[0] = static_cast<double>(d.level);
       values[1] = d.critical ? 1 : 0;
       values[2] = d.norm_change;
     }
     if (!judging) return;  // the first windows keep levels[0]: nothing to agree on
-    values[3] = fingerprint_;
-    values[4] = fingerprint_ * fingerprint_;
-    // On the bucket's device: a group may take only that (nccl).
-    at::Tensor on_device = decision.to(device);
-    group_->allreduce(on_device)->wait();
-    decision.copy_(on_device);
+    const auto values = allreduce_doubles(decision, device);
     const auto to = static_cast<size_t>(values[0]);
-    if (group_->size() * values[4] != values[3] * values[3] || to >= options_.levels().size()) {
-      throw InvalidArgument("ddp: adaptive_compression_hook: rank " +
-                            std::to_string(group_->rank()) + " (bucket " + std::to_string(index) +
-                            ", iteration " + std::to_string(iteration_) +
-                            "): the ranks' AdaptiveCompressionOptions differ (levels, window, "
-                            "threshold, min_compression_rate, error_feedback or random_seed): "
-                            "give every rank the same options");
+    if (to >= options_.levels().size()) {  // the options were checked: a broken peer
+      throw CommunicationError("ddp: adaptive_compression_hook: rank " +
+                               std::to_string(group_->rank()) + " received level " +
+                               std::to_string(to) + " for bucket " + std::to_string(index) +
+                               " from rank 0, of " + std::to_string(options_.levels().size()));
     }
     if (to == state.level) return;
     AdaptiveCompressionStats::Switch change;
@@ -288,6 +307,7 @@ class AdaptiveCompression {
   std::shared_ptr<RankTimeline> timeline_;
   int64_t iteration_ = 0;
   int64_t memories_checked_at_ = -1;
+  bool options_checked_ = false;
   std::map<size_t, Bucket> buckets_;
   std::map<int64_t, PowerSGDState> powersgd_;  // by rank
   // Any thread.

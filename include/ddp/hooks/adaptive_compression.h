@@ -23,11 +23,15 @@
 //   to levels[0]; a smaller one moves it one level down the ladder (it stays
 //   on the last). mark_critical() makes the next decision critical for
 //   every bucket (call it when the learning rate drops, as Accordion does).
-// - Agreement: rank 0 decides and every rank adopts its decision (one
-//   allreduce of 5 doubles per bucket and window, on the hook's group), so
-//   every rank compresses a bucket the same way whatever its own gradients.
-//   The same allreduce checks that the ranks' options agree: if not,
-//   InvalidArgument on every rank.
+// - Agreement: before its first collective the hook checks that every
+//   rank's options agree (one allreduce of 2 doubles): if not,
+//   InvalidArgument on every rank. Then rank 0 decides and every rank
+//   adopts its decision (one allreduce of 3 doubles per bucket and window,
+//   on the hook's group), so every rank compresses a bucket the same way
+//   whatever its own gradients.
+// - Join: once rank 0 has joined (ddp::Join) its sums are zeros, so the
+//   decisions see one drop (critical) and then a steady regime, whatever
+//   the other ranks' gradients.
 // - Error feedback (`error_feedback`): what a PowerSGD level loses of a
 //   bucket is added to that bucket's next gradient; a bucket that moves to a
 //   level that is not PowerSGD sends its remaining error with its next
@@ -36,7 +40,8 @@
 //   iteration: what the hook keeps per bucket (the error, PowerSGD's warm
 //   start) is dropped before the second and the third iteration.
 // - Statistics (stats()) and the timeline: the bytes of every collective the
-//   hook sent, against what full precision would have sent; the bucket
+//   hook sent (its checks and decisions included), against what full
+//   precision would have sent for the buckets; the bucket
 //   iterations spent at each level; every switch, with its iteration and
 //   signal. With DDP_TIMELINE set, each bucket's windows appear on a
 //   "compression" row, named by their level.
@@ -102,8 +107,8 @@ struct AdaptiveCompressionStats {
     double norm_change = 0;  // rank 0's relative change of the accumulated norm
   };
   int64_t iterations = 0;          // synchronized iterations the hook has seen
-  int64_t bytes_sent = 0;          // the payload of the hook's allreduces on this rank
-  int64_t bytes_uncompressed = 0;  // what full precision would have sent
+  int64_t bytes_sent = 0;          // the payload of all the hook's allreduces on this rank
+  int64_t bytes_uncompressed = 0;  // what full precision would have sent for the buckets
   // Per level index: bucket reductions made at that level.
   std::vector<int64_t> reductions_per_level;
   std::vector<Switch> switches;  // in order
