@@ -144,8 +144,8 @@ def run_train(args):
         runs_dir = os.path.join(args.out, "train-runs", args.link) if args.keep_runs else \
             os.path.join(snap.dir, "runs")
         os.makedirs(runs_dir, exist_ok=True)
-        log.say("code under test: ddp_bench and libddp built %s, git %s; %s" % (
-            snap.built, git_description(), snap.malloc_note))
+        log.say("code under test: ddp_bench and libddp built %s, git %s; %s; %s" % (
+            snap.built, git_description(), snap.malloc_note, snap.reference))
         runs = Runs(snap, log, args.timeout)
         common = ["--world-size", str(args.world_size), "--iters", str(args.iters),
                   "--warmup", str(args.warmup), "--bucket-cap-mb", args.bucket_cap_mb]
@@ -170,8 +170,8 @@ def run_train(args):
                 die("train: %s round %d (%s) failed with status %d; see %s"
                     % (model, r, side, status, log.path))
             paths.append(json_path)
-        note = "%d rounds x %d timed iterations (after %d warm-up) per side; %s%s%s%s" % (
-            args.rounds, args.iters, args.warmup, snap.malloc_note,
+        note = "%d rounds x %d timed iterations (after %d warm-up) per side; %s; %s%s%s%s" % (
+            args.rounds, args.iters, args.warmup, snap.reference, snap.malloc_note,
             "; ours on DDP_BACKEND=%s" % args.backend if args.backend else "",
             "; ddp_bench train " + args.ddp_args if args.ddp_args else "",
             "; pytorch_ddp_train.py " + args.pytorch_args if args.pytorch_args else "")
@@ -235,7 +235,8 @@ def run_hooks(args):
                 log.say("  FAILED: " + record["failed"])
             paths.append(json_path)
         note = "%d rounds x %d timed iterations (after %d warm-up) per side, hook and model; " \
-               "DDP iteration only; %s" % (args.rounds, args.iters, args.warmup, snap.malloc_note)
+               "DDP iteration only; %s; %s" % (args.rounds, args.iters, args.warmup,
+                                                snap.reference, snap.malloc_note)
         md = hooks_table.summarize(paths, args.link, note,
                                    os.path.join(args.out, "hooks-%s.json" % args.link))
     return finish(log, os.path.join(args.out, "hooks-%s" % args.link), md)

@@ -135,6 +135,7 @@ class Snapshot:
                     shutil.copy2(module, self.dir)
         self.bench = os.path.join(self.dir, "ddp_bench")
         self.python = reference_python(build)  # PyTorch's side
+        self.reference = "PyTorch's side: torch %s" % torch_version(self.python)
         self.ddprun = os.path.join(self.dir, "ddprun")
         self.built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench)))
         self.env = dict(os.environ)
