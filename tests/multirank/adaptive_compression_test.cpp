@@ -194,11 +194,15 @@ TEST(AdaptiveHook, ErrorFeedbackSendsWhatPowerSGDLost) {
   EXPECT_LT(with, 0.5 * without) << "with " << with << ", without " << without;
 }
 
+// Full, fp16, bf16; windows of 2: switches at iterations 4 and 6 while steady.
+AdaptiveCompressionOptions three_levels_in_windows_of_two() {
+  return AdaptiveCompressionOptions()
+      .levels({CompressionLevel::full(), CompressionLevel::fp16(), CompressionLevel::bf16()})
+      .window(2);
+}
+
 TEST(AdaptiveHook, RankZerosAbruptChangeIsCriticalForEveryRank) {
-  const auto options =
-      AdaptiveCompressionOptions()
-          .levels({CompressionLevel::full(), CompressionLevel::fp16(), CompressionLevel::bf16()})
-          .window(2);
+  const auto options = three_levels_in_windows_of_two();
   // Steady until iteration 8, then rank 0's gradient is 10 times larger: the
   // window of iterations 8-9 differs from 6-7, judged at iteration 10. Rank 0
   // decides: every rank switches with it.
@@ -223,10 +227,7 @@ TEST(AdaptiveHook, RankZerosAbruptChangeIsCriticalForEveryRank) {
 }
 
 TEST(AdaptiveHook, MarkCriticalOnRankZeroMakesTheNextDecisionCritical) {
-  const auto options =
-      AdaptiveCompressionOptions()
-          .levels({CompressionLevel::full(), CompressionLevel::fp16(), CompressionLevel::bf16()})
-          .window(2);
+  const auto options = three_levels_in_windows_of_two();
   // Before iteration 9, on rank 0 only: the decision at iteration 10 is
   // critical on both ranks although the gradients never change.
   Plan plan;
@@ -321,10 +322,7 @@ TEST(AdaptiveHook, TheTimelineShowsEachRunAtALevel) {
   const std::string dir = ::testing::TempDir() + "adaptive_timeline_" + std::to_string(getpid());
   const std::string pattern = dir + ".rank{rank}.json";
   setenv("DDP_TIMELINE", pattern.c_str(), 1);
-  train(2, 8,
-        AdaptiveCompressionOptions()
-            .levels({CompressionLevel::full(), CompressionLevel::fp16(), CompressionLevel::bf16()})
-            .window(2));
+  train(2, 8, three_levels_in_windows_of_two());
   unsetenv("DDP_TIMELINE");
   for (int rank = 0; rank < 2; ++rank) {
     std::ifstream file(dir + ".rank" + std::to_string(rank) + ".json");
