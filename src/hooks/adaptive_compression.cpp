@@ -202,8 +202,9 @@ class AdaptiveCompression {
   }
 
   // Before the hook's first collective: every rank's options agree, or
-  // InvalidArgument on every rank. The fingerprints agree when
-  // n * sum(f^2) == sum(f)^2 (exact: f < 2^20).
+  // InvalidArgument on every rank. The fingerprints (f < 2^20) agree when
+  // n * sum(f^2) == sum(f)^2: equal ones always pass (both sides round the
+  // same n^2 f^2 once), and the test is exact below 90 ranks.
   void check_same_options(const at::Device& device) {
     options_checked_ = true;
     at::Tensor mine = at::tensor({fingerprint_, fingerprint_ * fingerprint_}, at::kDouble);
