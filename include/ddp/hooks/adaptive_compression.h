@@ -15,14 +15,14 @@
 // Contract
 // - Windows: the iterations (synchronized backward passes) are cut into
 //   windows of `window` iterations. Every bucket starts at levels[0] (the
-//   start of training is critical), which it keeps for the first two
-//   windows (the first one gives the norm the second is compared with). At the first bucket launch of each later window, rank 0 compares
-//   the norm of its own gradient of that bucket summed over the window just
-//   ended (before compression) with that of the window before: a relative
-//   change of at least `critical_threshold` is critical and sends the bucket
-//   to levels[0]; a smaller one moves it one level down the ladder (it stays
-//   on the last). mark_critical() makes the next decision critical for
-//   every bucket (call it when the learning rate drops, as Accordion does).
+//   start of training is critical) and keeps it for the first two windows
+//   (the first gives the norm the second is compared with). At the first
+//   bucket launch of each later window, rank 0 compares the norm of its own
+//   gradient of that bucket summed over the window just ended (before
+//   compression) with that of the window before: a relative change of at
+//   least `critical_threshold` is critical and sends the bucket to levels[0];
+//   a smaller one moves it one level down (the last level stays). Rank 0's
+//   mark_critical() makes its next such judgement critical (for a LR drop).
 // - Agreement: before its first collective the hook checks that every
 //   rank's options agree (one allreduce of 2 doubles): if not,
 //   InvalidArgument on every rank. Then rank 0 decides and every rank
@@ -134,7 +134,7 @@ class AdaptiveCompressionState {
 
   const AdaptiveCompressionOptions& options() const;
   AdaptiveCompressionStats stats() const;
-  // The next decision of every bucket is critical (rank 0's call counts).
+  // Rank 0's next judged decision of every bucket is critical (other ranks' calls do nothing).
   void mark_critical();
 
  private:
