@@ -9,6 +9,7 @@ cancels the slow drift of a shared machine that a ratio of pooled medians
 keeps.
 """
 
+import functools
 import json
 import math
 import os
@@ -135,7 +136,6 @@ class Snapshot:
                     shutil.copy2(module, self.dir)
         self.bench = os.path.join(self.dir, "ddp_bench")
         self.python = reference_python(build)  # PyTorch's side
-        self.reference = "PyTorch's side: torch %s" % torch_version(self.python)
         self.ddprun = os.path.join(self.dir, "ddprun")
         self.built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(bench)))
         self.env = dict(os.environ)
@@ -149,6 +149,13 @@ class Snapshot:
             self.env.update(FIXED_MALLOC)
         self.malloc_note = FIXED_MALLOC_NOTE if malloc == "fixed" else \
             "glibc's default malloc thresholds"
+
+    @functools.cached_property
+    def reference(self):
+        """"PyTorch's side: torch X", for the results that compare with it
+        (asked once: importing torch takes seconds, which the subcommands
+        that have no PyTorch side should not pay)."""
+        return "PyTorch's side: torch %s" % torch_version(self.python)
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
