@@ -201,6 +201,21 @@ AdaptiveCompressionOptions three_levels_in_windows_of_two() {
       .window(2);
 }
 
+// Every rank saw the steady walk (switches at 4 and 6), then a critical
+// decision at iteration 10 back to the first level, with rank 0's change
+// (within `tolerance`; 0: exactly).
+void expect_critical_at_iteration_10(const std::vector<RankRun>& runs, double norm_change,
+                                     double tolerance) {
+  for (size_t rank = 0; rank < runs.size(); ++rank) {
+    const auto& switches = runs[rank].stats.switches;
+    ASSERT_EQ(switches.size(), 3u) << "rank " << rank;
+    EXPECT_EQ(switches[2].iteration, 10) << "rank " << rank;
+    EXPECT_TRUE(switches[2].critical) << "rank " << rank;
+    EXPECT_EQ(switches[2].to, 0u) << "rank " << rank;
+    EXPECT_NEAR(switches[2].norm_change, norm_change, tolerance) << "rank " << rank;
+  }
+}
+
 TEST(AdaptiveHook, RankZerosAbruptChangeIsCriticalForEveryRank) {
   const auto options = three_levels_in_windows_of_two();
   // Steady until iteration 8, then rank 0's gradient is 10 times larger: the
@@ -209,14 +224,7 @@ TEST(AdaptiveHook, RankZerosAbruptChangeIsCriticalForEveryRank) {
   Plan plan;
   plan.scale = [](int rank, int i) { return rank == 0 && i >= 8 ? 10.0 : 1.0; };
   auto runs = train(2, 12, options, plan);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto& switches = runs[rank].stats.switches;
-    ASSERT_EQ(switches.size(), 3u) << "rank " << rank;
-    EXPECT_EQ(switches[2].iteration, 10);
-    EXPECT_TRUE(switches[2].critical);
-    EXPECT_EQ(switches[2].to, 0u);
-    EXPECT_NEAR(switches[2].norm_change, 9.0, 1e-3);  // |1 - 10| / 1, the same on every rank
-  }
+  expect_critical_at_iteration_10(runs, 9.0, 1e-3);  // |1 - 10| / 1, the same on every rank
   // The same change on rank 1 alone moves nobody: rank 0 saw no change.
   plan.scale = [](int rank, int i) { return rank == 1 && i >= 8 ? 10.0 : 1.0; };
   runs = train(2, 12, options, plan);
@@ -234,13 +242,7 @@ TEST(AdaptiveHook, MarkCriticalOnRankZeroMakesTheNextDecisionCritical) {
   plan.mark_critical_before = 9;
   plan.mark_critical_rank = 0;
   auto runs = train(2, 12, options, plan);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto& switches = runs[rank].stats.switches;
-    ASSERT_EQ(switches.size(), 3u) << "rank " << rank;
-    EXPECT_EQ(switches[2].iteration, 10);
-    EXPECT_TRUE(switches[2].critical);
-    EXPECT_EQ(switches[2].norm_change, 0);
-  }
+  expect_critical_at_iteration_10(runs, 0.0, 0.0);
   // On rank 1 only: it does not decide, so nothing happens.
   plan.mark_critical_rank = 1;
   runs = train(2, 12, options, plan);
