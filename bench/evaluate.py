@@ -15,6 +15,8 @@ subcommands (bench/README.md says what each runs and which program it uses):
                 bandwidth plot (eval/collectives.py)
   compression   adaptive-precision compression against fp32, fp16 and PowerSGD
                 on the main job: accuracy, bytes, time (eval/compression.py)
+  scale         the α–β model of scale: checked against namespace runs at 1..4
+                nodes, projected to 256 nodes at 10 and 100 Gbit/s (eval/scale.py)
   zero          ZeroRedundancyOptimizer against unsharded Adam, ours and
                 PyTorch's: state memory and iteration time (eval/zero.py)
   report        the report of a `paper` results directory again (eval/report.py)
@@ -46,6 +48,7 @@ import compare  # noqa: E402
 import harness  # noqa: E402
 import models_check  # noqa: E402
 import paper  # noqa: E402
+import scale  # noqa: E402
 import timeline  # noqa: E402
 import zero  # noqa: E402
 
@@ -75,6 +78,7 @@ def main():
     collectives.add_parser(sub)
     compression.add_parser(sub)
     models_check.add_parser(sub)
+    scale.add_parser(sub)
     zero.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")
     r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")
