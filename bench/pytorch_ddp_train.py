@@ -215,10 +215,17 @@ def main():
     if "pytorch_ddp" in impls:
         group = None
         if args.process_groups > 1:
+            if not hasattr(dist, "_round_robin_process_groups"):
+                sys.exit("pytorch_ddp_train: --process-groups %d: torch %s has no round-robin "
+                         "process groups (dist._round_robin_process_groups left PyTorch in 2.x)"
+                         % (args.process_groups, torch.__version__))
             group = dist._round_robin_process_groups(
                 [dist.new_group(backend=args.backend) for _ in range(args.process_groups)])
+        # 0 MB (every gradient its own bucket) as PyTorch 2.x accepts it: its
+        # DDP asserts on a cap of 0, and a cap of 1 byte buckets the same.
+        cap_mb = args.bucket_cap_mb if args.bucket_cap_mb > 0 else 1.0 / (1 << 20)
         ddp = nn.parallel.DistributedDataParallel(
-            ddp_net, bucket_cap_mb=args.bucket_cap_mb, process_group=group,
+            ddp_net, bucket_cap_mb=cap_mb, process_group=group,
             gradient_as_bucket_view=args.gradient_as_bucket_view)
         register_hook(ddp, args.hook)
         if args.no_overlap or args.timeline:

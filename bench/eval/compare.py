@@ -36,12 +36,12 @@ import hooks_table
 import train_table
 from harness import REPO, Log, Snapshot, die, git_description, md_table, \
     paired_ratio, quick_out, reference_python, require_python, results_dir, run_bounded, \
-    alternated, write_json
+    alternated, torch_version, write_json
 
 PYTORCH_TRAIN = os.path.join(REPO, "bench", "pytorch_ddp_train.py")
 HOOKS = "none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1"
-BATCHED_FAILS = "fails in PyTorch 1.13 (batched_powerSGD_hook: _orthogonalize asserts a 3-D " \
-                "input); not run"
+BATCHED_FAILS = "not run: PyTorch 1.x's batched_powerSGD_hook asserts a 3-D input in " \
+                "_orthogonalize"
 
 
 def common_arguments(p, name, rounds, iters, warmup, timeout):
@@ -84,7 +84,7 @@ def add_parsers(sub):
     p.add_argument("--models", default="mlp,resnet18")
     p.add_argument("--hooks", default=HOOKS)
     p.add_argument("--try-pytorch-batched", action="store_true",
-                   help="run PyTorch 1.13's batched_powerSGD_hook too (it asserts)")
+                   help="run PyTorch 1.x's batched_powerSGD_hook too (it asserts)")
     common_arguments(p, "hooks", rounds=2, iters=8, warmup=3, timeout=40)
     p.set_defaults(run=run_hooks)
 
@@ -209,12 +209,14 @@ def run_hooks(args):
         runs = Runs(snap, log, args.timeout)
         common = ["--world-size", "2", "--iters", str(args.iters), "--warmup", str(args.warmup)]
         failed = set()  # a model x hook x side that failed is not run again
+        batched_asserts = torch_version(snap.python).startswith("1.")
         paths = []
         configs = [(m, h) for m in args.models.split(",") for h in args.hooks.split(",")]
         for (model, hook), r, side in alternated(configs, args.rounds, ("ddp", "pytorch")):
             json_path = os.path.join(runs_dir, "%s-%s-%s-r%d.json" % (model, hook, side, r))
             record = {"side": side, "model": model, "hook": hook}
-            if side == "pytorch" and hook == "batched_powersgd1" and not args.try_pytorch_batched:
+            if side == "pytorch" and hook == "batched_powersgd1" and batched_asserts and \
+                    not args.try_pytorch_batched:
                 write_json(json_path, dict(record, failed=BATCHED_FAILS))
                 paths.append(json_path)
                 continue

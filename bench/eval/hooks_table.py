@@ -71,12 +71,12 @@ def summarize(paths, link, note="", json_path=""):
                 if not s["failed"]:
                     return "not run"
                 f = s["failed"][0]
-                if "PyTorch 1.13" in f:
-                    return "fails in PyTorch 1.13 (not run)"
+                if f.startswith("not run"):
+                    return f
                 if "CUDA 11+" in f:
-                    return "fails in PyTorch 1.13 (needs CUDA 11+ and NCCL 2.10+)"
+                    return "fails (needs CUDA 11+ and NCCL 2.10+)"
                 if "EnforceNotMet" in f:
-                    return "fails in PyTorch 1.13 (Gloo aborts: gloo::EnforceNotMet)"
+                    return "fails (Gloo aborts: gloo::EnforceNotMet)"
                 return "failed: " + f[:80]
 
             def by(s):

@@ -41,6 +41,7 @@ the evaluation section there and its images go to docs/img/eval/.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -50,6 +51,7 @@ from harness import PLOT_PYTHON, REPO, Log, Snapshot, die, git_description, quic
 import models_check
 from presets import PRESETS
 
+NETEM_COUNTS = re.compile(r"netem: node \d+ \S+: \d+ bytes sent")
 EXPERIMENTS = {1: "split", 2: "breakdown", 3: "buckets", 4: "scaling", 5: "nosync",
                6: "roundrobin", 7: "variants", 8: "hooks"}
 
@@ -77,7 +79,9 @@ class Context:
         returncode, text = run_bounded(full, self.env, self.preset["run_timeout_s"])
         entry = {"experiment": experiment, "link": link, "side": side, "model": model,
                  "params": params, "round": rnd, "json": rel, "seconds": round(time.time() - t0, 1)}
-        output = text.strip().splitlines()
+        # The error's tail, without bench/netem's per-node byte counts, which
+        # follow it and would push it out.
+        output = [l for l in text.strip().splitlines() if not NETEM_COUNTS.match(l)]
         self.log.output(text)
         self.record(entry, returncode == 0 and os.path.exists(json_path),
                     "\n".join(output[-12:]) or "exit status %d" % returncode, label)

@@ -29,6 +29,8 @@ KNOWN_ERRORS = (
     ("EnforceNotMet", "Gloo aborted (gloo::EnforceNotMet): PyTorch's PowerSGD hook chains several "
                       "buckets' collectives in callbacks and the ranks interleave them differently"),
     ("_orthogonalize", "PyTorch 1.13's batched_powerSGD_hook asserts a 3-D input in _orthogonalize"),
+    ("no round-robin process groups", "PyTorch 2.x has no round-robin process groups "
+                                      "(dist._round_robin_process_groups was removed)"),
     ("not run", "not run"),
     ("timed out", "timed out"), ("Timeout", "timed out"),
     ("no result after", "hung: stopped by bench/evaluate.py's per-run time limit"),

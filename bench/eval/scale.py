@@ -60,9 +60,13 @@ def add_parser(sub):
 
 
 class Runner:
+    """Runs ddp_bench from the snapshot, one intra-op thread per rank, each
+    run bounded; keeps the machine's description of the last run."""
+
     def __init__(self, args, snap, log):
         self.args, self.snap, self.log = args, snap, log
         self.env = dict(snap.env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        self.machine = None
 
     def bench(self, what, launch, argv, env=None):
         """One ddp_bench run; its --json document."""
@@ -76,7 +80,9 @@ class Runner:
         if status or not os.path.exists(path):
             die("scale: %s failed with status %d; see %s" % (what, status, self.log.path))
         with open(path) as f:
-            return json.load(f)
+            doc = json.load(f)
+        self.machine = doc.get("machine", self.machine)
+        return doc
 
     def launch(self, rate, nodes, per_node):
         if nodes == 1:
@@ -128,6 +134,7 @@ def measure(args, log):
             for nodes in range(2, args.nodes + 1):
                 for layout in LAYOUTS:
                     doc["train"].append(run.train(rate, layout, nodes))
+        doc["machine"] = run.machine
     return doc
 
 
