@@ -25,10 +25,10 @@ DEFAULTS = {"world_size": 2, "overlap": True, "bucket_cap_mb": 25, "sync_every":
             "process_groups": 1, "hook": "none"}
 BEGIN, END = "<!-- evaluation:begin -->", "<!-- evaluation:end -->"
 KNOWN_ERRORS = (
-    ("CUDA 11+", "PyTorch 1.13's bf16_compress_hook refuses CPU tensors (needs CUDA 11+ and NCCL 2.10+)"),
+    ("CUDA 11+", "PyTorch 1.x's bf16_compress_hook refuses CPU tensors (needs CUDA 11+ and NCCL 2.10+)"),
     ("EnforceNotMet", "Gloo aborted (gloo::EnforceNotMet): PyTorch's PowerSGD hook chains several "
                       "buckets' collectives in callbacks and the ranks interleave them differently"),
-    ("_orthogonalize", "PyTorch 1.13's batched_powerSGD_hook asserts a 3-D input in _orthogonalize"),
+    ("_orthogonalize", "PyTorch 1.x's batched_powerSGD_hook asserts a 3-D input in _orthogonalize"),
     ("no round-robin process groups", "PyTorch 2.x has no round-robin process groups "
                                       "(dist._round_robin_process_groups was removed)"),
     ("not run", "not run"),

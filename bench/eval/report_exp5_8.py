@@ -322,7 +322,7 @@ def exp8_hooks(ctx):
     sec = section(8, "hooks", "Communication hooks",
                   "Per-iteration latency (DDP iteration only) and bytes each rank sent per iteration "
                   "(its interface's tx_bytes, mean over ranks, median over rounds; not measured on loopback), "
-                  "for our hooks and PyTorch 1.13's of the same name.")
+                  "for our hooks and PyTorch's of the same name.")
     if not (ctx.ok(8) or ctx.failed(8)):
         return absent(ctx, sec)
     cells = pool_train(ctx, 8, "hook", "none")
