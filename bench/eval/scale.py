@@ -33,7 +33,11 @@ LINK_SIZES = "4K,1M,4M,16M,64M"
 CHECK_SIZES = "1M,16M,64M"
 PROJECTED_NODES = (8, 16, 32, 64, 128, 256)
 PROJECTED_GBIT = (10, 100)
-LAYOUTS = {"ring": 1, "hierarchical": 2}  # ranks per node
+LAYOUTS = {"ring": 1, "hierarchical": 2}  # ranks per node of the measured runs
+# The projection's algorithms (scale_model.allreduce_s) and their names in
+# the tables and the plot.
+ALGORITHMS = {"ring": "flat ring", "hierarchical": "hierarchical ring",
+              "hierarchical-tree": "hierarchical tree"}
 # The paper's Fig. 9 (256 GPUs, 8 per server), per-iteration slowdown against
 # local training as its text states it.
 PAPER_256 = (("NCCL, ResNet50", 2.0), ("Gloo, ResNet50", 3.0), ("Gloo, BERT", 6.0))
@@ -114,7 +118,8 @@ class Runner:
 
 def measure(args, log):
     rates = args.rates.split(",")
-    doc = {"model": args.model, "iters": args.iters, "cores": os.cpu_count(), "links": {},
+    doc = {"model": args.model, "iters": args.iters, "cores": len(os.sched_getaffinity(0)),
+           "links": {},
            "collectives": [], "train": []}
     with Snapshot(args.build) as snap:
         run = Runner(args, snap, log)
@@ -145,6 +150,11 @@ def fits(doc):
     return links, (lambda n: model.interpolate(host, n))
 
 
+def link_of(run, links):
+    """A run's link; a 1-node run has none (any will do: no term uses it)."""
+    return links.get(run["rate"]) or next(iter(links.values()))
+
+
 def predict(run, link, host):
     """The α–β model's milliseconds for a training run."""
     compute = {k: v / 1e3 for k, v in run["compute_ms"].items()}
@@ -154,37 +164,59 @@ def predict(run, link, host):
         lambda n: model.allreduce_s(algorithm, n, run["nodes"], run["ranks_per_node"], link, host))
 
 
+def one_node_run(doc):
+    """The 1-node run (no link): DDP's own cost and the projection's base."""
+    run = next((r for r in doc["train"] if r["nodes"] == 1), None)
+    if run is None:
+        die("scale: the run has no 1-node training run, which the model needs")
+    return run
+
+
+def ranks_per_core(run, cores):
+    return max(1.0, run["nodes"] * run["ranks_per_node"] / cores)
+
+
 def own_cost(doc, links, host):
     """DDP's own milliseconds per iteration beyond the model (its gradient
     copies, the host's all-reduce beside the compute), measured at one node,
-    where no link is involved: (the 1-node run's iteration, its prediction),
-    and the function that adds it to a run's prediction, scaled by how many
-    ranks share each of the host's cores (the namespaces' nodes share them)."""
-    base = next(r for r in doc["train"] if r["nodes"] == 1)
+    where no link is involved: (that cost, and the function that adds it to
+    a run's prediction, scaled by how many ranks share each of the host's
+    cores: the namespaces' nodes share them)."""
+    base = one_node_run(doc)
     own = base["ddp_ms"] - predict(base, next(iter(links.values())), host)
     cores = doc["cores"]
-    return own, lambda run: own * max(1.0, run["nodes"] * run["ranks_per_node"] / cores)
+    return own, lambda run: own * ranks_per_core(run, cores) / ranks_per_core(base, cores)
+
+
+def gbit_s(rate):
+    """bench/netem's rate (1g, 10g, 500m, 2.5gbit, 100mbit) in Gbit/s."""
+    text = rate.lower().replace("bit", "")
+    scale = {"g": 1.0, "m": 1e-3, "k": 1e-6}.get(text[-1:])
+    try:
+        return float(text[:-1]) * scale if scale else float(text) * 1e-9
+    except ValueError:
+        die("scale: cannot read the link rate %r (use e.g. 1g, 10g, 500m)" % rate)
 
 
 def projection(doc, links, host):
     """{(gbit, algorithm): [(nodes, ms)]}, the 1-node run it scales from, and
     the link it scales. Each node has cores of its own: DDP's own cost as at
     one node."""
-    base = next(r for r in doc["train"] if r["nodes"] == 1)
+    base = one_node_run(doc)
     own, _ = own_cost(doc, links, host)
-    fastest = min(links.items(), key=lambda kv: kv[1].beta)
-    nominal = float(fastest[0].rstrip("g"))
+    rate, fastest = min(links.items(), key=lambda kv: kv[1].beta)
     compute = {k: v / 1e3 for k, v in base["compute_ms"].items()}
+    per_node = base["ranks_per_node"]
     out = {}
     for gbit in PROJECTED_GBIT:
-        link = fastest[1].scaled(gbit / nominal, "%s, β scaled to %d Gbit/s" % (fastest[0], gbit))
-        for algorithm in ("ring", "hierarchical", "hierarchical-tree"):
+        link = fastest.scaled(gbit / gbit_s(rate), "%s, β scaled to %d Gbit/s" % (rate, gbit))
+        for algorithm in ALGORITHMS:
             out[(gbit, algorithm)] = [
                 (n, own + 1e3 * model.iteration_s(compute, base["bucket_bytes"], lambda b, n=n:
-                                                  model.allreduce_s(algorithm, b, n, 2, link,
-                                                                    host)))
+                                                  model.allreduce_s(algorithm, b, n, per_node,
+                                                                    link, host)))
                 for n in (1,) + PROJECTED_NODES]
-    return out, base, fastest
+    return out, base, rate
 
 
 def tables(doc):
@@ -194,18 +226,18 @@ def tables(doc):
     out.append(md_table(["rate", "α µs", "β ns/byte", "effective Gbit/s"],
                         [[rate, "%.1f" % (l.alpha * 1e6), "%.3f" % (l.beta * 1e9),
                           "%.2f" % l.gbit_s()] for rate, l in links.items()]))
-    rows = [[r["rate"], r["nodes"], "%d" % (r["bytes"] >> 10) + " KiB",
-             "%.1f" % (r["median_us"] / 1e3),
-             "%.1f" % (model.ring(r["bytes"], r["nodes"], links[r["rate"]]) * 1e3),
-             "%+.1f %%" % (100 * (model.ring(r["bytes"], r["nodes"], links[r["rate"]]) * 1e6 /
-                                  r["median_us"] - 1))] for r in doc["collectives"]]
+    rows = []
+    for r in doc["collectives"]:
+        predicted_us = model.ring(r["bytes"], r["nodes"], links[r["rate"]]) * 1e6
+        rows.append([r["rate"], r["nodes"], "%d KiB" % (r["bytes"] >> 10),
+                     "%.1f" % (r["median_us"] / 1e3), "%.1f" % (predicted_us / 1e3),
+                     "%+.1f %%" % (100 * (predicted_us / r["median_us"] - 1))])
     out += ["", "**The collective alone** (Gloo's ring, predicted from the 2-node fit):", "",
             md_table(["rate", "nodes", "size", "measured ms", "predicted ms", "error"], rows)]
     own, with_own = own_cost(doc, links, host)
     rows = []
     for r in doc["train"]:
-        link = links.get(r["rate"]) or next(iter(links.values()))
-        p = predict(r, link, host)
+        p = predict(r, link_of(r, links), host)
         calibrates = r["nodes"] == 1
         rows.append([r["rate"], r["layout"], "%d × %d" % (r["nodes"], r["ranks_per_node"]),
                      "%.1f" % sum(r["compute_ms"].values()), "%.1f" % r["ddp_ms"], "%.1f" % p,
@@ -217,16 +249,18 @@ def tables(doc):
             "ranks per core beyond one, %d cores):" % (doc["model"], doc["iters"], own,
                                                        doc["cores"]), "",
             md_table(["rate", "layout", "nodes × ranks", "local compute ms", "measured ms",
-                      "α–β model ms", "error", "with DDP's own cost ms", "error"], rows)]
-    proj, base, fastest = projection(doc, links, host)
+                      "α–β model ms", "error (α–β)", "with DDP's own cost ms",
+                      "error (+ own cost)"], rows)]
+    proj, base, rate = projection(doc, links, host)
     local = sum(base["compute_ms"].values())
     rows = []
     for (gbit, algorithm), points in sorted(proj.items()):
-        rows.append(["%d Gbit/s" % gbit, algorithm] +
+        rows.append(["%d Gbit/s" % gbit, ALGORITHMS[algorithm]] +
                     ["%.0f (%.2f×)" % (ms, ms / local) for n, ms in points if n > 1])
-    out += ["", "**Projection** (nodes of 2 ranks; compute, buckets and DDP's own cost of the "
-            "1-node run, local iteration %.1f ms; link: %s's α, β scaled; ms per iteration, "
-            "and its slowdown against local compute):" % (local, fastest[0]), "",
+    out += ["", "**Projection** (nodes of %d ranks; compute, buckets and DDP's own cost of the "
+            "1-node run, local compute %.1f ms (forward + backward + step); link: %s's α, β "
+            "scaled; ms per iteration, and its slowdown against local compute):"
+            % (base["ranks_per_node"], local, rate), "",
             md_table(["link", "algorithm"] + ["%d nodes" % n for n in PROJECTED_NODES], rows)]
     out += ["", "The paper's Fig. 9 at 256 GPUs (8 per server), slowdown against local "
             "training: " + ", ".join("%s %.0f×" % p for p in PAPER_256) + "."]
@@ -247,7 +281,7 @@ def plot(doc, png):
         xs = [r["nodes"] for r in runs]
         line, = check.plot(xs, [r["ddp_ms"] for r in runs], marker=marker, linestyle="none",
                            label="%s %s measured" % (rate, layout))
-        check.plot(xs, [predict(r, links[rate], host) + with_own(r) for r in runs],
+        check.plot(xs, [predict(r, link_of(r, links), host) + with_own(r) for r in runs],
                    color=line.get_color(), linestyle="--", label="%s %s model" % (rate, layout))
     check.set_xlabel("nodes")
     check.set_ylabel("ms per iteration (median)")
@@ -258,12 +292,13 @@ def plot(doc, png):
     local = sum(base["compute_ms"].values())
     for (gbit, algorithm), points in sorted(proj.items()):
         proj_ax.plot([n for n, _ in points], [ms / local for _, ms in points], marker=".",
-                     linestyle="-" if gbit == 100 else ":", label="%d Gbit/s %s" % (gbit, algorithm))
+                     linestyle="-" if gbit == 100 else ":",
+                     label="%d Gbit/s %s" % (gbit, ALGORITHMS[algorithm]))
     for (name, slowdown), style in zip(PAPER_256, ("-.", "--", ":")):
         proj_ax.axhline(slowdown, color="grey", linestyle=style, linewidth=0.8)
         proj_ax.text(1, slowdown, " paper, 256 GPUs: " + name, fontsize=7, va="bottom")
     proj_ax.set_xscale("log", base=2)
-    proj_ax.set_xlabel("nodes (2 ranks each)")
+    proj_ax.set_xlabel("nodes (%d ranks each)" % base["ranks_per_node"])
     proj_ax.set_ylabel("iteration / local compute")
     proj_ax.set_title("projection (model)")
     proj_ax.grid(True, which="both", alpha=0.3)
@@ -274,7 +309,7 @@ def plot(doc, png):
 
 
 def run(args):
-    if args.from_json:
+    if args.from_json:  # no runs, nothing written but the plot
         with open(args.from_json) as f:
             doc = json.load(f)
         print(tables(doc))

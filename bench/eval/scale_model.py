@@ -18,7 +18,10 @@ carries 2(pr-1)/(pr)·n per direction (one rank per host sends across).
 An iteration: forward, then backward; gradients are assumed to be produced at
 an even rate in bytes over the backward, so bucket k (in launch order) is
 ready when its last byte is; buckets are reduced one after another (one
-process group), each starting when it is ready and the previous one is done;
+process group), each starting when it is ready and the previous one is done
+(the hierarchical backend pipelines its stages across buckets, the host's
+part of one beside the link's part of the one before: for it the model is
+pessimistic where the host's part is comparable to the link's);
 the optimizer step follows the later of the backward's end and the last
 bucket's end. DDP's own costs (the gradient copies into and out of the
 buckets) and the cores that ranks, their communication threads and the
@@ -55,15 +58,17 @@ def fit_link(rows, world, source, bandwidth_from=MB):
     `ddp_bench collectives --json`: bytes, median_us): β by least squares
     through the sizes of at least `bandwidth_from` bytes (where the bandwidth
     term dominates); α from the smallest size's fastest sample, what it has
-    beyond n·β. Not its median: at 10 Gbit/s a 4 KB all-reduce's median
-    caught the kernel's delayed acknowledgements (3 ms against a 0.14 ms
-    fastest), and sizes between are left out, as a shaped link's token
-    bucket lets a burst through at the veth's own speed."""
+    beyond n·β. Not its median: a 4 KB all-reduce's median can catch the
+    kernel's delayed acknowledgements (2.9 ms against a 0.14 ms fastest at
+    1 Gbit/s here), and sizes between are left out, as a shaped link's
+    token bucket lets a burst through at the veth's own speed."""
+    if world < 2:
+        raise ValueError("fit_link: a link needs at least 2 ranks, got %d" % world)
     steps = 2 * (world - 1)
     volume = 2.0 * (world - 1) / world
     points = sorted((r["bytes"], r["median_us"] * 1e-6, r["min_us"] * 1e-6) for r in rows)
     big = [(n, t) for n, t, _ in points if n >= bandwidth_from]
-    if len(big) < 2:
+    if len({n for n, _ in big}) < 2:
         raise ValueError("fit_link: need two sizes of at least %d bytes" % bandwidth_from)
     # t = c + volume·n·β over the big sizes, least squares in (n, t).
     mean_n = statistics.mean(n for n, _ in big)

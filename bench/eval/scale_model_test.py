@@ -8,6 +8,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import scale  # noqa: E402
 import scale_model as model  # noqa: E402
 
 MB = 1 << 20
@@ -96,6 +97,61 @@ class Iteration(unittest.TestCase):
         # one (ready at 50 ms) takes 1 ms
         t = model.iteration_s(self.compute, [100, 100, 100, 100], lambda n: 0.001)
         self.assertAlmostEqual(t, 0.050 + 0.001 + 0.005)
+
+
+class Tables(unittest.TestCase):
+    """scale.py's tables on a run whose every measurement is what the model
+    predicts (DDP's own cost: 10 ms at one node)."""
+
+    link = model.Link(50e-6, 8e-9, "x")
+    host = {n: n / 4e9 for n in (64 << 10, 1 * MB, 16 * MB, 64 * MB)}  # 4 GB/s
+    compute = {"forward": 20.0, "backward": 40.0, "step": 10.0}
+    buckets = [1 * MB, 25 * MB, 25 * MB, 13 * MB]
+
+    def training_run(self, layout, nodes, per_node):
+        r = {"rate": "none" if nodes == 1 else "1g", "layout": layout, "nodes": nodes,
+             "ranks_per_node": per_node, "compute_ms": self.compute,
+             "bucket_bytes": self.buckets, "local_ms": 70.0}
+        host = lambda n: model.interpolate(self.host, n)  # noqa: E731
+        own = 10.0 * max(1.0, nodes * per_node / 2.0)
+        r["ddp_ms"] = scale.predict(r, self.link, host) + own
+        return r
+
+    def doc(self):
+        sizes = [4096, 1 * MB, 16 * MB, 64 * MB]
+        checks = [{"bytes": n, "median_us": model.ring(n, 4, self.link) * 1e6, "rate": "1g",
+                   "nodes": 4} for n in sizes[1:]]
+        return {"model": "mlp", "iters": 1, "cores": 2,
+                "links": {"1g": collective_rows(50e-6, 8e-9, 2, sizes)},
+                "host_allreduce": [{"bytes": n, "median_us": t * 1e6} for n, t in self.host.items()],
+                "collectives": checks,
+                "train": [self.training_run("hierarchical", 1, 2), self.training_run("ring", 2, 1),
+                          self.training_run("hierarchical", 2, 2), self.training_run("ring", 4, 1)]}
+
+    def test_exact_measurements_have_no_error(self):
+        md = scale.tables(self.doc())
+        collective_rows_md = [l for l in md.splitlines() if l.startswith("| 1g | 4 |")]
+        self.assertEqual(len(collective_rows_md), 3)
+        self.assertTrue(all(l.endswith("| +0.0 % |") or l.endswith("| -0.0 % |")
+                            for l in collective_rows_md), collective_rows_md)
+        train = [l for l in md.splitlines() if l.startswith("| 1g | ring |") or
+                 l.startswith("| 1g | hierarchical |")]
+        self.assertEqual(len(train), 3)
+        self.assertTrue(all(l.rstrip(" |").endswith("0.0 %") for l in train), train)
+        self.assertIn("(measures it)", md)
+
+    def test_projection_tree_stays_flat_where_the_ring_grows(self):
+        doc = self.doc()
+        links, host = scale.fits(doc)
+        proj, base, rate = scale.projection(doc, links, host)
+        self.assertEqual((base["nodes"], rate), (1, "1g"))
+        ring, tree = dict(proj[(100, "ring")]), dict(proj[(100, "hierarchical-tree")])
+        self.assertGreater(ring[256], 2 * ring[8])
+        self.assertLess(tree[256], 1.1 * tree[8])
+
+    def test_rates(self):
+        self.assertEqual([scale.gbit_s(r) for r in ("1g", "10gbit", "500m", "2.5g")],
+                         [1.0, 10.0, 0.5, 2.5])
 
 
 if __name__ == "__main__":
