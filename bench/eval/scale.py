@@ -11,14 +11,16 @@ checked against the network-namespace runs it predicts, then projected.
    default backend (hierarchical: shm within, Gloo's ring across); the
    prediction takes the local iteration of the same run (the same cores, as
    loaded) and DDP's buckets, and nothing of the DDP run.
-4. Projection to 8..256 nodes of 2 ranks at 10 and 100 Gbit/s: flat ring,
-   hierarchical ring, hierarchical tree (NCCL's across hosts), from the
-   1-node run's compute and the fastest calibrated link scaled (α kept).
+4. Projection to 8..256 nodes (as many ranks each as the 1-node run: 2) at
+   10 and 100 Gbit/s: flat ring, hierarchical ring, hierarchical tree
+   (NCCL's across hosts), from the 1-node run's compute and the fastest
+   calibrated link scaled (α kept).
 
-Output in --out (default bench/results): scale-model.json (every run's
-inputs, the fits, the predictions), scale-model.md (the tables of
-docs/benchmarks.md), scale-model.txt (the log); --plot PNG draws the check
-and the projection. Needs root for the namespaces (bench/netem).
+Output in --out (default bench/results): scale-model.json (what every run
+measured: the model's inputs and what it predicts), scale-model.md (the
+tables of docs/benchmarks.md, computed from the JSON), scale-model.txt (the
+log); --plot PNG draws the check and the projection. Needs root for the
+namespaces (bench/netem).
 """
 
 import json
