@@ -35,7 +35,9 @@ LINK_SIZES = "4K,1M,4M,16M,64M"
 CHECK_SIZES = "1M,16M,64M"
 PROJECTED_NODES = (8, 16, 32, 64, 128, 256)
 PROJECTED_GBIT = (10, 100)
-LAYOUTS = {"ring": 1, "hierarchical": 2}  # ranks per node of the measured runs
+# The measured runs' layouts, named by their algorithm (scale_model.allreduce_s),
+# and their ranks per node.
+LAYOUTS = {"ring": 1, "hierarchical": 2}
 # The projection's algorithms (scale_model.allreduce_s) and their names in
 # the tables and the plot.
 ALGORITHMS = {"ring": "flat ring", "hierarchical": "hierarchical ring",
@@ -160,10 +162,9 @@ def link_of(run, links):
 def predict(run, link, host):
     """The α–β model's milliseconds for a training run."""
     compute = {k: v / 1e3 for k, v in run["compute_ms"].items()}
-    algorithm = "ring" if run["layout"] == "ring" else "hierarchical"
-    return 1e3 * model.iteration_s(
-        compute, run["bucket_bytes"],
-        lambda n: model.allreduce_s(algorithm, n, run["nodes"], run["ranks_per_node"], link, host))
+    return 1e3 * model.iteration_s(  # a layout is named by its algorithm
+        compute, run["bucket_bytes"], lambda n: model.allreduce_s(
+            run["layout"], n, run["nodes"], run["ranks_per_node"], link, host))
 
 
 def one_node_run(doc):
@@ -185,7 +186,7 @@ def own_cost(doc, links, host):
     a run's prediction, scaled by how many ranks share each of the host's
     cores: the namespaces' nodes share them)."""
     base = one_node_run(doc)
-    own = base["ddp_ms"] - predict(base, next(iter(links.values())), host)
+    own = base["ddp_ms"] - predict(base, link_of(base, links), host)
     cores = doc["cores"]
     return own, lambda run: own * ranks_per_core(run, cores) / ranks_per_core(base, cores)
 
