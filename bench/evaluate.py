@@ -17,6 +17,8 @@ subcommands (bench/README.md says what each runs and which program it uses):
                 on the main job: accuracy, bytes, time (eval/compression.py)
   scale         the α–β model of scale: checked against namespace runs at 1..4
                 nodes, projected to 256 nodes at 10 and 100 Gbit/s (eval/scale.py)
+  autotune      bucket_cap_mb "auto" against the sweep of 1..100 MiB, per model
+                and link (eval/autotune.py)
   zero          ZeroRedundancyOptimizer against unsharded Adam, ours and
                 PyTorch's: state memory and iteration time (eval/zero.py)
   report        the report of a `paper` results directory again (eval/report.py)
@@ -42,6 +44,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval"))
 
+import autotune  # noqa: E402
 import collectives  # noqa: E402
 import compression  # noqa: E402
 import compare  # noqa: E402
@@ -79,6 +82,7 @@ def main():
     compression.add_parser(sub)
     models_check.add_parser(sub)
     scale.add_parser(sub)
+    autotune.add_parser(sub)
     zero.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")
     r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")

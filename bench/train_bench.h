@@ -7,6 +7,7 @@
 #include "models/models.h"
 #include "timeline.h"
 
+#include <ddp/bucket_cap.h>
 #include <ddp/statistics.h>
 
 #include <cstdint>
@@ -19,7 +20,7 @@ namespace ddp_bench {
 struct TrainConfig {
   ModelOptions model;
   int world_size = 0;
-  double bucket_cap_mb = 25;
+  ddp::BucketCapMb bucket_cap_mb = 25;  // or "auto"
   double first_bucket_cap_mb = 1;
   int64_t iters = 20;
   int64_t warmup = 3;

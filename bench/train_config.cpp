@@ -31,7 +31,9 @@ options:
                        LOCAL_RANK's GPU (modulo the GPUs seen); each timed
                        iteration ends with a device synchronize
   --world-size N       number of ranks; must equal $WORLD_SIZE
-  --bucket-cap-mb X    DDP bucket size in MiB (default 25)
+  --bucket-cap-mb X    DDP bucket size in MiB, or auto (bucket autotuning: use
+                       --warmup >= 22 so that timed iterations are settled;
+                       the JSON's bucket_tuning has the trials; default 25)
   --first-bucket-cap-mb X  DDP's first bucket in MiB (default 1)
   --iters K            timed iterations per measurement (default 20)
   --warmup W           untimed iterations per measurement first (default 3)
@@ -80,7 +82,16 @@ TrainConfig parse_train_config(Args& args) {
   auto ws = args.take_int("--world-size", 1, 1 << 20);
   if (!ws) throw UsageError("--world-size is required (the number of ranks, e.g. 2)");
   c.world_size = static_cast<int>(*ws);
-  c.bucket_cap_mb = args.take_double("--bucket-cap-mb", 0.0).value_or(c.bucket_cap_mb);
+  if (auto cap = args.take("--bucket-cap-mb")) {
+    try {
+      c.bucket_cap_mb = ddp::BucketCapMb(*cap);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--bucket-cap-mb: ") + e.what());
+    }
+    if (!c.bucket_cap_mb.is_auto() && c.bucket_cap_mb.mib() < 0) {
+      throw UsageError("--bucket-cap-mb must be >= 0 or auto, got " + *cap);
+    }
+  }
   c.first_bucket_cap_mb =
       args.take_double("--first-bucket-cap-mb", 0.0).value_or(c.first_bucket_cap_mb);
   c.iters = args.take_int("--iters", 1, 1000000).value_or(c.iters);

@@ -101,6 +101,19 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
       Json buckets = Json::array();
       for (int64_t b : v.back().stats.bucket_bytes) buckets.push(b);
       row.set("bucket_bytes", std::move(buckets));
+      const ddp::BucketTuning& tuning = v.back().stats.bucket_tuning;
+      if (tuning.phase != ddp::BucketTuning::Phase::kOff) {
+        Json samples = Json::array();
+        for (const auto& [cap, ms] : tuning.samples) {
+          samples.push(Json::object().set("cap_bytes", cap).set("ms", ms));
+        }
+        row.set("bucket_tuning",
+                Json::object()
+                    .set("settled", tuning.phase == ddp::BucketTuning::Phase::kSettled)
+                    .set("cap_bytes", tuning.cap_bytes)
+                    .set("trial_iterations", tuning.trial_iterations)
+                    .set("samples", std::move(samples)));
+      }
       row.set("hook", cfg.hook);
       if (cfg.timeline) row.set("timeline", results.timeline->to_json());
       if (std::all_of(tx_ranks.begin(), tx_ranks.end(), [](double x) { return x >= 0; })) {
@@ -149,8 +162,12 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     config.set("image_size", cfg.model.image_size).set("seq_len", cfg.model.seq_len);
     config.set("model_description", describe(cfg.model));
     config.set("process_groups", cfg.process_groups).set("sync_every", cfg.sync_every);
-    config.set("bucket_cap_mb", cfg.bucket_cap_mb)
-        .set("first_bucket_cap_mb", cfg.first_bucket_cap_mb);
+    if (cfg.bucket_cap_mb.is_auto()) {
+      config.set("bucket_cap_mb", "auto");
+    } else {
+      config.set("bucket_cap_mb", cfg.bucket_cap_mb.mib());
+    }
+    config.set("first_bucket_cap_mb", cfg.first_bucket_cap_mb);
     config.set("iters", cfg.iters).set("warmup", cfg.warmup).set("lr", cfg.lr);
     config.set("seed", cfg.seed).set("intra_op_threads", cfg.threads);
     config.set("openblas_threads", blas_threads);

@@ -238,10 +238,11 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
 
   net->to(dtype);
-  ddp::DistributedDataParallel model(net, ddp::DistributedDataParallelOptions()
-                                              .bucket_cap_mb(f.bucket_cap_mb)
-                                              .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
-                                              .find_unused_parameters(f.find_unused));
+  ddp::DistributedDataParallel model(
+      net, ddp::DistributedDataParallelOptions()
+               .bucket_cap_mb(f.bucket_cap_mb)
+               .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb.resolved().mib()))
+               .find_unused_parameters(f.find_unused));
   std::shared_ptr<ddp::AdaptiveCompressionState> compression;
   if (!f.compress.empty()) {
     compression = model->register_comm_hook(
@@ -438,7 +439,7 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
   ddp::ElasticOptions options;
   options.ddp(ddp::DistributedDataParallelOptions()
                   .bucket_cap_mb(f.bucket_cap_mb)
-                  .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb))
+                  .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb.resolved().mib()))
                   .find_unused_parameters(f.find_unused));
   if (f.timeout_s > 0) options.init().timeout(std::chrono::seconds(f.timeout_s));
   torch::manual_seed(1000);  // dropout: a stream per process (not carried over a change)

@@ -3,6 +3,8 @@
 
 #include "fashion_mnist.h"
 
+#include <ddp/bucket_cap.h>
+
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -30,7 +32,8 @@ inline const char* const kUsage =
     "                      none read (default 0)\n"
     "  --snapshot PATH     the snapshot file of --checkpoint-every (default\n"
     "                      train_snapshot.ckpt); only rank 0's disk needs it\n"
-    "  --bucket-cap-mb MB  DDP bucket size (default 25; the first bucket is\n"
+    "  --bucket-cap-mb MB  DDP bucket size, or auto (bucket autotuning; default\n"
+    "                      $DDP_BUCKET_CAP_MB, else 25; the first bucket is\n"
     "                      min(1, MB))\n"
     "  --find-unused       DDP find_unused_parameters(true)\n"
     "  --compress LEVELS   reduce gradients through ddp::adaptive_compression_hook:\n"
@@ -84,7 +87,7 @@ struct Flags {
   double dropout = 0;
   bool float64 = false;
   int64_t seed = 1;
-  double bucket_cap_mb = 25;
+  ddp::BucketCapMb bucket_cap_mb;  // a size in MiB or auto
   bool find_unused = false;
   std::string compress;         // empty: no communication hook
   int64_t compress_window = 50;
@@ -167,8 +170,11 @@ inline Flags parse(int argc, char** argv) {
       f.float64 = true;
     else if (flag == "--seed")
       f.seed = number<int64_t>(flag, next(), 0);
-    else if (flag == "--bucket-cap-mb")
-      f.bucket_cap_mb = number<double>(flag, next(), 0);
+    else if (flag == "--bucket-cap-mb") {
+      const std::string text = next();
+      f.bucket_cap_mb =
+          text == "auto" ? ddp::BucketCapMb(text) : ddp::BucketCapMb(number<double>(flag, text, 0));
+    }
     else if (flag == "--find-unused")
       f.find_unused = true;
     else if (flag == "--compress") {

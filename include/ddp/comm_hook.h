@@ -37,12 +37,17 @@ using FuturePtr = c10::intrusive_ptr<c10::ivalue::Future>;
 
 class GradBucket {
  public:
-  GradBucket(size_t index, bool is_last, at::Tensor buffer, std::vector<at::Tensor> parameters);
+  GradBucket(size_t index, bool is_last, at::Tensor buffer, std::vector<at::Tensor> parameters,
+             int64_t layout = 0);
 
   // The bucket's index. Warning: buckets are rebuilt after the first
-  // iteration, so indices seen in the first one may not refer to the same
-  // parameters later.
+  // iteration (and while bucket autotuning tries sizes), so an index may
+  // refer to other parameters once layout() changed.
   size_t index() const { return index_; }
+  // Which bucket layout this bucket belongs to: 0 in the first iteration,
+  // one more at each rebuild. A hook that keeps something per bucket index
+  // (error feedback, warm starts) drops it when this changes.
+  int64_t layout() const { return layout_; }
   // The flattened 1-D gradients of this bucket's parameters.
   const at::Tensor& buffer() const { return buffer_; }
   // One tensor per parameter, shaped like it: views into buffer().
@@ -59,6 +64,7 @@ class GradBucket {
  private:
   size_t index_;
   bool is_last_;
+  int64_t layout_;
   at::Tensor buffer_;
   std::vector<at::Tensor> parameters_;
 };

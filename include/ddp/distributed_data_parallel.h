@@ -30,6 +30,7 @@
 // - Not thread-safe: one training thread per instance.
 #pragma once
 
+#include <ddp/bucket_cap.h>
 #include <ddp/comm_hook.h>
 #include <ddp/join.h>
 #include <ddp/process_group.h>
@@ -55,9 +56,14 @@ namespace ddp {
 struct DistributedDataParallelOptions {
   // The group to reduce over. Default: ddp::default_process_group().
   TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
-  // Bucket size in MiB (paper §5.3). Default 25. 0 reduces every parameter
-  // after the first bucket on its own (that one keeps first_bucket_cap_mb).
-  TORCH_ARG(double, bucket_cap_mb) = 25;
+  // Bucket size in MiB (paper §5.3), or "auto": the first iterations try
+  // sizes from 1 to 100 MiB (at most 20 trial iterations), measured by the
+  // slowest rank's iteration time, and settle on the fastest, keeping 25
+  // unless another is faster by over 2 % and beyond the noise of 25's own
+  // samples (IterationStats::bucket_tuning shows the trials and the choice). 0 reduces every parameter after the first
+  // bucket on its own (that one keeps first_bucket_cap_mb). Default
+  // $DDP_BUCKET_CAP_MB when set (MiB or "auto"), else 25.
+  TORCH_ARG(BucketCapMb, bucket_cap_mb);
   // Size of the first bucket in MiB, small so that communication starts
   // early in backward. Default 1. Not capped by bucket_cap_mb: a smaller
   // bucket_cap_mb still gives a first bucket of about 1 MiB, as in PyTorch

@@ -23,6 +23,8 @@
 //   backward() returns every bucket is waited for and averages written back.
 // - After the first synchronized iteration the buckets are rebuilt once in the
 //   order gradients arrived on rank 0 (§6.2.1), unless find_unused_parameters.
+//   With autotune_caps_bytes they are rebuilt in that order for each trial
+//   and once more for the choice (GradBucket::layout() counts the rebuilds).
 // - A parameter that gets no gradient on some rank (without
 //   find_unused_parameters) makes backward() throw InvalidArgument on every
 //   rank, naming it there; no half-reduced gradient is written.
@@ -55,6 +57,21 @@ namespace ddp {
 struct ReducerOptions {
   // Bucket size after the first. Default 25 MiB.
   TORCH_ARG(int64_t, bucket_cap_bytes) = 25 << 20;
+  // Bucket autotuning: bucket sizes to try (bytes, each with
+  // bucket_cap_bytes among them; sizes that cut the same buckets are tried
+  // once) from the second synchronized iteration on, in rounds of
+  // successive halving (each size one iteration to settle and one measured,
+  // the faster half kept) within `autotune_iterations`; each measured by the
+  // slowest rank's iteration time (one small allreduce at the start of each
+  // iteration while tuning). It then settles on the fastest, or on
+  // bucket_cap_bytes unless another is faster by more than 2 % and by more
+  // than bucket_cap_bytes's own samples vary (noise). Every rank
+  // decides from the same all-reduced times, so all cut the same buckets.
+  // Default empty: no tuning.
+  TORCH_ARG(std::vector<int64_t>, autotune_caps_bytes);
+  // The most trial iterations of autotuning, at least two per distinct
+  // bucket layout of autotune_caps_bytes. Default 20.
+  TORCH_ARG(int, autotune_iterations) = 20;
   // Size of the first bucket, small so that communication starts early.
   // Default 1 MiB. Not capped by bucket_cap_bytes (as in PyTorch 1.13): set
   // both for buckets of one size.

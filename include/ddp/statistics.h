@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddp {
@@ -18,6 +19,20 @@ struct BucketTiming {
   double done_ms = 0;    // its result was ready: the Work's completion time;
                          // with a communication hook, when finalize saw the
                          // hook's future complete (an upper bound)
+};
+
+// Bucket autotuning (DistributedDataParallelOptions::bucket_cap_mb "auto"),
+// as of an iteration.
+struct BucketTuning {
+  // kOff: a fixed size. kTrial: still tuning (the first iteration, then
+  // the trials). kSettled: the choice is in effect.
+  enum class Phase { kOff, kTrial, kSettled };
+  Phase phase = Phase::kOff;
+  int64_t cap_bytes = 0;  // the bucket size this iteration's buckets were cut with
+  // Each measured trial so far: a bucket size and the slowest rank's
+  // iteration time with it (ms), in the order they ran.
+  std::vector<std::pair<int64_t, double>> samples;
+  int64_t trial_iterations = 0;  // trial iterations so far (settling ones included)
 };
 
 struct IterationStats {
@@ -35,6 +50,7 @@ struct IterationStats {
   std::chrono::steady_clock::time_point backward_start;
   std::vector<BucketTiming> bucket_timings;
   bool buckets_rebuilt = false;   // the buckets were rebuilt before this iteration
+  BucketTuning bucket_tuning;     // bucket_cap_mb "auto": its trials and choice
   int64_t unused_parameters = 0;  // globally unused (find_unused_parameters / static_graph)
   std::vector<std::string> unused_parameter_names;  // filled when DDP_DEBUG=detail
 

@@ -101,7 +101,10 @@ class AdaptiveCompression {
       timeline_ = RankTimeline::open_from_env(group_->rank());
     }
     if (!options_checked_) check_same_options(bucket.buffer().device());
-    if (iteration_ != memories_checked_at_ && iteration_ <= 2) forget_bucket_memories();
+    if ((iteration_ != memories_checked_at_ && iteration_ <= 2) || bucket.layout() != layout_) {
+      layout_ = bucket.layout();
+      forget_bucket_memories();
+    }
     const size_t index = bucket.index();
     Bucket& state = buckets_[index];
     if (state.run_start == TraceClock::time_point{}) {  // a new bucket
@@ -182,10 +185,12 @@ class AdaptiveCompression {
     int64_t run_start_iteration = 0;
   };
 
-  // DDP rebuilds its buckets after the first iteration, so before the
-  // second and the third, what is kept per bucket index may belong to other
-  // gradients now: the errors and PowerSGD's warm starts go. (Rank 0's
-  // window sum starts again where its bucket's size changed.)
+  // DDP rebuilds its buckets after the first iteration (and while bucket
+  // autotuning tries sizes: GradBucket::layout changes), so before the
+  // second and the third, and at each rebuild, what is kept per bucket index
+  // may belong to other gradients now: the errors and PowerSGD's warm
+  // starts go. (Rank 0's window sum starts again where its bucket's size
+  // changed.)
   void forget_bucket_memories() {
     memories_checked_at_ = iteration_;
     powersgd_.clear();
@@ -308,6 +313,7 @@ class AdaptiveCompression {
   std::shared_ptr<RankTimeline> timeline_;
   int64_t iteration_ = 0;
   int64_t memories_checked_at_ = -1;
+  int64_t layout_ = 0;  // GradBucket::layout the memories belong to
   bool options_checked_ = false;
   std::map<size_t, Bucket> buckets_;
   std::map<int64_t, PowerSGDState> powersgd_;  // by rank

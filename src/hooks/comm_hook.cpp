@@ -7,9 +7,10 @@
 namespace ddp {
 
 GradBucket::GradBucket(size_t index, bool is_last, at::Tensor buffer,
-                       std::vector<at::Tensor> parameters)
+                       std::vector<at::Tensor> parameters, int64_t layout)
     : index_(index),
       is_last_(is_last),
+      layout_(layout),
       buffer_(std::move(buffer)),
       parameters_(std::move(parameters)) {}
 

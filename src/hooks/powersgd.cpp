@@ -128,6 +128,14 @@ void PowerSGDState::maybe_increase_iter(const GradBucket& bucket) {
   if (bucket.is_last()) ++iter_;
 }
 
+void PowerSGDState::forget_if_rebuilt(const GradBucket& bucket) {
+  if (bucket.layout() == layout_) return;
+  layout_ = bucket.layout();
+  error_.clear();
+  p_memory_.clear();
+  q_memory_.clear();
+}
+
 void PowerSGDState::report_compression_stats(const GradBucket& bucket) {
   if (!bucket.is_last() || iter_ < next_stats_report_) return;
   auto s = compression_stats();
@@ -150,6 +158,7 @@ uint64_t PowerSGDState::next_seed() {
 
 FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   if (auto plain = state.allreduce_before_start(bucket)) return plain;
+  state.forget_if_rebuilt(bucket);
   auto pg = detail::group_or_default(state.process_group);
   at::Tensor input = bucket.buffer();
   const size_t index = bucket.index();
@@ -248,6 +257,7 @@ FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
 
 FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   if (auto plain = state.allreduce_before_start(bucket)) return plain;
+  state.forget_if_rebuilt(bucket);
   auto pg = detail::group_or_default(state.process_group);
   at::Tensor buffer = bucket.buffer();
   const size_t index = bucket.index();

@@ -25,6 +25,21 @@ int64_t mib_to_bytes(double mib, const char* option) {
   return static_cast<int64_t>(mib * 1024 * 1024);
 }
 
+// bucket_cap_mb "auto" tries the sizes of the paper's §5.3 sweep.
+constexpr double kAutotuneMib[] = {1, 2, 5, 10, 25, 50, 100};
+
+ReducerOptions bucket_options(const BucketCapMb& cap, double first_cap_mb) {
+  ReducerOptions out;
+  out.bucket_cap_bytes(mib_to_bytes(cap.mib(), "bucket_cap_mb"))
+      .first_bucket_cap_bytes(mib_to_bytes(first_cap_mb, "first_bucket_cap_mb"));
+  if (cap.is_auto()) {
+    std::vector<int64_t> caps;
+    for (double mib : kAutotuneMib) caps.push_back(mib_to_bytes(mib, "bucket_cap_mb"));
+    out.autotune_caps_bytes(caps);
+  }
+  return out;
+}
+
 }  // namespace
 
 NoSyncGuard::NoSyncGuard(DistributedDataParallelImpl& ddp)
@@ -66,12 +81,10 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   auto rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
 
   // The Reducer checks the parameters across ranks (collective) first.
+  options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
   reducer_ = std::make_unique<Reducer>(
       params, names, group_,
-      ReducerOptions()
-          .bucket_cap_bytes(mib_to_bytes(options_.bucket_cap_mb(), "bucket_cap_mb"))
-          .first_bucket_cap_bytes(
-              mib_to_bytes(options_.first_bucket_cap_mb(), "first_bucket_cap_mb"))
+      bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb())
           .find_unused_parameters(options_.find_unused_parameters())
           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
           .static_graph(options_.static_graph())

@@ -1,6 +1,7 @@
 #include "module/module_timeline.h"
 
 #include <iostream>
+#include <sstream>
 
 namespace ddp::detail {
 namespace {
@@ -53,6 +54,24 @@ void ModuleTimeline::add_new_backward() {
   for (const auto& span : backward_spans(stats, returned, comm_hook_ ? "comm hook" : "allreduce")) {
     timeline_->add(span, stats.iteration);
   }
+  add_bucket_tuning(stats, returned);
+}
+
+// Bucket autotuning: each trial iteration's size over its backward, and the
+// choice on the first iteration that runs it.
+void ModuleTimeline::add_bucket_tuning(const IterationStats& stats,
+                                       TraceClock::time_point returned) {
+  const BucketTuning& t = stats.bucket_tuning;
+  if (t.phase == BucketTuning::Phase::kOff || tuning_shown_settled_) return;
+  if (stats.backward_start == TraceClock::time_point{}) return;  // no backward ran
+  std::ostringstream name;
+  name << (t.phase == BucketTuning::Phase::kTrial ? "trying " : "settled on ")
+       << t.cap_bytes / 1048576.0 << " MiB buckets";
+  if (t.phase == BucketTuning::Phase::kSettled) {
+    tuning_shown_settled_ = true;
+    name << " after " << t.trial_iterations << " trial iterations";
+  }
+  timeline_->add({"autotune", name.str(), stats.backward_start, returned}, stats.iteration);
 }
 
 }  // namespace ddp::detail

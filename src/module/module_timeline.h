@@ -32,11 +32,13 @@ class ModuleTimeline {
 
  private:
   void add_new_backward();
+  void add_bucket_tuning(const IterationStats& stats, TraceClock::time_point returned);
 
   std::shared_ptr<RankTimeline> timeline_;
   const Reducer& reducer_;
   int64_t traced_ = 0;  // the last iteration (IterationStats::iteration) written
   bool comm_hook_ = false;
+  bool tuning_shown_settled_ = false;
 };
 
 }  // namespace ddp::detail

@@ -60,6 +60,7 @@ void Reducer::Impl::shadow_iteration() {
 
 // Every rank, joined or not, ends with the same gradients.
 void Reducer::Impl::end_synchronized_iteration(const detail::IterationStatus& status) {
+  last_ended_ = true;
   write_back_averages(status);
   if (!options_.gradient_as_bucket_view()) buckets_.swap_buffers();
   gradient_order_.end_iteration(params_.size());

@@ -50,7 +50,8 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
     }
   }
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
-  check_same_zero_copy_option();
+  check_same_collective_options();
+  check_autotune_options();  // the same on every rank by now
   if (params_.empty()) {
     throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
                           ": the model has no parameter that requires grad: there is "
@@ -59,25 +60,54 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   }
   const size_t n = params_.size();
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
-  build_buckets(reverse_order(n));
+  build_buckets(reverse_order(n), options_.bucket_cap_bytes());
   for (size_t i = 0; i < n; ++i) {
     hooks_.push_back(
         std::make_unique<detail::GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
 }
 
-// Zero-copy buckets are allocated collectively (bucket_set.cpp): every rank
-// asks for them, or none does.
-void Reducer::Impl::check_same_zero_copy_option() {
-  at::Tensor votes = at::full({1}, options_.zero_copy_buckets() ? 1 : 0, at::kInt);
+// Options whose disagreement would make ranks issue different collectives
+// rather than fail at once: zero-copy buckets are allocated collectively
+// (bucket_set.cpp), autotuning adds an allreduce to its trial iterations,
+// and bucket sizes decide every bucket's allreduce. Every rank has the
+// same, or all raise here.
+void Reducer::Impl::check_same_collective_options() {
+  const bool mine[] = {options_.zero_copy_buckets(), autotuning()};
+  at::Tensor votes = at::tensor({mine[0] ? 1 : 0, mine[1] ? 1 : 0}, at::kInt);
   group_->allreduce(votes)->wait();
-  const int yes = votes.item<int>();
-  if (yes != 0 && yes != group_->size()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": zero_copy_buckets is " +
-                          (options_.zero_copy_buckets() ? "true" : "false") + " here but true on " +
-                          std::to_string(yes) + " of " + std::to_string(group_->size()) +
-                          " ranks; give every rank the same DistributedDataParallelOptions");
+  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": ";
+  const std::string fix =
+      "; give every rank the same DistributedDataParallelOptions (and $DDP_BUCKET_CAP_MB)";
+  const char* what[] = {"zero_copy_buckets", "bucket autotuning (bucket_cap_mb \"auto\")"};
+  for (int k = 0; k < 2; ++k) {
+    const int yes = votes.data_ptr<int>()[k];
+    if (yes == 0 || yes == group_->size()) continue;
+    throw InvalidArgument(where + what[k] + " is " + (mine[k] ? "on" : "off") +
+                          " here but on for " + std::to_string(yes) + " of " +
+                          std::to_string(group_->size()) + " ranks" + fix);
+  }
+  // The bucket sizes' fingerprint (< 2^20, exact in a double): its largest
+  // and smallest value across ranks are equal when every rank's is.
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&hash](int64_t v) {
+    for (int b = 0; b < 8; ++b)
+      hash = (hash ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(options_.bucket_cap_bytes());
+  mix(options_.first_bucket_cap_bytes());
+  for (int64_t cap : options_.autotune_caps_bytes()) mix(cap);
+  mix(options_.autotune_iterations());
+  const double fingerprint = static_cast<double>(hash >> 44);
+  at::Tensor range = at::tensor({fingerprint, -fingerprint}, at::kDouble);
+  group_->allreduce(range, ReduceOp::MAX)->wait();
+  if (range.data_ptr<double>()[0] != -range.data_ptr<double>()[1]) {
+    throw InvalidArgument(where + "the bucket sizes differ across ranks (here bucket_cap " +
+                          std::to_string(options_.bucket_cap_bytes()) + " bytes, first bucket " +
+                          std::to_string(options_.first_bucket_cap_bytes()) + " bytes, " +
+                          std::to_string(options_.autotune_caps_bytes().size()) +
+                          " sizes to autotune in " +
+                          std::to_string(options_.autotune_iterations()) + " iterations)" + fix);
   }
 }
 
@@ -198,22 +228,35 @@ std::vector<std::vector<size_t>> Reducer::Impl::bucket_indices() const {
 // that a rank that joins keeps the others' collectives.
 void Reducer::Impl::begin_synchronized_iteration() {
   stats_pending_ = IterationStats{};
+  std::vector<size_t> sequence = bucket_sequence_;
+  bool rebuild = false;
   if (gradient_order_.rebuild_due()) {
-    build_buckets(gradient_order_.take_rank0_order(*group_));
+    sequence = gradient_order_.take_rank0_order(*group_);
+    rebuild = true;
+  }
+  int64_t cap = bucket_cap_;
+  if (autotuning()) cap = next_bucket_cap(sequence);
+  if (rebuild || cap != bucket_cap_) {
+    buckets_.begin_iteration(*group_);  // nothing of the old buckets in flight
+    build_buckets(std::move(sequence), cap);
     stats_pending_.buckets_rebuilt = true;
   }
+  if (autotuning()) record_bucket_tuning();
+  last_begin_ = Clock::now();
+  last_ended_ = false;
   buckets_.begin_iteration(*group_);
   gradient_order_.begin_iteration();
   it_.begin_reducing(params_.size());
 }
 
-// Line 4: `sequence` (parameter indices) cut into buckets, first one small.
-void Reducer::Impl::build_buckets(const std::vector<size_t>& sequence) {
-  buckets_ = detail::BucketSet(params_,
-                               assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(),
-                                              options_.bucket_cap_bytes()),
-                               options_.gradient_as_bucket_view(),
-                               options_.zero_copy_buckets() ? group_.get() : nullptr);
+// Line 4.
+void Reducer::Impl::build_buckets(std::vector<size_t> sequence, int64_t cap) {
+  buckets_ = detail::BucketSet(
+      params_, assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(), cap),
+      options_.gradient_as_bucket_view(), options_.zero_copy_buckets() ? group_.get() : nullptr);
+  bucket_sequence_ = std::move(sequence);
+  bucket_cap_ = cap;
+  ++layout_;
 }
 
 // Backward reached a forward output: the outermost backward pass has
@@ -335,8 +378,8 @@ void Reducer::Impl::launch_ready_buckets() {
     if (hook_runner_) {
       std::vector<at::Tensor> params;
       for (size_t i : b.params) params.push_back(params_[i]);
-      b.future =
-          hook_runner_->submit(GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params)));
+      b.future = hook_runner_->submit(
+          GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params), layout_));
     } else {
       copy_streams_.launch(b.flat, [&] {
         detail::flight::BucketScope in_bucket(static_cast<int>(k));

@@ -9,6 +9,7 @@
 #include "hooks/hook_runner.h"
 #include "reducer/autograd_hooks.h"
 #include "reducer/bucket_set.h"
+#include "reducer/bucket_tuner.h"
 #include "reducer/copy_streams.h"
 #include "reducer/gradient_order.h"
 #include "reducer/iteration.h"
@@ -20,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,10 +62,12 @@ class Reducer::Impl {
   // reducer.cpp: forward and autograd_hook. The steps below expect mutex_
   // held: the public operations and autograd_hook take it.
   void begin_synchronized_iteration() DDP_REQUIRES(mutex_);
-  void check_same_zero_copy_option();  // collective, at construction
+  void check_same_collective_options();  // collective, at construction
   // Backward start and, with find_unused_parameters, the unreached parameters.
   void watch_outputs(const std::vector<at::Tensor>& outputs) DDP_REQUIRES(mutex_);
-  void build_buckets(const std::vector<size_t>& sequence) DDP_REQUIRES(mutex_);
+  // Cuts `sequence` into buckets of `cap` bytes (the first one small); they
+  // become bucket_sequence_ and bucket_cap_ once the buckets are built.
+  void build_buckets(std::vector<size_t> sequence, int64_t cap) DDP_REQUIRES(mutex_);
   void on_backward_start() DDP_EXCLUDES(mutex_);
   void queue_finalize() DDP_REQUIRES(mutex_);
   void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
@@ -74,6 +78,13 @@ class Reducer::Impl {
                     const std::function<void()>& write) DDP_REQUIRES(mutex_);
   void set_ready(size_t i) DDP_REQUIRES(mutex_);
   void launch_ready_buckets() DDP_REQUIRES(mutex_);
+
+  // autotune.cpp: bucket autotuning (autotune_caps_bytes).
+  bool autotuning() const { return !options_.autotune_caps_bytes().empty(); }
+  void check_autotune_options() const;
+  int64_t next_bucket_cap(const std::vector<size_t>& sequence) DDP_REQUIRES(mutex_);
+  std::vector<int64_t> distinct_caps(const std::vector<size_t>& sequence) const;
+  void record_bucket_tuning() DDP_REQUIRES(mutex_);
 
   // finalize.cpp: the finalizing step.
   void finalize_backward() DDP_EXCLUDES(mutex_);
@@ -104,6 +115,17 @@ class Reducer::Impl {
   detail::CopyStreams copy_streams_ DDP_GUARDED_BY(mutex_);
   at::Tensor local_used_ DDP_GUARDED_BY(mutex_);  // int32, accumulated over no_sync
   detail::GradientOrder gradient_order_ DDP_GUARDED_BY(mutex_);
+  // The buckets: parameters in this order, cut at this size; rebuilt
+  // `layout_` times (GradBucket::layout).
+  std::vector<size_t> bucket_sequence_ DDP_GUARDED_BY(mutex_);
+  int64_t bucket_cap_ DDP_GUARDED_BY(mutex_) = 0;
+  int64_t layout_ DDP_GUARDED_BY(mutex_) = -1;
+  std::optional<detail::BucketTuner> tuner_ DDP_GUARDED_BY(mutex_);  // from the second iteration
+  // When the last synchronized iteration (shadowed ones included) began,
+  // and whether it ended with its checks passed: while tuning, an iteration
+  // lasts from its beginning to the next one's.
+  std::optional<Clock::time_point> last_begin_ DDP_GUARDED_BY(mutex_);
+  bool last_ended_ DDP_GUARDED_BY(mutex_) = false;
   detail::StaticGraph static_graph_ DDP_GUARDED_BY(mutex_);
   int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;      // synchronized ones completed
   int64_t forwards_ DDP_GUARDED_BY(mutex_) = 0;        // forward passes, no_sync ones unless uneven

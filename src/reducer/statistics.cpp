@@ -25,6 +25,17 @@ std::string IterationStats::summary() const {
     out += "]";
   }
   if (buckets_rebuilt) out += ", buckets rebuilt";
+  if (bucket_tuning.phase != BucketTuning::Phase::kOff) {
+    char tuning[96];
+    const double mib = bucket_tuning.cap_bytes / 1048576.0;
+    if (bucket_tuning.phase == BucketTuning::Phase::kTrial) {
+      std::snprintf(tuning, sizeof(tuning), ", autotune: trying %g MiB", mib);
+    } else {
+      std::snprintf(tuning, sizeof(tuning), ", autotune: settled on %g MiB after %lld trials", mib,
+                    static_cast<long long>(bucket_tuning.trial_iterations));
+    }
+    out += tuning;
+  }
   out += ", " + std::to_string(unused_parameters) + " unused parameters";
   for (size_t i = 0; i < unused_parameter_names.size(); ++i) {
     out += (i ? ", " : ": ") + unused_parameter_names[i];

@@ -66,6 +66,7 @@ TEST(Reducer, WithoutOverlapEveryBucketLaunchesAtTheEndOfBackward) {
     auto pg = std::make_shared<RecordingGroup>(make_group(store, rank, 2), &log);
     Chain chain(&log);
     Reducer reducer(chain.params, chain.names, pg, one_per_bucket().overlap_communication(false));
+    log.take();  // construction's checks across ranks
     at::Tensor out = chain.forward(Chain::input(rank, 0));
     reducer.prepare_for_backward({out});
     out.sum().backward();
@@ -88,6 +89,7 @@ TEST(Reducer, RebuildsBucketsInRank0sGradientOrderAfterTheFirstIteration) {
       std::vector<at::Tensor> params{chain.params[2], chain.params[0], chain.params[1]};
       Reducer reducer(params, {"w2", "w0", "w1"}, pg,
                       one_per_bucket().find_unused_parameters(find_unused));
+      log.take();  // construction's checks across ranks
       EXPECT_EQ(reducer.bucket_indices(), (std::vector<std::vector<size_t>>{{2}, {1}, {0}}));
       for (int step = 0; step < 2; ++step) {
         for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
@@ -169,6 +171,7 @@ TEST(Reducer, StaticGraphLearnsInTheFirstIterationAndOverlapsAfter) {
     std::vector<at::Tensor> params = chain.params;
     params.push_back(spare);
     Reducer reducer(params, {"w0", "w1", "w2", "spare"}, pg, one_per_bucket().static_graph(true));
+    log.take();  // construction's checks across ranks
     for (int step = 0; step < 3; ++step) {
       for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
       at::Tensor out = chain.forward(Chain::input(rank, step));

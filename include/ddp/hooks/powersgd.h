@@ -63,6 +63,9 @@ class PowerSGDState {
   // allreduce (the iteration counted); null once PowerSGD has started.
   FuturePtr allreduce_before_start(GradBucket& bucket);
   void maybe_increase_iter(const GradBucket& bucket);
+  // The buckets were rebuilt (GradBucket::layout changed): what is kept per
+  // bucket index belongs to other gradients now, so it goes.
+  void forget_if_rebuilt(const GradBucket& bucket);
   // After decompression: remembers the local error (error feedback), drops
   // P and Q without warm start, counts the iteration.
   void end_compressed_step(size_t index, const at::Tensor& input_copy,
@@ -78,6 +81,7 @@ class PowerSGDState {
   std::map<size_t, at::Tensor> error_;     // bucket index -> local compression error
   std::map<size_t, at::Tensor> p_memory_;  // bucket index -> all of its Ps, flat
   std::map<size_t, at::Tensor> q_memory_;  // bucket index -> all of its Qs, flat
+  int64_t layout_ = 0;                      // GradBucket::layout of the memories above
 };
 
 // Layer-wise PowerSGD: each gradient M of a bucket (viewed as rows x rest)
