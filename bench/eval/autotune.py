@@ -12,16 +12,18 @@ quality, the target: within 3 %), and the auto runs' own time against the
 best size's and against 25 MiB's, paired by round (the target against
 25 MiB: at most 1 % slower).
 
-Output, in --out (default bench/results): autotune.jsonl (every run's rank
-0 JSON, one per line), autotune.md (the table of docs/benchmarks.md,
-"Bucket autotuning"), autotune.txt (the log).
+Output, in --out (default bench/results): autotune.jsonl (one line per
+run: its identity, median and samples, and auto's trials), autotune.md
+(the table of docs/benchmarks.md, "Bucket autotuning"), autotune.txt (the
+log). `--add` runs more rounds (or models) onto a kept autotune.jsonl and
+reports them all; `--report` only writes the table again.
 """
 
 import json
 import os
 import statistics
 
-from harness import Log, Snapshot, die, md_table, paired_ratio, quick_out, results_dir, \
+from harness import FIXED_MALLOC_NOTE, Log, Snapshot, die, md_table, paired_ratio, quick_out, results_dir, \
     run_bounded, side_order
 
 SIZES = ("1", "2", "5", "10", "25", "50", "100")
@@ -49,6 +51,8 @@ def add_parser(sub):
     p.add_argument("--add", action="store_true",
                    help="keep the runs already in --out's autotune.jsonl (e.g. a model run with "
                         "other --rounds) and report them with the new ones")
+    p.add_argument("--report", action="store_true",
+                   help="no runs: the table again from --out's autotune.jsonl")
     p.add_argument("--quick", action="store_true",
                    help="the MLP on loopback, 1 and 25 MiB and auto, 1 round of 2 iterations: "
                         "checks the pipeline, not the numbers")
@@ -115,10 +119,16 @@ def table(summary):
                      "%.0f" % s["auto_ms"],
                      "%.3f" % s["auto_vs_best"] if s["auto_vs_best"] else "–",
                      "%.3f" % s["auto_vs_25"] if s["auto_vs_25"] else "–",
-                     ", ".join(str(t) for t in s["trial_iterations"])])
+                     ", ".join(str(t) for t in s["trial_iterations"]),
+                     "%d of %d" % (sum(q <= 1.03 for q in s["chosen_vs_best"]),
+                                   len(s["chosen_vs_best"])),
+                     "–" if not s["auto_vs_25"] else "met" if s["auto_vs_25"] <= 1.01 else
+                     "missed by %.1f %%" % (100 * (s["auto_vs_25"] - 1.01))])
     return md_table(["model", "link", "sweep ms at " + " / ".join(SIZES) + " MiB", "best MiB",
                      "auto chose MiB (per round)", "chosen's sweep ms / best's",
-                     "auto ms", "auto / best", "auto / 25 MiB", "trial iterations"], rows)
+                     "auto ms", "auto / best", "auto / 25 MiB", "trial iterations",
+                     "choices within 3 % of the best", "auto at most 1 % slower than 25 MiB"],
+                    rows)
 
 
 def run_autotune(args):
@@ -129,8 +139,12 @@ def run_autotune(args):
         sizes = ("1", "25")
     results_dir(args, "autotune")
     base = os.path.join(args.out, "autotune")
-    log = Log(base + ".txt")
+    log = Log(base + ".txt", append=args.add or args.report)
     runs = []
+    if args.report:
+        with open(base + ".jsonl") as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        return write_report(base, runs, FIXED_MALLOC_NOTE, log)
     if args.add and os.path.exists(base + ".jsonl"):
         with open(base + ".jsonl") as f:
             runs = [json.loads(line) for line in f if line.strip()]
@@ -141,23 +155,30 @@ def run_autotune(args):
         with open(base + ".jsonl", "a" if args.add else "w") as jsonl:
             for link in args.links.split(","):
                 for model in args.models.split(","):
-                    for r in range(args.rounds):
+                    done = len({r["round"] for r in runs
+                                if (r["model"], r["link"]) == (model, link)})  # --add
+                    for r in range(done, done + args.rounds):
                         for side in side_order(sides, r):
                             log.say("%s on %s, round %d/%d: bucket_cap_mb %s (load %s)"
-                                    % (model, link, r + 1, args.rounds, side, log.load()))
+                                    % (model, link, r + 1, done + args.rounds, side, log.load()))
                             run = run_one(snap, log, env, args, model, link, side,
                                           "round %d" % (r + 1))
                             jsonl.write(json.dumps(run) + "\n")
                             jsonl.flush()
                             runs.append(run)
-    summary = summarize(runs)
-    rounds = ", ".join("%s %s: %d" % (m, l, len({r["round"] for r in runs
-                                                 if (r["model"], r["link"]) == (m, l)}))
-                       for m, l in sorted({(r["model"], r["link"]) for r in runs}))
-    text = ("Rounds per model and link: %s; %d timed iterations per run (after %d warm-up; auto "
-            "after %d); 2 ranks, ddp_bench train --impls ddp, each run alone, sizes and auto "
-            "rotated round by round. %s.\n\n" % (rounds, args.iters, args.warmup, AUTO_WARMUP,
-                                                  snap.malloc_note)) + table(summary) + "\n"
+    write_report(base, runs, snap.malloc_note, log)
+
+
+def write_report(base, runs, malloc_note, log):
+    def shape(model, link):
+        sel = [r for r in runs if (r["model"], r["link"]) == (model, link)]
+        return "%s %s: %d x %d" % (model, link, len({r["round"] for r in sel}),
+                                   min(len(r["samples_ms"]) for r in sel))
+    shapes = ", ".join(shape(m, l) for m, l in sorted({(r["model"], r["link"]) for r in runs}))
+    text = ("Rounds x timed iterations per run: %s (auto after %d untimed iterations, the sizes "
+            "after a few); 2 ranks, ddp_bench train --impls ddp, each run alone, sizes and auto "
+            "rotated round by round. %s.\n\n" % (shapes, AUTO_WARMUP, malloc_note)) + \
+        table(summarize(runs)) + "\n"
     with open(base + ".md", "w") as f:
         f.write(text)
     log.say("wrote %s.md, %s.jsonl" % (base, base))
