@@ -31,7 +31,8 @@ std::string IterationStats::summary() const {
     if (bucket_tuning.phase == BucketTuning::Phase::kTrial) {
       std::snprintf(tuning, sizeof(tuning), ", autotune: trying %g MiB", mib);
     } else {
-      std::snprintf(tuning, sizeof(tuning), ", autotune: settled on %g MiB after %lld trials", mib,
+      std::snprintf(tuning, sizeof(tuning),
+                    ", autotune: settled on %g MiB after %lld trial iterations", mib,
                     static_cast<long long>(bucket_tuning.trial_iterations));
     }
     out += tuning;
