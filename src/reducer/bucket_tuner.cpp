@@ -31,13 +31,15 @@ BucketTuner::BucketTuner(std::vector<int64_t> caps, int64_t preferred, int budge
 // already in place.
 void BucketTuner::plan_round(std::vector<int64_t> caps) {
   steps_.clear();
+  std::optional<int64_t> in_place;
   auto last = std::find(caps.begin(), caps.end(), last_cap_);
   if (started_ && last != caps.end()) {
     std::rotate(caps.begin(), last, last + 1);
-    steps_.push_back({caps.front(), true});
+    in_place = caps.front();
+    steps_.push_back({*in_place, true});
   }
   for (int64_t cap : caps) {
-    if (!steps_.empty() && steps_.front().cap_bytes == cap) continue;
+    if (cap == in_place) continue;
     steps_.push_back({cap, false});
     steps_.push_back({cap, true});
   }
