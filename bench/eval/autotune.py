@@ -27,7 +27,8 @@ from harness import FIXED_MALLOC_NOTE, Log, Snapshot, die, md_table, paired_rati
     run_bounded, side_order
 
 SIZES = ("1", "2", "5", "10", "25", "50", "100")
-# The first iteration, at most 20 trials and the one that settles.
+# The first iteration, at most 20 trials and the one that settles, and one
+# to spare.
 AUTO_WARMUP = 23
 
 

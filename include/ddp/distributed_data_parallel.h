@@ -60,8 +60,9 @@ struct DistributedDataParallelOptions {
   // sizes from 1 to 100 MiB (at most 20 trial iterations), measured by the
   // slowest rank's iteration time, and settle on the fastest, keeping 25
   // unless another is faster by over 2 % and beyond the noise of 25's own
-  // samples (IterationStats::bucket_tuning shows the trials and the choice). 0 reduces every parameter after the first
-  // bucket on its own (that one keeps first_bucket_cap_mb). Default
+  // samples (IterationStats::bucket_tuning shows the trials and the
+  // choice). 0 reduces every parameter after the first bucket on its own
+  // (that one keeps first_bucket_cap_mb). Default
   // $DDP_BUCKET_CAP_MB when set (MiB or "auto"), else 25.
   TORCH_ARG(BucketCapMb, bucket_cap_mb);
   // Size of the first bucket in MiB, small so that communication starts

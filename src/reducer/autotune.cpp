@@ -1,8 +1,9 @@
 // Bucket autotuning (ReducerOptions::autotune_caps_bytes; the schedule and
 // the decision are reducer/bucket_tuner.h's). The first synchronized
 // iteration runs on bucket_cap_bytes and is not measured (it pays for
-// first-touch memory and the gradient-order rebuild); from the second on,
-// each iteration's start all-reduces the time since the previous one's start
+// first-touch memory and the gradient-order rebuild); the second creates
+// the tuner and runs its first trial; from the third on, each iteration's
+// start all-reduces the time since the previous one's start
 // (MAX: the slowest rank's) with whether that iteration failed on any rank,
 // and the tuner names the next iteration's bucket size. Once it settles,
 // no collective is added.

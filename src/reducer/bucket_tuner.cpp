@@ -96,6 +96,17 @@ std::vector<int64_t> BucketTuner::survivors() const {
       std::find(ranked.begin(), ranked.end(), preferred_) == ranked.end()) {
     ranked.back() = preferred_;
   }
+  // The cap in place skips settling only if it is kept: else every cap
+  // costs two, and the slowest other than the preferred one goes.
+  auto cost = [&] {
+    const bool in_place = std::find(ranked.begin(), ranked.end(), last_cap_) != ranked.end();
+    return 2 * static_cast<int>(ranked.size()) - (in_place ? 1 : 0);
+  };
+  while (ranked.size() >= 2 && cost() > budget_ - spent_) {
+    auto slowest = std::find_if(ranked.rbegin(), ranked.rend(),
+                                [&](int64_t cap) { return cap != preferred_; });
+    ranked.erase(std::next(slowest).base());
+  }
   return ranked;
 }
 

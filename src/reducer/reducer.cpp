@@ -236,6 +236,7 @@ void Reducer::Impl::begin_synchronized_iteration() {
   }
   int64_t cap = bucket_cap_;
   if (autotuning()) cap = next_bucket_cap(sequence);
+  last_ended_ = false;  // until this iteration's checks pass (a rebuild may throw first)
   if (rebuild || cap != bucket_cap_) {
     buckets_.begin_iteration(*group_);  // nothing of the old buckets in flight
     build_buckets(std::move(sequence), cap);
@@ -243,7 +244,6 @@ void Reducer::Impl::begin_synchronized_iteration() {
   }
   if (autotuning()) record_bucket_tuning();
   last_begin_ = Clock::now();
-  last_ended_ = false;
   buckets_.begin_iteration(*group_);
   gradient_order_.begin_iteration();
   it_.begin_reducing(params_.size());

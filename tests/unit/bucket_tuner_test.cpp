@@ -124,6 +124,22 @@ TEST(BucketTuner, AFailedMeasurementRunsAgainAndTheBudgetBoundsTheRetries) {
   EXPECT_EQ(failing.chosen(), 25 * MiB) << "nothing measured: the preferred size";
 }
 
+// Seven sizes in 19 iterations: after the first round (14) five are left,
+// enough for two sizes only if neither is in place; every trial size of
+// the second round is measured, none only settled.
+TEST(BucketTuner, ARoundTheBudgetCannotFinishIsCutBeforeItStarts) {
+  BucketTuner tuner(kPaperCaps, 25 * MiB, 19, 0.02);
+  auto ran = run(tuner, [](int64_t cap, int) { return cap == 10 * MiB ? 90.0 : 100.0; });
+  EXPECT_EQ(ran.size(), 18u);
+  std::map<int64_t, int> runs, measured;
+  for (int64_t cap : ran) ++runs[cap];
+  for (const auto& s : tuner.samples()) ++measured[s.cap_bytes];
+  for (const auto& [cap, n] : runs) EXPECT_EQ(n, 2 * measured[cap]) << cap;
+  EXPECT_EQ(measured[10 * MiB], 2);
+  EXPECT_EQ(measured[25 * MiB], 2);
+  EXPECT_EQ(tuner.chosen(), 10 * MiB);
+}
+
 TEST(BucketTuner, OneCandidateIsSettledAtOnce) {
   BucketTuner tuner({25 * MiB}, 25 * MiB, 20, 0.02);
   EXPECT_TRUE(tuner.settled());
