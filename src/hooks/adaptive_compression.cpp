@@ -10,6 +10,7 @@
 #include <ddp/hooks/powersgd.h>
 #include <ddp/mutex.h>
 
+#include "collectives/fnv1a.h"
 #include "hooks/adaptive_policy.h"
 #include "rendezvous/default_group.h"
 #include "timeline/rank_timeline.h"
@@ -44,9 +45,7 @@ double options_fingerprint(const AdaptiveCompressionOptions& o) {
   for (const auto& level : o.levels()) text << level.name() << ';';
   text << o.window() << ';' << o.critical_threshold() << ';' << o.min_compression_rate() << ';'
        << o.error_feedback() << ';' << o.random_seed();
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text.str()) hash = (hash ^ c) * 1099511628211ull;
-  return static_cast<double>(hash % (1u << 20));
+  return static_cast<double>(Fnv1a().add(text.str()).value() % (1u << 20));
 }
 
 }  // namespace

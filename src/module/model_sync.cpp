@@ -2,6 +2,8 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/fnv1a.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -16,11 +18,8 @@ constexpr int kMaxDims = 6;
 constexpr int kFields = 3 + kMaxDims;
 constexpr size_t kMaxNameBytes = 200;  // names shown in an error, truncated
 
-// FNV-1a: the same on every rank and build (std::hash need not be).
 int64_t name_hash(const std::string& name) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
-  return static_cast<int64_t>(h);
+  return static_cast<int64_t>(Fnv1a().add(name).value());
 }
 
 // Same shapes and dtypes in a different order, or two same-sized layers

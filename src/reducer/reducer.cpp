@@ -21,6 +21,7 @@
 #include <ddp/mutex.h>
 
 #include "flight/recorder.h"
+#include "collectives/fnv1a.h"
 #include "module/model_sync.h"
 
 #include <c10/core/GradMode.h>
@@ -89,16 +90,11 @@ void Reducer::Impl::check_same_collective_options() {
   }
   // The bucket sizes' fingerprint (< 2^20, exact in a double): its largest
   // and smallest value across ranks are equal when every rank's is.
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&hash](int64_t v) {
-    for (int b = 0; b < 8; ++b)
-      hash = (hash ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xff)) * 1099511628211ull;
-  };
-  mix(options_.bucket_cap_bytes());
-  mix(options_.first_bucket_cap_bytes());
-  for (int64_t cap : options_.autotune_caps_bytes()) mix(cap);
-  mix(options_.autotune_iterations());
-  const double fingerprint = static_cast<double>(hash >> 44);
+  detail::Fnv1a hash;
+  hash.add(options_.bucket_cap_bytes()).add(options_.first_bucket_cap_bytes());
+  for (int64_t cap : options_.autotune_caps_bytes()) hash.add(cap);
+  hash.add(options_.autotune_iterations());
+  const double fingerprint = static_cast<double>(hash.value() >> 44);
   at::Tensor range = at::tensor({fingerprint, -fingerprint}, at::kDouble);
   group_->allreduce(range, ReduceOp::MAX)->wait();
   if (range.data_ptr<double>()[0] != -range.data_ptr<double>()[1]) {

@@ -1,5 +1,6 @@
 #include "collectives/shm/channel.h"
 
+#include "collectives/fnv1a.h"
 #include "collectives/shm/peers.h"
 
 #include <ddp/errors.h>
@@ -162,14 +163,10 @@ void Channel::describe_allocation(int64_t bytes_per_rank) {
 }
 
 void Channel::describe_tensors(const std::vector<int64_t>& numels) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the counts' bytes
-  for (int64_t n : numels) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h = (h ^ ((static_cast<uint64_t>(n) >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
-    }
-  }
+  Fnv1a layout;  // over the counts' bytes
+  for (int64_t n : numels) layout.add(n);
   described_.tensors = static_cast<int32_t>(numels.size());
-  described_.layout = h;
+  described_.layout = layout.value();
 }
 
 void Channel::describe_memory(uint64_t region, uint64_t offset) {
