@@ -16,7 +16,9 @@ command -v ccache >/dev/null || unset CMAKE_CXX_COMPILER_LAUNCHER
 if [ "$DDP_LIBTORCH" = debian ]; then
   dir=${DDP_BUILD_DIR:-build-debian}
   torch_dir=/usr/lib/x86_64-linux-gnu/cmake/Torch
-  args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3)
+  # The benchmarks measure against pip's PyTorch: built and run on the
+  # primary tier only.
+  args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3 -DDDP_BUILD_BENCH=OFF)
 else
   dir=${DDP_BUILD_DIR:-build}
   # The torch package's own folder as the prefix: its lib/ then comes before

@@ -1,4 +1,4 @@
-// Every collective, swept over world sizes 1..8, element counts 0..1<<20,
+// Every collective, swept over world sizes 1, 2, 3, 4 and 7, element counts 0..1<<20,
 // every dtype and every ReduceOp, each result checked against an expectation
 // computed locally (common/expectations.h).
 #include "spawn.h"
@@ -115,11 +115,16 @@ TEST_P(Sweep, ReduceScatterEveryOp) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizes, Sweep, ::testing::Combine(::testing::Values("gloo", "shm"), ::testing::Range(1, 9)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_world" + std::to_string(std::get<1>(info.param));
-    });
+// One rank, two, an odd size, four, and 7 (odd, not a power of two, more
+// threads than this machine's 2 cores). 5, 6 and 8 cost about 3 minutes of
+// each CI tier for nothing these do not cover.
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Sweep,
+                         ::testing::Combine(::testing::Values("gloo", "shm"),
+                                            ::testing::Values(1, 2, 3, 4, 7)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_world" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ddp::testing

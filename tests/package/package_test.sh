@@ -18,8 +18,15 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 || {
 if grep -rnE -e '[";]/[A-Za-z]' -e "$build" -e "$src" "$prefix"/lib*/cmake/ddp; then
   echo "FAIL: the installed CMake package names a path of the build machine (above)"; exit 1
 fi
+# ccache, with paths relative to the temporary folder: the consumer's one
+# libtorch translation unit (~15 s) compiles once per machine.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=$tmp
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S "$src/tests/package/consumer" -B "$tmp/consumer" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" >"$tmp/configure.log" 2>&1 || {
+      -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" "${launcher[@]}" >"$tmp/configure.log" 2>&1 || {
   cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/consumer" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 grep "^ddp_DIR" "$tmp/consumer/CMakeCache.txt"

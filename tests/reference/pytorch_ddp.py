@@ -58,10 +58,16 @@ import os
 import socket
 import sys
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn.functional as F
+    assert dist.is_available() and dist.is_gloo_available()
+except (ImportError, AssertionError):
+    print(f"SKIP: {sys.executable} cannot import torch with torch.distributed over Gloo "
+          "(install python3-torch)")
+    sys.exit(77)  # crosscheck.sh's skip
 
 # PyTorch >= 2.4 starts TCPStore on libuv by default; Debian's builds (13's
 # 2.6) have no libuv and refuse. The classic server is in every version (1.13
