@@ -101,6 +101,10 @@ struct DistributedDataParallelOptions {
   // copy of each bucket in and out of shared memory. Default true; false for
   // the copying path (measurements).
   TORCH_ARG(bool, zero_copy_buckets) = true;
+  // Allow hint_unused_parameters (layer dropping): every synchronized
+  // iteration then begins with one small allreduce that checks the ranks'
+  // hints agree. Not with static_graph. Default false.
+  TORCH_ARG(bool, layer_drop_hints) = false;
 };
 
 class DistributedDataParallelImpl;
@@ -189,6 +193,19 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
     reducer_->register_comm_hook(
         [shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
     return shared;
+  }
+
+  // Layer-drop hints (layer_drop_hints): the parameters the next forward
+  // leaves without gradient on every rank, e.g. the blocks stochastic depth
+  // skips with a seed all ranks share:
+  //   model->hint_unused_parameters(block->parameters());
+  //   auto out = model->forward(x);  // skips that block
+  // They are neither walked to, waited for nor sent; they keep their
+  // gradients untouched, as unused parameters do. Hints that differ across
+  // ranks, or a hinted parameter that gets a gradient, raise InvalidArgument
+  // on every rank. See Reducer::hint_unused.
+  void hint_unused_parameters(const std::vector<torch::Tensor>& params) {
+    reducer_->hint_unused(params);
   }
 
   // The last synchronized iteration's statistics.

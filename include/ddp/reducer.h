@@ -96,6 +96,13 @@ struct ReducerOptions {
   // some (ProcessGroup::allocate_zero_copy; the shm backend): their
   // allreduce then copies nothing in or out. Default true.
   TORCH_ARG(bool, zero_copy_buckets) = true;
+  // Layer-drop hints (hint_unused): each synchronized iteration begins with
+  // one small allreduce that checks every rank hinted the same parameters;
+  // hinted ones are then ready at once (no graph walk, no wait) and left
+  // out of their buckets, whose other gradients are packed and sent alone
+  // (with a communication hook or gradient_as_bucket_view they are sent as
+  // zeros instead). Not with static_graph. Default false.
+  TORCH_ARG(bool, layer_drop_hints) = false;
 };
 
 class Reducer {
@@ -119,6 +126,20 @@ class Reducer {
   void register_comm_hook(CommHook hook);
 
   bool has_comm_hook() const;
+
+  // Layer-drop hints (layer_drop_hints): the parameters that the next
+  // forward pass and its backward leave without gradient, on every rank
+  // alike (stochastic depth drawn from a shared seed, a frozen branch,
+  // experts no input was routed to). Call before that forward; a pass
+  // without a call hints nothing. Under no_sync a parameter is left out of
+  // the synchronized iteration only when every pass since the last one
+  // hinted it. Like an unused parameter, a left-out one keeps its gradient
+  // untouched. Hints that differ across ranks raise InvalidArgument on
+  // every rank at the synchronized forward, before anything is sent; a
+  // hinted parameter that gets a gradient anyway raises it in backward(),
+  // naming it. InvalidArgument: a tensor that is not one of the
+  // parameters; layer_drop_hints off.
+  void hint_unused(const std::vector<at::Tensor>& params);
 
   // Join (join.h) uses these; a custom loop may too.
   // A rank out of inputs while others train: issues the collectives of one

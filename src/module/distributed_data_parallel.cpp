@@ -89,7 +89,8 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
           .static_graph(options_.static_graph())
           .overlap_communication(options_.overlap_communication())
-          .zero_copy_buckets(options_.zero_copy_buckets()));
+          .zero_copy_buckets(options_.zero_copy_buckets())
+          .layer_drop_hints(options_.layer_drop_hints()));
   if (rank_timeline) {
     timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
   }

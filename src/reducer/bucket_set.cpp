@@ -2,6 +2,7 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/fnv1a.h"
 #include "hooks/hook_runner.h"
 
 #include <ATen/ATen.h>
@@ -87,8 +88,40 @@ BucketSet::BucketSet(const std::vector<at::Tensor>& params,
         grad = b.views.back();
       }
     }
+    b.live_numel = total;
     buckets_.push_back(std::move(b));
   }
+}
+
+void BucketSet::pack(const std::vector<bool>& dropped) {
+  for (auto& b : buckets_) {
+    Fnv1a key;
+    size_t live = 0;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      if (dropped[b.params[k]]) {
+        key.add(static_cast<int64_t>(k));
+      } else {
+        ++live;
+      }
+    }
+    const uint64_t id = live == b.params.size() ? 0 : key.value() | 1;
+    int64_t offset = 0;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      if (dropped[b.params[k]]) continue;
+      if (id != b.views_key) b.views[k] = alias(b.flat, offset, b.views[k].sizes());
+      offset += b.views[k].numel();
+    }
+    b.views_key = id;
+    b.pending = live;
+    b.live_numel = offset;
+  }
+}
+
+bool BucketSet::in_buffer(size_t param, const at::Tensor& t) {
+  const at::Tensor& flat = of(param).flat;
+  const char* begin = static_cast<const char*>(flat.data_ptr());
+  const char* p = static_cast<const char*>(t.data_ptr());
+  return p >= begin && p < begin + flat.numel() * flat.element_size();
 }
 
 void BucketSet::begin_iteration(const ProcessGroup& group) {
@@ -96,6 +129,7 @@ void BucketSet::begin_iteration(const ProcessGroup& group) {
     if (b.work && !b.work->is_completed()) b.work->wait();
     if (b.future) wait_for(b.future, group.timeout(), "communication hook");
     b.pending = b.params.size();
+    b.live_numel = b.flat.numel();
     b.work.reset();
     b.future.reset();
   }
@@ -105,6 +139,7 @@ void BucketSet::swap_buffers() {
   for (auto& b : buckets_) {
     if (!b.spare.defined()) b.spare = at::zeros_like(b.flat);
     if (b.spare_views.empty()) {
+      b.spare_views_key = 0;
       int64_t offset = 0;
       for (const auto& v : b.views) {
         b.spare_views.push_back(alias(b.spare, offset, v.sizes()));
@@ -113,6 +148,7 @@ void BucketSet::swap_buffers() {
     }
     std::swap(b.flat, b.spare);
     std::swap(b.views, b.spare_views);
+    std::swap(b.views_key, b.spare_views_key);
   }
 }
 
@@ -121,6 +157,10 @@ std::chrono::steady_clock::time_point BucketSet::wait_all(
   auto last = since;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
+    if (!b.work && !b.future) {  // left empty by layer-drop hints: nothing sent
+      b.done = b.launched;
+      continue;
+    }
     if (b.work) {
       b.work->wait();
       b.done = b.work->completion_time();

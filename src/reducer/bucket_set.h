@@ -17,11 +17,20 @@ struct Bucket {
   std::vector<size_t> params;     // parameter indices, in slice order
   std::vector<at::Tensor> views;  // views[k]: the slice of params[k], shaped like it
   size_t pending = 0;             // parameters not ready yet this iteration
+  int64_t live_numel = 0;         // elements sent this iteration: a prefix of flat
   WorkPtr work;                   // the allreduce, without a communication hook
   FuturePtr future;               // the hook's result, with one
   std::chrono::steady_clock::time_point launched, done;  // this iteration
   at::Tensor spare;                     // the other buffer (double buffering), and its
   std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap unless zero-copy
+  // Which members `views` (and spare_views) leave out, packing the others
+  // (BucketSet::pack): 0 for none, the layout of construction.
+  uint64_t views_key = 0, spare_views_key = 0;
+
+  // What this iteration's reduction sends: the live members' slices.
+  at::Tensor sent() const {
+    return live_numel == flat.numel() ? flat : flat.narrow(0, 0, live_numel);
+  }
 };
 
 class BucketSet {
@@ -47,6 +56,15 @@ class BucketSet {
   // reduction still in flight (launched for a forward whose backward never
   // came) is waited for first, within `group`'s timeout.
   void begin_iteration(const ProcessGroup& group);
+
+  // Layer-drop hints: this iteration leaves the `dropped` parameters out
+  // (none: the layout of construction). Each bucket's other members are
+  // packed at the front of its buffer, in slice order, and only they are
+  // waited for and sent (Bucket::sent; a bucket left empty sends nothing).
+  // Collective in effect: every rank must pack alike. After begin_iteration.
+  void pack(const std::vector<bool>& dropped);
+  // Whether `t`'s memory lies in parameter `param`'s current bucket buffer.
+  bool in_buffer(size_t param, const at::Tensor& t);
 
   // Exchanges each bucket's buffer with its spare: the reduced buffers stay
   // with the gradients that alias them, the spares take the next iteration.

@@ -45,11 +45,9 @@ void Reducer::Impl::finalize_backward() {
 // the others. What no_sync passes accumulated here is dropped.
 void Reducer::Impl::shadow_iteration() {
   MutexLock lock(mutex_);
-  begin_synchronized_iteration();
+  begin_synchronized_iteration(/*joined=*/true);
   it_.phase = Phase::SHADOWING;
-  it_.joined = true;
   BackToIdle back_to_idle{it_};
-  local_used_.zero_();
   launch_the_rest_with_zeros_for_missing();  // every parameter
   Clock::time_point comm_end = *it_.comm_start;
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
@@ -105,6 +103,8 @@ detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>
   mine.stray_after = static_cast<int32_t>(stray_after_);
   mine.tally = group_->take_tally();
   mine.joined = it_.joined;
+  hints_broken_ = layer_drop_.take_violations();
+  mine.hints_broken = static_cast<int32_t>(hints_broken_.size());
   status.write(mine);
   auto status_work = group_->allreduce(status.tensor());
   if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
@@ -123,6 +123,7 @@ void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports
   // joined catches up, so it is in step when it trains again.
   forwards_ = reports[detail::first_training(reports)].forwards;
   detail::check_same_iteration(reports, group_->rank());
+  detail::check_hints_kept(reports, hints_broken_, names_, group_->rank());
   detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
 }
 
@@ -136,7 +137,14 @@ void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports
 void Reducer::Impl::write_back_averages(const detail::IterationStatus& status) {
   stats_pending_.unused_parameters = 0;
   const int32_t* used = status.tensor().data_ptr<int32_t>();
+  const std::vector<bool>& dropped = layer_drop_.dropped();
   for (size_t i = 0; i < params_.size(); ++i) {
+    const bool hinted = !dropped.empty() && dropped[i];  // untouched, as an unused one
+    if (hinted && it_.joined) {                          // stale here, as for an unused one below
+      if (!packs()) detach_grad_from_bucket(i);
+      compat::clear_as_zero_grad_does(params_[i].mutable_grad());
+    }
+    if (hinted) continue;
     if (has_bitmap() && used[i] == 0) {
       ++stats_pending_.unused_parameters;
       if (debug_ == detail::DebugLevel::DETAIL) {

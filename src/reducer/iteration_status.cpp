@@ -13,8 +13,9 @@
 namespace ddp::detail {
 namespace {
 
-// Per rank: marker, missing, forwards, stray_after, collective count, hash (2 halves), joined.
-constexpr int64_t kSlots = 8;
+// Per rank: marker, missing, forwards, stray_after, collective count, hash (2 halves), joined,
+// hints broken.
+constexpr int64_t kSlots = 9;
 constexpr int32_t kMarker = 0x44445053;  // "DDPS"
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -66,6 +67,7 @@ void IterationStatus::write(const RankReport& mine) {
   slot[5] = static_cast<int32_t>(mine.tally.hash & 0xffffffffu);
   slot[6] = static_cast<int32_t>(mine.tally.hash >> 32);
   slot[7] = mine.joined ? 1 : 0;
+  slot[8] = mine.hints_broken;
 }
 
 std::vector<RankReport> IterationStatus::read() const {
@@ -82,6 +84,7 @@ std::vector<RankReport> IterationStatus::read() const {
     rep.tally.hash = static_cast<uint32_t>(slot[5]) |
                      (static_cast<uint64_t>(static_cast<uint32_t>(slot[6])) << 32);
     rep.joined = slot[7] != 0;
+    rep.hints_broken = slot[8];
   }
   if (!garbled.empty()) {
     throw CommunicationError(

@@ -24,6 +24,7 @@ struct RankReport {
   int32_t stray_after = -1;   // >= 0: a backward() no forward prepared ran after this forward
   ProcessGroup::Tally tally;  // collectives issued on the group since the last status
   bool joined = false;        // a rank out of inputs, shadowing the others (Join)
+  int32_t hints_broken = 0;   // parameters hinted unused that got a gradient (layer_drop.h)
 };
 
 class IterationStatus {

@@ -38,7 +38,7 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
       group_(std::move(group)),
       options_(options),
       debug_(detail::debug_level_from_env()),
-      gradient_order_(!options_.find_unused_parameters()) {
+      gradient_order_(!options_.find_unused_parameters() && !options_.layer_drop_hints()) {
   if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
   if (names_.size() != params_.size()) {
     throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) + " parameters but " +
@@ -49,6 +49,12 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
       throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" + names_[i] +
                             "' does not require grad; leave it out");
     }
+  }
+  if (options_.static_graph() && options_.layer_drop_hints()) {
+    throw InvalidArgument(
+        "ddp: Reducer: static_graph and layer_drop_hints together: static_graph declares "
+        "that the same parameters get gradients every iteration, hints that they change; "
+        "choose one");
   }
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
   check_same_collective_options();
@@ -71,17 +77,19 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
 // Options whose disagreement would make ranks issue different collectives
 // rather than fail at once: zero-copy buckets are allocated collectively
 // (bucket_set.cpp), autotuning adds an allreduce to its trial iterations,
-// and bucket sizes decide every bucket's allreduce. Every rank has the
+// layer-drop hints one to every iteration, and bucket sizes decide every
+// bucket's allreduce. Every rank has the
 // same, or all raise here.
 void Reducer::Impl::check_same_collective_options() {
-  const bool mine[] = {options_.zero_copy_buckets(), autotuning()};
-  at::Tensor votes = at::tensor({mine[0] ? 1 : 0, mine[1] ? 1 : 0}, at::kInt);
+  const bool mine[] = {options_.zero_copy_buckets(), autotuning(), options_.layer_drop_hints()};
+  at::Tensor votes = at::tensor({mine[0] ? 1 : 0, mine[1] ? 1 : 0, mine[2] ? 1 : 0}, at::kInt);
   group_->allreduce(votes)->wait();
   const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": ";
   const std::string fix =
       "; give every rank the same DistributedDataParallelOptions (and $DDP_BUCKET_CAP_MB)";
-  const char* what[] = {"zero_copy_buckets", "bucket autotuning (bucket_cap_mb \"auto\")"};
-  for (int k = 0; k < 2; ++k) {
+  const char* what[] = {"zero_copy_buckets", "bucket autotuning (bucket_cap_mb \"auto\")",
+                        "layer_drop_hints"};
+  for (int k = 0; k < 3; ++k) {
     const int yes = votes.data_ptr<int>()[k];
     if (yes == 0 || yes == group_->size()) continue;
     throw InvalidArgument(where + what[k] + " is " + (mine[k] ? "on" : "off") +
@@ -120,11 +128,12 @@ Reducer::Impl::~Impl() {
 void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
   MutexLock lock(mutex_);
   if (synchronize || !uneven_inputs_) ++forwards_;
+  if (options_.layer_drop_hints()) layer_drop_.begin_pass();
   if (!synchronize) {
     it_.phase = Phase::ACCUMULATING;
     return;
   }
-  begin_synchronized_iteration();
+  begin_synchronized_iteration(/*joined=*/false);
   watch_outputs(outputs);
 }
 
@@ -134,9 +143,7 @@ void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs,
 // here, is not contributed (zeros, an empty used bitmap, status joined).
 void Reducer::Impl::prepare_for_shadow_backward(const std::vector<at::Tensor>& outputs) {
   MutexLock lock(mutex_);
-  begin_synchronized_iteration();
-  it_.joined = true;
-  local_used_.zero_();
+  begin_synchronized_iteration(/*joined=*/true);
   watch_outputs(outputs);
 }
 
@@ -150,6 +157,7 @@ void Reducer::Impl::watch_outputs(const std::vector<at::Tensor>& outputs) {
   if (options_.find_unused_parameters()) {
     auto reached = detail::reachable_nodes(outputs);
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (it_.ready[i]) continue;  // hinted unused
       if (!reached.count(hooks_[i]->accumulator())) mark_ready_without_gradient(i);
     }
   } else if (options_.static_graph() && static_graph_.learned()) {
@@ -203,6 +211,16 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
   hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
 }
 
+void Reducer::Impl::hint_unused(const std::vector<at::Tensor>& params) {
+  MutexLock lock(mutex_);
+  if (!options_.layer_drop_hints()) {
+    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
+                          ": hint_unused_parameters needs layer_drop_hints(true) in the options "
+                          "every rank constructs DistributedDataParallel (or the Reducer) with");
+  }
+  layer_drop_.hint_next(params, names_, group_->rank());
+}
+
 void Reducer::Impl::record_forward_time(double forward_ms) {
   MutexLock lock(mutex_);
   stats_pending_.forward_ms = forward_ms;
@@ -222,7 +240,7 @@ std::vector<std::vector<size_t>> Reducer::Impl::bucket_indices() const {
 
 // Every synchronized iteration, real or shadowed (Join), begins alike, so
 // that a rank that joins keeps the others' collectives.
-void Reducer::Impl::begin_synchronized_iteration() {
+void Reducer::Impl::begin_synchronized_iteration(bool joined) {
   stats_pending_ = IterationStats{};
   std::vector<size_t> sequence = bucket_sequence_;
   bool rebuild = false;
@@ -241,8 +259,42 @@ void Reducer::Impl::begin_synchronized_iteration() {
   if (autotuning()) record_bucket_tuning();
   last_begin_ = Clock::now();
   buckets_.begin_iteration(*group_);
+  if (options_.layer_drop_hints()) {
+    try {
+      layer_drop_.agree(*group_, joined, names_);
+    } catch (...) {
+      it_.phase = Phase::IDLE;  // this iteration never began
+      throw;
+    }
+  }
   gradient_order_.begin_iteration();
   it_.begin_reducing(params_.size());
+  it_.joined = joined;
+  if (joined) local_used_.zero_();  // what no_sync passes accumulated here is not contributed
+  if (options_.layer_drop_hints()) leave_out_dropped();
+}
+
+void Reducer::Impl::leave_out_dropped() {
+  const std::vector<bool>& dropped = layer_drop_.dropped();
+  stats_pending_.dropped_parameters = layer_drop_.dropped_count();
+  if (packs()) {
+    buckets_.pack(dropped);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      // A gradient an earlier write-back left in this buffer may lie where
+      // another parameter's slice now is: it gets its own memory first.
+      at::Tensor& grad = params_[i].mutable_grad();
+      if (grad.defined() && buckets_.in_buffer(i, grad)) grad = grad.clone();
+      if (dropped[i]) it_.ready[i] = true;
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (it_.ready[i]) continue;
+    // Sent as zeros (not packed), or hinted by this pass only: what no_sync
+    // passes accumulated goes in now.
+    if (dropped[i] || (!it_.joined && layer_drop_.hinted_in_pass(i))) {
+      mark_ready_without_gradient(i);
+    }
+  }
 }
 
 // Line 4.
@@ -278,6 +330,8 @@ void Reducer::Impl::autograd_hook(size_t i) {
     if (stray_after_ < 0) stray_after_ = forwards_;
     return;
   }
+  // Hinted unused: not reduced, reported to every rank in the next status.
+  if (options_.layer_drop_hints() && !it_.joined && layer_drop_.got_gradient(i)) return;
   if (!it_.joined) local_used_.data_ptr<int32_t>()[i] = 1;
   if (it_.phase == Phase::ACCUMULATING) return;
   it_.last_hook = Clock::now();
@@ -377,9 +431,11 @@ void Reducer::Impl::launch_ready_buckets() {
       b.future = hook_runner_->submit(
           GradBucket(k, k + 1 == buckets_.size(), b.flat, std::move(params), layout_));
     } else {
-      copy_streams_.launch(b.flat, [&] {
+      if (b.live_numel == 0) continue;  // every member hinted unused: nothing to send
+      const at::Tensor sent = b.sent();
+      copy_streams_.launch(sent, [&] {
         detail::flight::BucketScope in_bucket(static_cast<int>(k));
-        b.work = group_->allreduce(b.flat);
+        b.work = group_->allreduce(sent);
       });
     }
   }
@@ -396,6 +452,7 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
+void Reducer::hint_unused(const std::vector<at::Tensor>& params) { impl_->hint_unused(params); }
 bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }
 void Reducer::shadow_iteration() { impl_->shadow_iteration(); }
 

@@ -14,6 +14,7 @@
 #include "reducer/gradient_order.h"
 #include "reducer/iteration.h"
 #include "reducer/iteration_status.h"
+#include "reducer/layer_drop.h"
 #include "reducer/static_graph.h"
 #include "rendezvous/env.h"
 
@@ -44,6 +45,7 @@ class Reducer::Impl {
   void set_uneven_inputs(bool uneven);
   bool has_comm_hook() const;
   void set_comm_hook(CommHook hook);
+  void hint_unused(const std::vector<at::Tensor>& params);
   void record_forward_time(double forward_ms);
   IterationStats stats() const;
   std::vector<std::vector<size_t>> bucket_indices() const;
@@ -61,7 +63,8 @@ class Reducer::Impl {
 
   // reducer.cpp: forward and autograd_hook. The steps below expect mutex_
   // held: the public operations and autograd_hook take it.
-  void begin_synchronized_iteration() DDP_REQUIRES(mutex_);
+  // `joined`: Join's replay on a rank out of inputs.
+  void begin_synchronized_iteration(bool joined) DDP_REQUIRES(mutex_);
   void check_same_collective_options();  // collective, at construction
   // Backward start and, with find_unused_parameters, the unreached parameters.
   void watch_outputs(const std::vector<at::Tensor>& outputs) DDP_REQUIRES(mutex_);
@@ -78,6 +81,13 @@ class Reducer::Impl {
                     const std::function<void()>& write) DDP_REQUIRES(mutex_);
   void set_ready(size_t i) DDP_REQUIRES(mutex_);
   void launch_ready_buckets() DDP_REQUIRES(mutex_);
+  // Layer-drop hints: the hinted parameters are ready at once; packed out
+  // of their buckets where the buckets are the Reducer's alone (no hook
+  // reads them, no gradient is a view of them), else sent as zeros.
+  void leave_out_dropped() DDP_REQUIRES(mutex_);
+  bool packs() const DDP_REQUIRES(mutex_) {
+    return !options_.gradient_as_bucket_view() && !hook_runner_;
+  }
 
   // autotune.cpp: bucket autotuning (autotune_caps_bytes).
   bool autotuning() const { return !options_.autotune_caps_bytes().empty(); }
@@ -127,7 +137,9 @@ class Reducer::Impl {
   std::optional<Clock::time_point> last_begin_ DDP_GUARDED_BY(mutex_);
   bool last_ended_ DDP_GUARDED_BY(mutex_) = false;
   detail::StaticGraph static_graph_ DDP_GUARDED_BY(mutex_);
-  int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;      // synchronized ones completed
+  detail::LayerDrop layer_drop_ DDP_GUARDED_BY(mutex_){params_};
+  std::vector<size_t> hints_broken_ DDP_GUARDED_BY(mutex_);  // this status's, on this rank
+  int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;            // synchronized ones completed
   int64_t forwards_ DDP_GUARDED_BY(mutex_) = 0;        // forward passes, no_sync ones unless uneven
   bool uneven_inputs_ DDP_GUARDED_BY(mutex_) = false;  // set_uneven_inputs
   int64_t stray_after_ DDP_GUARDED_BY(mutex_) =

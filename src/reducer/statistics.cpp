@@ -41,6 +41,7 @@ std::string IterationStats::summary() const {
   for (size_t i = 0; i < unused_parameter_names.size(); ++i) {
     out += (i ? ", " : ": ") + unused_parameter_names[i];
   }
+  if (dropped_parameters > 0) out += ", " + std::to_string(dropped_parameters) + " hinted unused";
   return out;
 }
 
@@ -68,7 +69,7 @@ void record_timings(IterationStats& s, const Iteration& it, const BucketSet& buc
   }
   s.backward_start = backward_start;
   for (const auto& b : buckets.all()) {
-    const int64_t bytes = b.flat.numel() * b.flat.element_size();
+    const int64_t bytes = b.live_numel * b.flat.element_size();  // sent
     s.bucket_bytes.push_back(bytes);
     s.bucket_timings.push_back({bytes, ms(backward_start, b.launched), ms(backward_start, b.done)});
   }

@@ -16,6 +16,9 @@
 
 #include <torch/torch.h>
 
+#include <string>
+#include <type_traits>
+
 namespace ddp::testing {
 namespace {
 
@@ -222,6 +225,45 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
             return m->forward(x, static_cast<int64_t>(micro < 2 ? 0 : 1));
           },
           DistributedDataParallelOptions().find_unused_parameters(true), Variant{dtype, optim, 3});
+      // Stochastic depth with a seed every rank shares, its dropped blocks
+      // hinted: left out of the buckets, the rest exact; under no_sync only
+      // blocks dropped in every micro-batch are left out.
+      auto drop = [](int step, int micro) { return int64_t{(step * 5 + micro * 3 + 1) % 16}; };
+      auto depth_fwd = [drop](auto& m, torch::Tensor x, int, int step, int micro) {
+        const int64_t mask = drop(step, micro);
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, DistributedDataParallel>) {
+          std::vector<torch::Tensor> hinted;
+          for (const auto& item : m->named_parameters()) {
+            for (int k = 0; k < StochasticDepthImpl::kBlocks; ++k) {
+              const std::string block = "blocks." + std::to_string(k) + ".";
+              if ((mask >> k & 1) && item.key().find(block) != std::string::npos) {
+                hinted.push_back(item.value());
+              }
+            }
+          }
+          m->hint_unused_parameters(hinted);
+        }
+        return m->forward(x, mask);
+      };
+      for (int micro_batches : {1, 3}) {
+        run_case(
+            tap, pg,
+            "layer-drop hints, stochastic depth" +
+                std::string(micro_batches > 1 ? " under no_sync (3 micro-batches)" : ""),
+            [] { return StochasticDepth(); }, depth_fwd,
+            DistributedDataParallelOptions().layer_drop_hints(true),
+            Variant{dtype, optim, micro_batches},
+            [&](int step, DistributedDataParallel& model) {
+              int64_t all = 0xf;
+              for (int m = 0; m < micro_batches; ++m) all &= drop(step, m);
+              const int64_t expected = 2 * __builtin_popcountll(all);
+              if (model->stats().dropped_parameters != expected) {
+                tap.fail("layer-drop step " + std::to_string(step) + ": " +
+                         std::to_string(model->stats().dropped_parameters) +
+                         " parameters left out, expected " + std::to_string(expected));
+              }
+            });
+      }
       run_case(
           tap, pg, "static_graph, shared weight arriving twice (checkpointing)",
           [] { return SharedCheckpointed(); }, plain_fwd,

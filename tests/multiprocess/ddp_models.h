@@ -57,6 +57,28 @@ struct BranchyImpl : torch::nn::Module {
 };
 TORCH_MODULE(Branchy);
 
+// Residual blocks that a forward may skip (stochastic depth): bit k of
+// `drop` skips block k, whose parameters then get no gradient.
+struct StochasticDepthImpl : torch::nn::Module {
+  static constexpr int kBlocks = 4;
+  torch::nn::Linear in{nullptr}, out{nullptr};
+  torch::nn::ModuleList blocks;
+  StochasticDepthImpl() {
+    in = register_module("in", torch::nn::Linear(8, 16));
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int k = 0; k < kBlocks; ++k) blocks->push_back(torch::nn::Linear(16, 16));
+    out = register_module("out", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor forward(torch::Tensor x, int64_t drop) {
+    auto h = torch::tanh(in(x));
+    for (int k = 0; k < kBlocks; ++k) {
+      if (!(drop >> k & 1)) h = h + torch::tanh(blocks[k]->as<torch::nn::Linear>()->forward(h));
+    }
+    return out(h);
+  }
+};
+TORCH_MODULE(StochasticDepth);
+
 // Reentrant activation checkpointing of tanh(linear(x)): forward runs
 // without a graph; backward recomputes and runs a nested backward through
 // it, so the linear's parameters receive their gradients inside that nested
