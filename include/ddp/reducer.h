@@ -128,17 +128,21 @@ class Reducer {
   bool has_comm_hook() const;
 
   // Layer-drop hints (layer_drop_hints): the parameters that the next
-  // forward pass and its backward leave without gradient, on every rank
-  // alike (stochastic depth drawn from a shared seed, a frozen branch,
-  // experts no input was routed to). Call before that forward; a pass
-  // without a call hints nothing. Under no_sync a parameter is left out of
-  // the synchronized iteration only when every pass since the last one
-  // hinted it. Like an unused parameter, a left-out one keeps its gradient
-  // untouched. Hints that differ across ranks raise InvalidArgument on
-  // every rank at the synchronized forward, before anything is sent; a
-  // hinted parameter that gets a gradient anyway raises it in backward(),
-  // naming it. InvalidArgument: a tensor that is not one of the
-  // parameters; layer_drop_hints off.
+  // pass (the next prepare_for_backward; a forward without one, e.g. under
+  // NoGradGuard, leaves the hint pending) and its backward leave without
+  // gradient, on every rank alike (stochastic depth drawn from a shared
+  // seed, a frozen branch, experts no input was routed to). A pass without
+  // a call hints nothing. Under no_sync a parameter is left out of the
+  // synchronized iteration only when every pass since the last one hinted
+  // it; one hinted by the last pass alone is reduced with what earlier
+  // passes accumulated (zeros if none). A left-out parameter keeps its
+  // gradient untouched, as an unused one does. Ranks that would leave out
+  // different parameters raise InvalidArgument on every rank at the
+  // synchronized pass, before anything is sent; a hinted parameter that
+  // gets a gradient anyway makes the synchronized backward() raise it on
+  // every rank, naming it. Tensors that do not require grad are skipped.
+  // InvalidArgument: another tensor that is not one of the parameters;
+  // layer_drop_hints off.
   void hint_unused(const std::vector<at::Tensor>& params);
 
   // Join (join.h) uses these; a custom loop may too.

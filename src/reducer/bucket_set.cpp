@@ -2,7 +2,6 @@
 
 #include <ddp/errors.h>
 
-#include "collectives/fnv1a.h"
 #include "hooks/hook_runner.h"
 
 #include <ATen/ATen.h>
@@ -89,36 +88,32 @@ BucketSet::BucketSet(const std::vector<at::Tensor>& params,
       }
     }
     b.live_numel = total;
+    b.views_leave_out.assign(members.size(), false);
     buckets_.push_back(std::move(b));
   }
 }
 
 void BucketSet::pack(const std::vector<bool>& dropped) {
   for (auto& b : buckets_) {
-    Fnv1a key;
+    std::vector<bool> leave_out(b.params.size());
+    for (size_t k = 0; k < b.params.size(); ++k) leave_out[k] = dropped[b.params[k]];
+    const bool relayout = leave_out != b.views_leave_out;
     size_t live = 0;
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      if (dropped[b.params[k]]) {
-        key.add(static_cast<int64_t>(k));
-      } else {
-        ++live;
-      }
-    }
-    const uint64_t id = live == b.params.size() ? 0 : key.value() | 1;
     int64_t offset = 0;
     for (size_t k = 0; k < b.params.size(); ++k) {
-      if (dropped[b.params[k]]) continue;
-      if (id != b.views_key) b.views[k] = alias(b.flat, offset, b.views[k].sizes());
+      if (leave_out[k]) continue;
+      if (relayout) b.views[k] = alias(b.flat, offset, b.views[k].sizes());
       offset += b.views[k].numel();
+      ++live;
     }
-    b.views_key = id;
+    b.views_leave_out = std::move(leave_out);
     b.pending = live;
     b.live_numel = offset;
   }
 }
 
-bool BucketSet::in_buffer(size_t param, const at::Tensor& t) {
-  const at::Tensor& flat = of(param).flat;
+bool BucketSet::in_buffer(size_t param, const at::Tensor& t) const {
+  const at::Tensor& flat = buckets_[slots_[param].bucket].flat;
   const char* begin = static_cast<const char*>(flat.data_ptr());
   const char* p = static_cast<const char*>(t.data_ptr());
   return p >= begin && p < begin + flat.numel() * flat.element_size();
@@ -139,7 +134,7 @@ void BucketSet::swap_buffers() {
   for (auto& b : buckets_) {
     if (!b.spare.defined()) b.spare = at::zeros_like(b.flat);
     if (b.spare_views.empty()) {
-      b.spare_views_key = 0;
+      b.spare_views_leave_out.assign(b.views.size(), false);
       int64_t offset = 0;
       for (const auto& v : b.views) {
         b.spare_views.push_back(alias(b.spare, offset, v.sizes()));
@@ -148,7 +143,7 @@ void BucketSet::swap_buffers() {
     }
     std::swap(b.flat, b.spare);
     std::swap(b.views, b.spare_views);
-    std::swap(b.views_key, b.spare_views_key);
+    std::swap(b.views_leave_out, b.spare_views_leave_out);
   }
 }
 

@@ -24,8 +24,8 @@ struct Bucket {
   at::Tensor spare;                     // the other buffer (double buffering), and its
   std::vector<at::Tensor> spare_views;  // slices: allocated at the first swap unless zero-copy
   // Which members `views` (and spare_views) leave out, packing the others
-  // (BucketSet::pack): 0 for none, the layout of construction.
-  uint64_t views_key = 0, spare_views_key = 0;
+  // (BucketSet::pack); none: the layout of construction.
+  std::vector<bool> views_leave_out, spare_views_leave_out;
 
   // What this iteration's reduction sends: the live members' slices.
   at::Tensor sent() const {
@@ -64,7 +64,7 @@ class BucketSet {
   // Collective in effect: every rank must pack alike. After begin_iteration.
   void pack(const std::vector<bool>& dropped);
   // Whether `t`'s memory lies in parameter `param`'s current bucket buffer.
-  bool in_buffer(size_t param, const at::Tensor& t);
+  bool in_buffer(size_t param, const at::Tensor& t) const;
 
   // Exchanges each bucket's buffer with its spare: the reduced buffers stay
   // with the gradients that alias them, the spares take the next iteration.

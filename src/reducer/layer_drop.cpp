@@ -22,6 +22,8 @@ void LayerDrop::hint_next(const std::vector<at::Tensor>& unused,
                           const std::vector<std::string>& names, int rank) {
   std::vector<bool> hint(params_.size(), false);
   for (size_t k = 0; k < unused.size(); ++k) {
+    // Frozen ones (a block's parameters()) get no gradient anyway.
+    if (unused[k].defined() && !unused[k].requires_grad()) continue;
     size_t i = 0;
     while (i < params_.size() && !params_[i].is_same(unused[k])) ++i;
     if (i == params_.size()) {
@@ -30,7 +32,7 @@ void LayerDrop::hint_next(const std::vector<at::Tensor>& unused,
           std::to_string(unused.size()) +
           (unused[k].defined() ? " (shape " + std::string(c10::str(unused[k].sizes())) + ")"
                                : " (undefined)") +
-          " is not a parameter that DDP synchronizes (not the wrapped module's, frozen, or in "
+          " is not a parameter that DDP synchronizes (not the wrapped module's, or in "
           "parameters_to_ignore): hint only the module's own trainable parameters (" +
           std::to_string(names.size()) + " of them, e.g. '" + (names.empty() ? "" : names[0]) +
           "')");
@@ -88,8 +90,8 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
     ++training;
     counts += "\n  rank " + std::to_string(r) + ": " + std::to_string(s[2]) + " parameters";
   }
-  dropped_.assign(n, false);
-  dropped_count_ = 0;
+  std::vector<bool> dropped(n, false);
+  int64_t count_dropped = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (t[i] == 0) continue;
     if (t[i] != training) {
@@ -101,9 +103,11 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
           "before the same forward (draw dropped layers from a seed every rank shares, or "
           "broadcast the decision).");
     }
-    dropped_[i] = true;
-    ++dropped_count_;
+    dropped[i] = true;
+    ++count_dropped;
   }
+  dropped_ = std::move(dropped);
+  dropped_count_ = count_dropped;
 }
 
 std::vector<size_t> LayerDrop::take_violations() { return std::exchange(violations_, {}); }

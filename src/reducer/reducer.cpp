@@ -263,7 +263,11 @@ void Reducer::Impl::begin_synchronized_iteration(bool joined) {
     try {
       layer_drop_.agree(*group_, joined, names_);
     } catch (...) {
-      it_.phase = Phase::IDLE;  // this iteration never began
+      // This iteration never began; what its passes left is dropped with
+      // it, so that the next one starts clean.
+      it_.phase = Phase::IDLE;
+      layer_drop_.take_violations();
+      local_used_.zero_();
       throw;
     }
   }
@@ -330,8 +334,12 @@ void Reducer::Impl::autograd_hook(size_t i) {
     if (stray_after_ < 0) stray_after_ = forwards_;
     return;
   }
-  // Hinted unused: not reduced, reported to every rank in the next status.
-  if (options_.layer_drop_hints() && !it_.joined && layer_drop_.got_gradient(i)) return;
+  if (options_.layer_drop_hints()) {
+    // A joined rank's replay (Join's shadow batch) runs the whole model:
+    // what the others left out is not its to send. Elsewhere a hinted
+    // parameter's gradient is not reduced but reported in the next status.
+    if (it_.joined ? layer_drop_.dropped()[i] : layer_drop_.got_gradient(i)) return;
+  }
   if (!it_.joined) local_used_.data_ptr<int32_t>()[i] = 1;
   if (it_.phase == Phase::ACCUMULATING) return;
   it_.last_hook = Clock::now();
