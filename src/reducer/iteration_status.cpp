@@ -43,6 +43,26 @@ std::string grouped(const std::vector<RankReport>& reports, Value value, Show sh
   return out;
 }
 
+// "1 (2), 3 (1). On this rank:\n  #4 'fc.weight'...": the ranks whose
+// `count` is not zero, with it, then this rank's parameters `here` (or that
+// each such rank names its own); empty when every count is zero.
+std::string ranks_and_parameters(const std::vector<RankReport>& reports, int32_t RankReport::*count,
+                                 const std::vector<size_t>& here,
+                                 const std::vector<std::string>& names) {
+  std::string ranks;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const int32_t n = reports[r].*count;
+    if (n == 0) continue;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(n) + ")";
+  }
+  if (ranks.empty() || here.empty()) {
+    return ranks.empty() ? ranks : ranks + " (each such rank names them)";
+  }
+  std::string params;
+  for (size_t i : here) params += "\n  #" + std::to_string(i) + " '" + names[i] + "'";
+  return ranks + ". On this rank:" + params;
+}
+
 std::string hex(uint64_t h) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -176,25 +196,26 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
 void check_no_missing_gradient(const std::vector<RankReport>& reports,
                                const std::vector<size_t>& missing,
                                const std::vector<std::string>& names, int rank) {
-  std::string ranks;
-  int64_t total = 0;
-  for (size_t r = 0; r < reports.size(); ++r) {
-    const int32_t count = reports[r].missing;
-    if (count == 0) continue;
-    total += count;
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(count) + ")";
-  }
-  if (total == 0) return;
-  std::string here;
-  for (size_t i : missing) here += "\n  #" + std::to_string(i) + " '" + names[i] + "'";
+  const std::string where = ranks_and_parameters(reports, &RankReport::missing, missing, names);
+  if (where.empty()) return;
   throw InvalidArgument(
       "ddp: rank " + std::to_string(rank) +
-      ": backward finished but some parameters got no gradient on rank(s) " + ranks +
-      (missing.empty() ? std::string(" (each such rank names them)") : ". On this rank:" + here) +
+      ": backward finished but some parameters got no gradient on rank(s) " + where +
       "\nNo gradient was averaged or written. If some parameters are unused in some "
       "iterations, construct DistributedDataParallel with find_unused_parameters(true); "
       "otherwise make the loss depend on every parameter, or list the parameter in "
       "parameters_to_ignore.");
+}
+
+void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& broken,
+                      const std::vector<std::string>& names, int rank) {
+  const std::string where = ranks_and_parameters(reports, &RankReport::hints_broken, broken, names);
+  if (where.empty()) return;
+  throw InvalidArgument(
+      "ddp: rank " + std::to_string(rank) +
+      ": parameters hinted unused (hint_unused_parameters) got a gradient on rank(s) " + where +
+      "\nNo gradient was averaged or written. A hint says that the next forward uses the "
+      "parameter on no rank: hint only the layers that forward skips.");
 }
 
 }  // namespace ddp::detail

@@ -62,4 +62,9 @@ void check_no_missing_gradient(const std::vector<RankReport>& reports,
                                const std::vector<size_t>& missing,
                                const std::vector<std::string>& names, int rank);
 
+// The same for parameters hinted unused (layer_drop.h) that got a gradient:
+// `broken` are this rank's.
+void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& broken,
+                      const std::vector<std::string>& names, int rank);
+
 }  // namespace ddp::detail

@@ -2,8 +2,6 @@
 
 #include <ddp/errors.h>
 
-#include "reducer/iteration_status.h"
-
 #include <ATen/ATen.h>
 
 #include <utility>
@@ -91,7 +89,6 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
     counts += "\n  rank " + std::to_string(r) + ": " + std::to_string(s[2]) + " parameters";
   }
   std::vector<bool> dropped(n, false);
-  int64_t count_dropped = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (t[i] == 0) continue;
     if (t[i] != training) {
@@ -104,32 +101,10 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
           "broadcast the decision).");
     }
     dropped[i] = true;
-    ++count_dropped;
   }
   dropped_ = std::move(dropped);
-  dropped_count_ = count_dropped;
 }
 
 std::vector<size_t> LayerDrop::take_violations() { return std::exchange(violations_, {}); }
-
-void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& violations,
-                      const std::vector<std::string>& names, int rank) {
-  std::string ranks;
-  for (size_t r = 0; r < reports.size(); ++r) {
-    const int32_t count = reports[r].hints_broken;
-    if (count == 0) continue;
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(count) + ")";
-  }
-  if (ranks.empty()) return;
-  std::string here;
-  for (size_t i : violations) here += "\n  #" + std::to_string(i) + " '" + names[i] + "'";
-  throw InvalidArgument(
-      where(rank) + "parameters hinted unused (hint_unused_parameters) got a gradient on rank(s) " +
-      ranks +
-      (violations.empty() ? std::string(" (each such rank names them)")
-                          : ". On this rank:" + here) +
-      "\nNo gradient was averaged or written. A hint says that the next forward uses the "
-      "parameter on no rank: hint only the layers that forward skips.");
-}
 
 }  // namespace ddp::detail

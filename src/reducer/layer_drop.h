@@ -27,8 +27,6 @@
 
 namespace ddp::detail {
 
-struct RankReport;
-
 class LayerDrop {
  public:
   explicit LayerDrop(const std::vector<at::Tensor>& params) : params_(params) {}
@@ -51,7 +49,6 @@ class LayerDrop {
   // Hinted by this pass, though not by every pass of the cycle: no
   // gradient comes now, what earlier passes accumulated is still reduced.
   bool hinted_in_pass(size_t i) const { return !pass_.empty() && pass_[i]; }
-  int64_t dropped_count() const { return dropped_count_; }
   // Hinted parameters that got a gradient since the last call.
   std::vector<size_t> take_violations();
 
@@ -62,13 +59,7 @@ class LayerDrop {
   std::vector<bool> cycle_;                // hinted by every pass of this cycle
   bool cycle_open_ = false;                // a pass ran since the last agree()
   std::vector<bool> dropped_;              // agreed, this synchronized iteration
-  int64_t dropped_count_ = 0;
   std::vector<size_t> violations_;
 };
-
-// Raises on every rank when some rank's hinted parameters got a gradient,
-// naming the ranks and, on each of them, its own (`violations`).
-void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& violations,
-                      const std::vector<std::string>& names, int rank);
 
 }  // namespace ddp::detail

@@ -26,6 +26,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <iostream>
 
 namespace ddp {
@@ -280,7 +281,7 @@ void Reducer::Impl::begin_synchronized_iteration(bool joined) {
 
 void Reducer::Impl::leave_out_dropped() {
   const std::vector<bool>& dropped = layer_drop_.dropped();
-  stats_pending_.dropped_parameters = layer_drop_.dropped_count();
+  stats_pending_.dropped_parameters = std::count(dropped.begin(), dropped.end(), true);
   if (packs()) {
     buckets_.pack(dropped);
     for (size_t i = 0; i < params_.size(); ++i) {
