@@ -6,6 +6,10 @@
 //   ddprun --nproc-per-node 2 elastic_bench --mode plain --model mlp
 //   ddprun --nproc-per-node 2 --elastic 1:2 elastic_bench --mode elastic --model mlp
 //
+// --zero 1: through a ZeroRedundancyOptimizer (plain: over the job's group;
+// elastic: ZeroOptions().elastic(true), which keeps a replica of the next
+// rank's shard) instead of the whole SGD.
+//
 // Prints on rank 0: "elastic_bench: MODE MODEL: mean M ms/step, median D,
 // over N steps" (after W warm-up steps, on rank 0). The mean is the one to
 // compare: it carries elastic mode's full copy every commit_every (100)
@@ -28,6 +32,7 @@ namespace {
 struct Config {
   std::string mode = "plain", model = "mlp";
   int64_t steps = 100, warmup = 3;
+  bool zero = false;
 };
 
 Config parse(int argc, char** argv) {
@@ -42,9 +47,11 @@ Config parse(int argc, char** argv) {
       c.steps = std::stoll(v);
     else if (k == "--warmup")
       c.warmup = std::stoll(v);
+    else if (k == "--zero")
+      c.zero = v == "1";
     else
       throw std::invalid_argument("elastic_bench: unknown flag " + k +
-                                  " (--mode, --model, --steps, --warmup)");
+                                  " (--mode, --model, --steps, --warmup, --zero)");
   }
   if (c.mode != "plain" && c.mode != "elastic")
     throw std::invalid_argument("elastic_bench: --mode plain|elastic");
@@ -72,15 +79,26 @@ int main(int argc, char** argv) {
     mo.name = c.model;
     mo = ddp_bench::with_defaults(mo);
     auto model = ddp_bench::make_model(mo);
-    torch::optim::SGD opt(model.ptr()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    const auto sgd = torch::optim::SGDOptions(0.01).momentum(0.9);
+    const auto params = model.ptr()->parameters();
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    // Made after the group in plain mode (a plain ZeRO shards at construction).
+    auto make_optimizer = [&](ddp::ZeroOptions zero) -> torch::optim::Optimizer& {
+      if (c.zero) {
+        optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(params, sgd, zero);
+      } else {
+        optimizer = std::make_unique<torch::optim::SGD>(params, sgd);
+      }
+      return *optimizer;
+    };
     std::vector<double> times;
     int rank = 0;
     // One training step: the batch depends on the step and the rank only.
     auto train = [&](ddp::DistributedDataParallel& ddp, int r, int64_t step) {
       const auto batch = ddp_bench::make_batch(mo, static_cast<uint64_t>(1000 * step + r));
-      opt.zero_grad();
+      optimizer->zero_grad();
       ddp_bench::model_loss(mo, ddp->forward(batch.input), batch.target).backward();
-      opt.step();
+      optimizer->step();
     };
     // A step is timed from its start to the next one's, so that the elastic
     // side's includes its step boundary (commit and one-element allreduce).
@@ -95,13 +113,14 @@ int main(int argc, char** argv) {
     if (c.mode == "plain") {
       auto pg = ddp::init_process_group();
       rank = pg->rank();
+      make_optimizer(ddp::ZeroOptions());
       ddp::DistributedDataParallel ddp(model);
       for (int64_t s = 0; s <= total; ++s) {
         lap(s);
         if (s < total) train(ddp, rank, s);
       }
     } else {
-      ddp::ElasticState state(model, opt);
+      ddp::ElasticState state(model, make_optimizer(ddp::ZeroOptions().elastic(true)));
       ddp::ElasticRunner runner;
       runner.run(state, [&](ddp::ElasticStep& step) {
         rank = step.rank();
@@ -114,8 +133,9 @@ int main(int argc, char** argv) {
       });
     }
     if (rank == 0) {
-      std::printf("elastic_bench: %s %s: mean %.2f ms/step, median %.2f, over %zu steps\n",
-                  c.mode.c_str(), c.model.c_str(), mean(times), median(times), times.size());
+      std::printf("elastic_bench: %s %s%s: mean %.2f ms/step, median %.2f, over %zu steps\n",
+                  c.mode.c_str(), c.model.c_str(), c.zero ? " zero" : "", mean(times),
+                  median(times), times.size());
     }
     if (c.mode == "plain") ddp::destroy_process_group();
     return 0;

@@ -76,6 +76,7 @@ class Optimizer;
 }
 
 namespace ddp {
+class ZeroRedundancyOptimizer;
 namespace detail::elastic {
 class Membership;
 }
@@ -136,7 +137,14 @@ class ElasticState {
   // module with a forward(), as DistributedDataParallel takes it.
   // `optimizer` must outlive the state: libtorch's SGD, Adam, AdamW,
   // Adagrad or RMSprop (a commit refuses another's state, naming its type:
-  // it could not be copied). ZeroRedundancyOptimizer is refused here.
+  // it could not be copied), or a ZeroRedundancyOptimizer wrapping one,
+  // made with ZeroOptions().elastic(true) (another ZeRO is refused here).
+  // ZeRO's shards are re-partitioned over each generation: each member
+  // keeps its shard and a replica of the next member's, so the state of a
+  // lost member lives on; when a member and the next one are lost together
+  // (a shard and its replica), every survivor raises ddp::Error naming the
+  // parameter whose state is gone, and the job ends (restart from an
+  // on-disk checkpoint).
   template <typename ModuleType>
   ElasticState(ModuleType module, torch::optim::Optimizer& optimizer)
       : ElasticState(module_pointer(module), optimizer,
@@ -159,6 +167,8 @@ class ElasticState {
   // step that failed in its forward or backward: parameters and optimizer
   // state are still the boundary's), else to the last full copy.
   void restore();
+  // With a ZeroRedundancyOptimizer the copies hold this member's shard and
+  // its replica of the next member's (where the optimizer keeps them).
   // training.iteration of the state the last commit or restore left; -1
   // before the first commit.
   int64_t committed_iteration() const;
@@ -168,10 +178,24 @@ class ElasticState {
   ElasticState(std::shared_ptr<torch::nn::Module> module, torch::optim::Optimizer& optimizer,
                ModelFactory make_model);
   friend class ElasticRunner;
-  // The runner's: the state as checkpoint bytes (checkpoint.h, without RNG
-  // states), their load, and a DistributedDataParallel over the module.
+  // The runner's, collective over a new generation's group: every member
+  // ends with the same state. Of the member furthest ahead, sent as
+  // checkpoint bytes (checkpoint.h, without RNG states); with ZeRO, of the
+  // last step whose optimizer state the members hold in full, the module
+  // and counters from one member and each shard from a member that keeps
+  // it, re-partitioned over the group (zero_shards.cpp).
+  void synchronize(const ProcessGroupPtr& group, const std::string& where);
+  void synchronize_zero(const ProcessGroupPtr& group, const std::string& where);
+  // The module and counters (and the optimizer's state but with ZeRO) as
+  // checkpoint bytes, and their load.
   std::string serialize() const;
   void load(const std::string& bytes, const ProcessGroup& group);
+  // Back to the last full copy; its step, -1: none. Which parameters'
+  // optimizer state this process keeps, now (false) or in the full copy
+  // (true): all of them but with ZeRO.
+  void restore_full();
+  int64_t full_copy_iteration() const;
+  std::vector<bool> kept_states(bool in_full_copy) const;
   DistributedDataParallel make_model(DistributedDataParallelOptions options) const {
     return make_model_(std::move(options));
   }
@@ -187,6 +211,7 @@ class ElasticState {
   struct Snapshot;
   std::shared_ptr<torch::nn::Module> module_;
   torch::optim::Optimizer& optimizer_;
+  ZeroRedundancyOptimizer* zero_ = nullptr;  // optimizer_, when it is one
   ModelFactory make_model_;
   std::unique_ptr<Snapshot> snapshot_;
 };

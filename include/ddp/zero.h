@@ -39,6 +39,14 @@
 //   DDP's shadow gives it) and sends the updated parameters.
 // - Wrapped types: torch::optim::SGD, Adam, AdamW, Adagrad, RMSprop through
 //   their options (ZeroOptimizerTraits); any other through a Wrapped.
+// - Elastic training (ZeroOptions::elastic, elastic.h): construction is
+//   local and the ElasticRunner shards the optimizer over each generation's
+//   group. Each rank then also keeps a replica of the next rank's shard
+//   (rank r of W: rank (r + 1) % W's), stepped beside its own from the same
+//   averaged gradients, so that the state of any one lost rank lives on:
+//   twice the shard's state memory and optimizer compute, no communication.
+//   Before the runner shards it, step(), owner() and the checkpoint calls
+//   raise InvalidArgument.
 #pragma once
 
 #include <ddp/comm_hook.h>
@@ -71,6 +79,10 @@ struct ZeroOptions {
   // during backward, through zero_hook (register it on the DDP module);
   // step() then only checks that every parameter was updated. Default false.
   TORCH_ARG(bool, overlap_with_ddp) = false;
+  // Sharded by ddp::ElasticRunner (elastic.h) at each generation, with a
+  // replica of the next rank's shard (see above); process_group must be
+  // unset. Default false.
+  TORCH_ARG(bool, elastic) = false;
 };
 
 // How ZeRO makes and inspects the optimizer it wraps.
@@ -120,6 +132,9 @@ ZeroWrapped zero_wrapped(const Options& defaults) {
 }
 
 class ZeroRedundancyOptimizer;
+namespace detail {
+struct ZeroAccess;  // elastic training's view of the shards (src/zero/zero_impl.h)
+}
 
 // The communication hook of ZeroOptions::overlap_with_ddp (see above).
 FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
@@ -157,7 +172,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer, public Joinable 
   int owner(size_t index) const;
   // This rank's optimizer (its shard's parameters only).
   torch::optim::Optimizer& local_optimizer();
-  // Bytes of optimizer state this rank holds.
+  // Bytes of optimizer state this rank holds (its replica of the next shard included).
   int64_t state_bytes() const;
 
   // Joinable (join.h): list it after the DDP module, ddp::Join join({*model, opt}).
@@ -170,6 +185,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer, public Joinable 
 
  private:
   friend FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket);
+  friend struct detail::ZeroAccess;
   void sync_options();
   torch::Tensor step_shard(LossClosure closure);
   void step_reduced_bucket(GradBucket& bucket);

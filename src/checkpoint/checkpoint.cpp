@@ -72,7 +72,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
   if (pg->rank() == 0) {
     try {
       checkpoint_detail::write_checkpoint_file(
-          path, checkpoint_detail::serialize_checkpoint(module, optimizer, state, rng_states));
+          path, checkpoint_detail::serialize_checkpoint(module, &optimizer, state, rng_states));
     } catch (const std::exception& e) {
       failure = message_of(e);
     }
@@ -108,8 +108,9 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   std::optional<checkpoint_detail::PendingLoad> pending;
   std::string failure;
   try {
-    pending = checkpoint_detail::parse_checkpoint(payload.data(), payload.size(), module, optimizer,
-                                                  options.rng_state(), pg->rank(), pg->size());
+    pending =
+        checkpoint_detail::parse_checkpoint(payload.data(), payload.size(), module, &optimizer,
+                                            options.rng_state(), pg->rank(), pg->size());
   } catch (const std::exception& e) {
     failure = message_of(e);
   }

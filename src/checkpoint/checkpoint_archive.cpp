@@ -111,7 +111,7 @@ torch::nn::Module& unwrapped(torch::nn::Module& module) {
 }
 
 std::string serialize_checkpoint(const torch::nn::Module& module,
-                                 const torch::optim::Optimizer& optimizer,
+                                 const torch::optim::Optimizer* optimizer,
                                  const TrainingState& state, const at::Tensor& rng_states) {
   const torch::nn::Module& target = unwrapped(module);
   OutputArchive archive;
@@ -121,9 +121,11 @@ std::string serialize_checkpoint(const torch::nn::Module& module,
   archive.write("parameters", parameters);
   archive.write("buffers", buffers);
 
-  OutputArchive optimizer_state(archive.compilation_unit());
-  optimizer.save(optimizer_state);
-  archive.write("optimizer", optimizer_state);
+  if (optimizer) {
+    OutputArchive optimizer_state(archive.compilation_unit());
+    optimizer->save(optimizer_state);
+    archive.write("optimizer", optimizer_state);
+  }
 
   archive.write("epoch", c10::IValue(state.epoch));
   archive.write("iteration", c10::IValue(state.iteration));
@@ -142,7 +144,7 @@ std::string serialize_checkpoint(const torch::nn::Module& module,
 }
 
 PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& module,
-                             torch::optim::Optimizer& optimizer, bool restore_rng, int rank,
+                             torch::optim::Optimizer* optimizer, bool restore_rng, int rank,
                              int world_size) {
   torch::nn::Module& target = unwrapped(module);
   InputArchive archive;
@@ -197,15 +199,17 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
     }
   }
 
-  InputArchive optimizer_state;
-  archive.read("optimizer", optimizer_state);
-  try {
-    optimizer.load(optimizer_state);
-  } catch (const c10::Error& e) {
-    throw CheckpointError(std::string("the optimizer's saved state does not fit this "
-                                      "optimizer (") +
-                          e.what_without_backtrace() +
-                          "): was it saved with another optimizer or over other parameters?");
+  if (optimizer) {
+    InputArchive optimizer_state;
+    archive.read("optimizer", optimizer_state);
+    try {
+      optimizer->load(optimizer_state);
+    } catch (const c10::Error& e) {
+      throw CheckpointError(std::string("the optimizer's saved state does not fit this "
+                                        "optimizer (") +
+                            e.what_without_backtrace() +
+                            "): was it saved with another optimizer or over other parameters?");
+    }
   }
 
   out.state.epoch = read_int(archive, "epoch");

@@ -17,9 +17,10 @@ namespace ddp::checkpoint_detail {
 const torch::nn::Module& unwrapped(const torch::nn::Module& module);
 torch::nn::Module& unwrapped(torch::nn::Module& module);
 
-// `rng_states`: [world size, state bytes] uint8, or undefined to leave out.
+// `rng_states`: [world size, state bytes] uint8, or undefined to leave out;
+// `optimizer` null: its state left out (an elastic ZeRO's travels by shard).
 std::string serialize_checkpoint(const torch::nn::Module& module,
-                                 const torch::optim::Optimizer& optimizer,
+                                 const torch::optim::Optimizer* optimizer,
                                  const TrainingState& state, const at::Tensor& rng_states);
 
 // A checkpoint read, checked against the module and with the optimizer's
@@ -40,8 +41,9 @@ struct PendingLoad {
 // and an elastic job's state from the member furthest ahead.
 std::string broadcast_bytes(ProcessGroup& pg, int root, const std::string& bytes);
 
+// `optimizer` null: the checkpoint's optimizer state, if any, is not read.
 PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& module,
-                             torch::optim::Optimizer& optimizer, bool restore_rng, int rank,
+                             torch::optim::Optimizer* optimizer, bool restore_rng, int rank,
                              int world_size);
 
 }  // namespace ddp::checkpoint_detail

@@ -1,10 +1,9 @@
 // ElasticRunner: the loop of generations. Each one: a process group of its
-// members, the state synchronized from the member furthest ahead, a
+// members, the state synchronized (ElasticState::synchronize), a
 // DistributedDataParallel, then steps until a failure (restore, re-form),
 // a wanted change (re-form at the step boundary) or the end.
 #include <ddp/elastic.h>
 
-#include "checkpoint/checkpoint_archive.h"
 #include "elastic/membership.h"
 #include "elastic/record.h"
 #include "rendezvous/env.h"
@@ -25,19 +24,6 @@ using Clock = std::chrono::steady_clock;
 std::string where(const ElasticWorld& w, int id) {
   return "ddp: elastic member " + std::to_string(id) + " (rank " + std::to_string(w.rank) + " of " +
          std::to_string(w.world_size) + ", generation " + std::to_string(w.generation) + "): ";
-}
-
-// Every member's committed step; the member to copy the state from: the
-// one furthest ahead, the lowest rank among equals.
-int source_rank(ProcessGroup& group, int64_t committed) {
-  std::vector<at::Tensor> all;
-  for (int r = 0; r < group.size(); ++r) all.push_back(at::empty({1}, at::kLong));
-  group.allgather(all, at::tensor({committed}, at::kLong))->wait();
-  int source = 0;
-  for (int r = 1; r < group.size(); ++r) {
-    if (all[r].item<int64_t>() > all[source].item<int64_t>()) source = r;
-  }
-  return source;
 }
 
 }  // namespace
@@ -126,11 +112,7 @@ bool ElasticRunner::run_generation(ElasticState& state,
           detail::elastic::generation_key(world.generation, "group"), membership.connect()),
       world.rank, world.world_size, o.init());
   membership.watch(world);
-  // The state of the member furthest ahead, as a checkpoint carries it.
-  const int source = source_rank(*group, state.committed_iteration());
-  const std::string bytes = checkpoint_detail::broadcast_bytes(
-      *group, source, group->rank() == source ? state.serialize() : "");
-  if (group->rank() != source) state.load(bytes, *group);
+  state.synchronize(group, where(world, membership.id()));
   if (impl_->on_world_change) impl_->on_world_change(previous, world);
   auto ddp_options = o.ddp();
   DistributedDataParallel model = state.make_model(ddp_options.process_group(group));

@@ -1,5 +1,6 @@
 // ElasticState: the in-memory commit a failed step goes back to, and the
-// commit as checkpoint bytes for the members of a new generation.
+// commit as checkpoint bytes for the members of a new generation (an elastic
+// ZeRO's shards travel apart: zero_shards.cpp).
 //
 // A full copy goes into tensors kept from one copy to the next (no
 // allocation for them after the first): the parameters and buffers, and the
@@ -13,10 +14,12 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "compat/torch_compat.h"
+#include "zero/zero_impl.h"
 
 #include <ddp/errors.h>
 #include <ddp/zero.h>
 
+#include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
@@ -132,7 +135,10 @@ struct Boundary {
 struct FullCopy {
   Boundary boundary;
   std::vector<at::Tensor> parameters;
-  // Per parameter (in param_groups order): its optimizer state or null.
+  // Per parameter (in param_groups order): whether this process keeps its
+  // optimizer state (with ZeRO, its shard's and its replica's only), and
+  // that state or null.
+  std::vector<bool> kept;
   std::vector<std::unique_ptr<OptimizerParamState>> states;
 };
 
@@ -154,8 +160,32 @@ std::vector<at::Tensor> parameters_of(const torch::optim::Optimizer& optimizer) 
   return out;
 }
 
-std::vector<int64_t> progress_marks(torch::optim::Optimizer& optimizer) {
+using StateMap = detail::ZeroAccess::Impl::StateMap;
+
+// Where each parameter's optimizer state lives in this process, in
+// param_groups order: the optimizer's own map and the tensor it is keyed
+// by, or with ZeRO the shard's or the replica's; null: kept elsewhere.
+std::vector<std::pair<StateMap*, at::Tensor>> state_homes(torch::optim::Optimizer& optimizer,
+                                                          ZeroRedundancyOptimizer* zero) {
+  std::vector<std::pair<StateMap*, at::Tensor>> homes;
+  const auto params = parameters_of(optimizer);
+  for (size_t i = 0; i < params.size(); ++i) {
+    homes.push_back(zero ? detail::ZeroAccess::of(*zero).home_of(i)
+                         : std::make_pair(&optimizer.state(), params[i]));
+  }
+  return homes;
+}
+
+std::vector<int64_t> progress_marks(torch::optim::Optimizer& optimizer,
+                                    ZeroRedundancyOptimizer* zero) {
   std::vector<int64_t> marks;
+  if (zero) {
+    // ZeRO counts the updates it began; a parameter's version also moves
+    // when a new generation's state is loaded into it.
+    marks.push_back(detail::ZeroAccess::of(*zero).updates);
+    for (const auto& p : parameters_of(optimizer)) marks.push_back(p._version());
+    return marks;
+  }
   auto& state = optimizer.state();
   for (const auto& p : parameters_of(optimizer)) {
     marks.push_back(p._version());
@@ -177,7 +207,7 @@ bool has_stateless_group(const torch::optim::Optimizer& optimizer) {
 }
 
 void record(Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
-            const TrainingState& training) {
+            ZeroRedundancyOptimizer* zero, const TrainingState& training) {
   const auto buffers = module.buffers(true);
   b.buffers.resize(buffers.size());
   for (size_t i = 0; i < buffers.size(); ++i) copy_tensor(buffers[i], b.buffers[i]);
@@ -185,8 +215,8 @@ void record(Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& opt
   for (const auto& group : optimizer.param_groups()) {
     b.group_options.push_back(group.has_options() ? group.options().clone() : nullptr);
   }
-  b.marks = progress_marks(optimizer);
-  b.any_state = !optimizer.state().empty();
+  b.marks = progress_marks(optimizer, zero);
+  b.any_state = zero || !optimizer.state().empty();
   b.training.epoch = training.epoch;
   b.training.iteration = training.iteration;
   b.training.epoch_samples = training.epoch_samples;
@@ -196,8 +226,9 @@ void record(Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& opt
 }
 
 // Whether the optimizer has not touched a parameter or its state since `b`.
-bool unchanged_since(const Boundary& b, torch::optim::Optimizer& optimizer) {
-  return b.any_state && progress_marks(optimizer) == b.marks;
+bool unchanged_since(const Boundary& b, torch::optim::Optimizer& optimizer,
+                     ZeroRedundancyOptimizer* zero) {
+  return b.any_state && progress_marks(optimizer, zero) == b.marks;
 }
 
 void apply(const Boundary& b, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
@@ -223,11 +254,11 @@ ElasticState::ElasticState(std::shared_ptr<torch::nn::Module> module,
       optimizer_(optimizer),
       make_model_(std::move(make_model)),
       snapshot_(std::make_unique<Snapshot>()) {
-  if (dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) {
+  zero_ = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer);
+  if (zero_ && !detail::ZeroAccess::of(*zero_).elastic) {
     throw InvalidArgument(
-        "ddp: ElasticState: a ZeroRedundancyOptimizer's shards cannot be re-partitioned in "
-        "process yet; use a whole optimizer (ZeRO's on-disk checkpoint and ddprun "
-        "--max-restarts recover ZeRO jobs)");
+        "ddp: ElasticState: this ZeroRedundancyOptimizer is bound to one process group; make it "
+        "with ZeroOptions().elastic(true) so that the runner re-shards it over each generation");
   }
 }
 
@@ -240,25 +271,28 @@ void ElasticState::commit(bool full) {
   Snapshot& s = *snapshot_;
   // Without optimizer state (before the first step, or a param group of
   // SGD without momentum) nothing would show a step of the optimizer: copy
-  // in full.
-  if (full || optimizer_.state().empty() || has_stateless_group(optimizer_)) {
+  // in full. ZeRO counts its updates.
+  if (full || (!zero_ && (optimizer_.state().empty() || has_stateless_group(optimizer_)))) {
     FullCopy& c = s.copy;
     const auto params = parameters_of(optimizer_);
     c.parameters.resize(params.size());
     for (size_t i = 0; i < params.size(); ++i) copy_tensor(params[i], c.parameters[i]);
-    auto& state = optimizer_.state();
+    const auto homes = state_homes(optimizer_, zero_);
+    c.kept.assign(params.size(), false);
     c.states.resize(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
-      auto found = state.find(compat::optimizer_state_key(state, params[i]));
-      if (found == state.end()) {
-        c.states[i].reset();
-      } else if (!copy_param_state(*found->second, c.states[i])) {
+      auto [map, key] = homes[i];
+      c.kept[i] = map != nullptr;
+      c.states[i].reset();
+      if (!map) continue;
+      auto found = map->find(compat::optimizer_state_key(*map, key));
+      if (found != map->end() && !copy_param_state(*found->second, c.states[i])) {
         refuse(*found->second);
       }
     }
-    record(c.boundary, *module_, optimizer_, training);
+    record(c.boundary, *module_, optimizer_, zero_, training);
   }
-  record(s.last, *module_, optimizer_, training);
+  record(s.last, *module_, optimizer_, zero_, training);
   s.committed = training.iteration;
 }
 
@@ -266,45 +300,87 @@ void ElasticState::restore() {
   Snapshot& s = *snapshot_;
   if (s.last.iteration < 0) return;  // nothing committed: the state is as it was given
   at::NoGradGuard no_grad;
-  if (unchanged_since(s.last, optimizer_)) {
+  if (unchanged_since(s.last, optimizer_, zero_)) {
     // The step failed before the optimizer stepped: the parameters and the
     // optimizer's state are the boundary's; the rest comes back.
     apply(s.last, *module_, optimizer_, training);
     s.committed = s.last.iteration;
     return;
   }
+  restore_full();
+}
+
+void ElasticState::restore_full() {
+  Snapshot& s = *snapshot_;
   const FullCopy& c = s.copy;
   if (c.boundary.iteration < 0) {
     throw InvalidArgument(
         "ddp: ElasticState::restore: the optimizer stepped since the last commit, which was not "
         "a full copy, and there is none older: commit(/*full=*/true) at least once");
   }
+  at::NoGradGuard no_grad;
   const auto params = parameters_of(optimizer_);
-  auto& state = optimizer_.state();
+  const auto homes = state_homes(optimizer_, zero_);
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].copy_(c.parameters[i]);
-    const auto key = compat::optimizer_state_key(state, params[i]);
+    auto [map, key] = homes[i];
+    if (!c.kept[i] || !map) continue;  // with ZeRO: a state kept by another member
+    const auto k = compat::optimizer_state_key(*map, key);
     if (!c.states[i]) {
-      state.erase(key);
+      map->erase(k);
     } else {
-      copy_param_state(*c.states[i], state[key]);
+      copy_param_state(*c.states[i], (*map)[k]);
     }
   }
   apply(c.boundary, *module_, optimizer_, training);
-  record(s.last, *module_, optimizer_, training);  // the parameters' versions moved
+  record(s.last, *module_, optimizer_, zero_, training);  // the parameters' versions moved
   s.committed = c.boundary.iteration;
 }
 
+int64_t ElasticState::full_copy_iteration() const { return snapshot_->copy.boundary.iteration; }
+
+std::vector<bool> ElasticState::kept_states(bool in_full_copy) const {
+  if (in_full_copy) {
+    const FullCopy& c = snapshot_->copy;
+    return c.boundary.iteration < 0 ? std::vector<bool>(parameters_of(optimizer_).size(), false)
+                                    : c.kept;
+  }
+  if (zero_ && !detail::ZeroAccess::of(*zero_).optimizer) {
+    // Not sharded yet: no parameter has state, which this process knows.
+    return std::vector<bool>(parameters_of(optimizer_).size(), true);
+  }
+  std::vector<bool> kept;
+  for (const auto& home : state_homes(optimizer_, zero_)) kept.push_back(home.first != nullptr);
+  return kept;
+}
+
 std::string ElasticState::serialize() const {
-  return checkpoint_detail::serialize_checkpoint(*module_, optimizer_, training, at::Tensor());
+  return checkpoint_detail::serialize_checkpoint(*module_, zero_ ? nullptr : &optimizer_, training,
+                                                 at::Tensor());
 }
 
 void ElasticState::load(const std::string& bytes, const ProcessGroup& group) {
-  auto pending =
-      checkpoint_detail::parse_checkpoint(bytes.data(), bytes.size(), *module_, optimizer_,
-                                          /*restore_rng=*/false, group.rank(), group.size());
+  auto pending = checkpoint_detail::parse_checkpoint(
+      bytes.data(), bytes.size(), *module_, zero_ ? nullptr : &optimizer_,
+      /*restore_rng=*/false, group.rank(), group.size());
   pending.apply();
   training = pending.state;
+}
+
+void ElasticState::synchronize(const ProcessGroupPtr& group, const std::string& where) {
+  if (zero_) return synchronize_zero(group, where);
+  // Every member's committed step; the state of the one furthest ahead (the
+  // lowest rank among equals), as a checkpoint carries it.
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < group->size(); ++r) all.push_back(at::empty({1}, at::kLong));
+  group->allgather(all, at::tensor({committed_iteration()}, at::kLong))->wait();
+  int source = 0;
+  for (int r = 1; r < group->size(); ++r) {
+    if (all[r].item<int64_t>() > all[source].item<int64_t>()) source = r;
+  }
+  const std::string bytes = checkpoint_detail::broadcast_bytes(
+      *group, source, group->rank() == source ? serialize() : "");
+  if (group->rank() != source) load(bytes, *group);
 }
 
 }  // namespace ddp

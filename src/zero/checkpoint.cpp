@@ -40,6 +40,7 @@ at::Tensor bytes_tensor(const std::string& bytes) {
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
   Impl& m = *impl_;
+  m.where();  // sharded
   ProcessGroup& group = *m.group;
   if (to_rank < 0 || to_rank >= group.size()) {
     throw InvalidArgument("ddp: ZeroRedundancyOptimizer::consolidate_state_dict on " + m.where() +
@@ -51,13 +52,10 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
     for (size_t i : indices) {
       const auto* state = m.state_of(i);
       if (!state) continue;
-      torch::serialize::OutputArchive archive;
-      state->serialize(archive);
-      std::ostringstream bytes;
-      archive.save_to(bytes);
+      const std::string bytes = Impl::state_to_bytes(*state);
       append_int(blob, static_cast<int64_t>(i));
-      append_int(blob, static_cast<int64_t>(bytes.str().size()));
-      blob += bytes.str();
+      append_int(blob, static_cast<int64_t>(bytes.size()));
+      blob += bytes;
     }
   }
   at::Tensor length = at::tensor({static_cast<int64_t>(blob.size())}, at::kLong);
@@ -113,7 +111,8 @@ void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) con
 
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   Impl& m = *impl_;
-  const std::string prefix = "ddp: ZeroRedundancyOptimizer::load on " + m.where() + ": ";
+  const std::string prefix =
+      "ddp: ZeroRedundancyOptimizer::load on " + m.where() + ": ";  // sharded
   c10::IValue value;
   if (!archive.try_read("zero_format", value)) {
     throw InvalidArgument(prefix +
@@ -145,27 +144,25 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
     loaded->serialize(options);
     param_groups_[g].set_options(std::move(loaded));
   }
-  auto& state = m.optimizer->state();
-  state.clear();
-  for (const auto& indices : m.local) {
-    for (size_t i : indices) {
-      at::Tensor bytes;
-      if (!archive.try_read("state_" + std::to_string(i), bytes)) continue;
-      std::istringstream stream(std::string(static_cast<const char*>(bytes.data_ptr()),
-                                            static_cast<size_t>(bytes.numel())));
-      torch::serialize::InputArchive in;
-      in.load_from(stream);
-      auto loaded = m.wrapped.make_state();
-      loaded->serialize(in);
-      for (const auto& t : m.wrapped.state_tensors(*loaded)) {
-        if (t.defined() && t.numel() != m.params[i].numel()) {
-          throw InvalidArgument(prefix + "the state of parameter #" + std::to_string(i) + " has " +
-                                std::to_string(t.numel()) + " elements but the parameter has " +
-                                std::to_string(m.params[i].numel()));
-        }
+  // This rank's shard, and (elastic) its replica of the next rank's.
+  m.optimizer->state().clear();
+  if (m.replica_optimizer) m.replica_optimizer->state().clear();
+  std::vector<size_t> kept = m.replica;
+  for (const auto& indices : m.local) kept.insert(kept.end(), indices.begin(), indices.end());
+  for (size_t i : kept) {
+    at::Tensor bytes;
+    if (!archive.try_read("state_" + std::to_string(i), bytes)) continue;
+    auto loaded = m.state_from_bytes(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                                 static_cast<size_t>(bytes.numel())));
+    for (const auto& t : m.wrapped.state_tensors(*loaded)) {
+      if (t.defined() && t.numel() != m.params[i].numel()) {
+        throw InvalidArgument(prefix + "the state of parameter #" + std::to_string(i) + " has " +
+                              std::to_string(t.numel()) + " elements but the parameter has " +
+                              std::to_string(m.params[i].numel()));
       }
-      state[compat::optimizer_state_key(state, m.params[i])] = std::move(loaded);
     }
+    auto [map, key] = m.home_of(i);
+    (*map)[compat::optimizer_state_key(*map, key)] = std::move(loaded);
   }
 }
 

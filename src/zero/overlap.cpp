@@ -23,18 +23,9 @@ FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket) {
 }
 
 void ZeroRedundancyOptimizer::Impl::step_only(const std::vector<size_t>& indices) {
-  auto& groups = optimizer->param_groups();
-  std::vector<std::vector<at::Tensor>> all(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) all[g] = std::exchange(groups[g].params(), {});
-  for (size_t i : indices) groups[group_of[i]].params().push_back(params[i]);
-  struct Restore {
-    std::vector<torch::optim::OptimizerParamGroup>& groups;
-    std::vector<std::vector<at::Tensor>>& all;
-    ~Restore() {
-      for (size_t g = 0; g < groups.size(); ++g) groups[g].params() = std::move(all[g]);
-    }
-  } restore{groups, all};
-  optimizer->step();
+  std::vector<std::pair<size_t, at::Tensor>> subset;
+  for (size_t i : indices) subset.emplace_back(group_of[i], params[i]);
+  step_subset(*optimizer, subset);
 }
 
 void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
@@ -44,6 +35,7 @@ void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
                           ": the ZeroRedundancyOptimizer was "
                           "made without ZeroOptions().overlap_with_ddp(true)");
   }
+  m.where();  // sharded
   // Average, as DDP's own allreduce would.
   at::Tensor buffer = bucket.buffer();
   buffer.div_(m.group->size());
@@ -51,7 +43,9 @@ void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
 
   const auto& bucket_params = bucket.parameters();
   const auto grads = bucket.gradients();
-  std::vector<size_t> indices, mine;
+  std::vector<size_t> indices, mine, replicated;
+  std::vector<at::Tensor> replicated_grads;
+  const int next = (m.group->rank() + 1) % m.group->size();
   for (size_t k = 0; k < bucket_params.size(); ++k) {
     auto it = m.index_of.find(bucket_params[k].unsafeGetTensorImpl());
     if (it == m.index_of.end()) {
@@ -64,6 +58,10 @@ void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
       throw InvalidArgument(msg.str());
     }
     indices.push_back(it->second);
+    if (m.replica_optimizer && m.owner[it->second] == next) {
+      replicated.push_back(it->second);
+      replicated_grads.push_back(grads[k]);
+    }
     if (m.owner[it->second] != m.group->rank()) continue;
     // The averaged gradient, as DDP's write-back will leave it after backward.
     at::Tensor& grad = bucket_params[k].mutable_grad();
@@ -71,7 +69,9 @@ void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
     mine.push_back(it->second);
   }
   sync_options();
+  ++m.updates;
   if (!mine.empty()) m.step_only(mine);
+  if (!replicated.empty()) m.step_replica(replicated, replicated_grads);
 
   // Per owner and dtype, in ascending order: the same list on every rank.
   std::vector<Impl::Bucket> sends;

@@ -36,6 +36,11 @@ std::vector<int> partition_by_size(const std::vector<int64_t>& numels, int world
 }  // namespace detail
 
 std::string ZeroRedundancyOptimizer::Impl::where() const {
+  if (!group) {
+    throw InvalidArgument(
+        "ddp: ZeroRedundancyOptimizer: made with ZeroOptions().elastic(true), it is sharded by "
+        "ddp::ElasticRunner at each generation; use it inside the runner's step function");
+  }
   return "rank " + std::to_string(group->rank()) + " of " + std::to_string(group->size());
 }
 
@@ -83,12 +88,18 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
     : torch::optim::Optimizer(clone_groups(groups), defaults.clone()),
       impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.group = options.process_group() ? options.process_group() : default_process_group();
   m.overlap = options.overlap_with_ddp();
+  m.elastic = options.elastic();
+  m.bucket_cap_mb = options.bucket_cap_mb();
   m.wrapped = std::move(wrapped);
   if (options.bucket_cap_mb() < 0) {
     throw InvalidArgument("ddp: ZeroRedundancyOptimizer: bucket_cap_mb must be >= 0, got " +
                           std::to_string(options.bucket_cap_mb()));
+  }
+  if (m.elastic && options.process_group()) {
+    throw InvalidArgument(
+        "ddp: ZeroRedundancyOptimizer: ZeroOptions().elastic(true) takes no process_group: "
+        "ddp::ElasticRunner shards it over each generation's group");
   }
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     for (const auto& p : param_groups_[g].params()) {
@@ -96,69 +107,119 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
       m.group_of.push_back(g);
     }
   }
-  detail::check_same_on_every_rank(*m.group, m.wrapped.name, m.params, m.group_of,
-                                   local_error(m.params));
-
-  std::vector<int64_t> numels;
   for (size_t i = 0; i < m.params.size(); ++i) {
-    numels.push_back(m.params[i].numel());
     m.index_of.emplace(m.params[i].unsafeGetTensorImpl(), i);
   }
-  m.owner = detail::partition_by_size(numels, m.group->size());
+  if (m.elastic) {
+    const std::string error = local_error(m.params);
+    if (!error.empty()) throw InvalidArgument("ddp: ZeroRedundancyOptimizer: " + error);
+    return;  // sharded by the ElasticRunner
+  }
+  auto group = options.process_group() ? options.process_group() : default_process_group();
+  detail::check_same_on_every_rank(*group, m.wrapped.name, m.params, m.group_of,
+                                   local_error(m.params));
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;
+  for (const auto& g : param_groups_) group_options.push_back(g.options().clone());
+  m.shard(std::move(group), group_options, {});
+}
 
-  // This rank's optimizer: the same groups (options included), its shard only.
-  std::vector<torch::optim::OptimizerParamGroup> shard;
-  m.local.resize(param_groups_.size());
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    std::vector<at::Tensor> mine;
-    for (size_t i = 0; i < m.params.size(); ++i) {
-      if (m.group_of[i] == g && m.owner[i] == m.group->rank()) {
-        mine.push_back(m.params[i]);
-        m.local[g].push_back(i);
+void ZeroRedundancyOptimizer::Impl::shard(
+    ProcessGroupPtr new_group,
+    const std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>& options,
+    std::map<size_t, StatePtr> states) {
+  group = std::move(new_group);
+  const int rank = group->rank(), world = group->size();
+  std::vector<int64_t> numels;
+  for (const auto& p : params) numels.push_back(p.numel());
+  owner = detail::partition_by_size(numels, world);
+
+  // This rank's optimizer: the same groups (options included), its shard only;
+  // elastic, the replica's: the next rank's shard, as copies.
+  const int next = (rank + 1) % world;
+  const bool replicated = elastic && world > 1;
+  std::vector<torch::optim::OptimizerParamGroup> shard_groups, replica_groups;
+  local.assign(options.size(), {});
+  replica.clear();
+  replica_params.clear();
+  std::vector<std::pair<at::Tensor, StatePtr>> local_states, replica_states;
+  for (size_t g = 0; g < options.size(); ++g) {
+    std::vector<at::Tensor> mine, copies;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (group_of[i] != g) continue;
+      auto state = states.find(i);
+      if (owner[i] == rank) {
+        mine.push_back(params[i]);
+        local[g].push_back(i);
+        if (state != states.end() && state->second) {
+          local_states.emplace_back(params[i], std::move(state->second));
+        }
+      } else if (replicated && owner[i] == next) {
+        copies.push_back(params[i].detach().clone().set_requires_grad(true));
+        replica.push_back(i);
+        replica_params.push_back(copies.back());
+        if (state != states.end() && state->second) {
+          replica_states.emplace_back(copies.back(), std::move(state->second));
+        }
       }
     }
-    shard.emplace_back(std::move(mine), param_groups_[g].options().clone());
+    shard_groups.emplace_back(std::move(mine), options[g]->clone());
+    replica_groups.emplace_back(std::move(copies), options[g]->clone());
   }
-  m.optimizer = m.wrapped.make(std::move(shard));
+  optimizer = wrapped.make(std::move(shard_groups));
+  replica_optimizer = replicated ? wrapped.make(std::move(replica_groups)) : nullptr;
+  for (auto& [param, state] : local_states) {
+    auto& map = optimizer->state();
+    map[compat::optimizer_state_key(map, param)] = std::move(state);
+  }
+  for (auto& [param, state] : replica_states) {
+    auto& map = replica_optimizer->state();
+    map[compat::optimizer_state_key(map, param)] = std::move(state);
+  }
 
   // Buckets per owner and dtype, filled in parameter order up to the cap.
-  const int64_t cap = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
-  for (int r = 0; r < m.group->size(); ++r) {
-    std::vector<Impl::Bucket> open;  // one being filled per dtype
-    for (size_t i = 0; i < m.params.size(); ++i) {
-      if (m.owner[i] != r) continue;
-      const auto dtype = m.params[i].scalar_type();
-      auto it = std::find_if(open.begin(), open.end(),
-                             [&](const Impl::Bucket& b) { return b.dtype == dtype; });
-      const int64_t bytes = m.params[i].numel() * static_cast<int64_t>(m.params[i].element_size());
-      const int64_t item = static_cast<int64_t>(m.params[i].element_size());
+  buckets.clear();
+  const int64_t cap = static_cast<int64_t>(bucket_cap_mb * 1024 * 1024);
+  for (int r = 0; r < world; ++r) {
+    std::vector<Bucket> open;  // one being filled per dtype
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (owner[i] != r) continue;
+      const auto dtype = params[i].scalar_type();
+      auto it =
+          std::find_if(open.begin(), open.end(), [&](const Bucket& b) { return b.dtype == dtype; });
+      const int64_t bytes = params[i].numel() * static_cast<int64_t>(params[i].element_size());
+      const int64_t item = static_cast<int64_t>(params[i].element_size());
       if (bytes >= kDirectBytes) {  // alone, broadcast in place: no copy to gain from
-        m.buckets.push_back(Impl::Bucket{r, dtype, m.params[i].numel(), {i}});
+        buckets.push_back(Bucket{r, dtype, params[i].numel(), {i}});
         continue;
       }
       if (it != open.end() && (it->numel * item + bytes > cap)) {
-        m.buckets.push_back(std::move(*it));
+        buckets.push_back(std::move(*it));
         open.erase(it);
         it = open.end();
       }
       if (it == open.end()) {
-        open.push_back(Impl::Bucket{r, dtype, 0, {}});
+        open.push_back(Bucket{r, dtype, 0, {}});
         it = open.end() - 1;
       }
       it->params.push_back(i);
-      it->numel += m.params[i].numel();
+      it->numel += params[i].numel();
     }
-    for (auto& b : open) m.buckets.push_back(std::move(b));
+    for (auto& b : open) buckets.push_back(std::move(b));
   }
+  consolidated = false;
+  updated = 0;
 }
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
 void ZeroRedundancyOptimizer::sync_options() {
   // Options may have changed (a learning-rate schedule) since the last step.
-  auto& local_groups = impl_->optimizer->param_groups();
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    local_groups[g].set_options(param_groups_[g].options().clone());
+  for (auto* optimizer : {impl_->optimizer.get(), impl_->replica_optimizer.get()}) {
+    if (!optimizer) continue;
+    auto& groups = optimizer->param_groups();
+    for (size_t g = 0; g < param_groups_.size(); ++g) {
+      groups[g].set_options(param_groups_[g].options().clone());
+    }
   }
 }
 
@@ -167,7 +228,10 @@ torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
   return step_shard(std::move(closure));
 }
 
-ProcessGroupPtr ZeroRedundancyOptimizer::join_process_group() const { return impl_->group; }
+ProcessGroupPtr ZeroRedundancyOptimizer::join_process_group() const {
+  impl_->where();  // sharded
+  return impl_->group;
+}
 
 // Join: this rank is out of inputs; DDP's shadow iteration left it the
 // averaged gradients (or, with overlap_with_ddp, already stepped its shards).
@@ -175,6 +239,7 @@ void ZeroRedundancyOptimizer::shadow_iteration(const JoinIteration&) { step_shar
 
 torch::Tensor ZeroRedundancyOptimizer::step_shard(LossClosure closure) {
   Impl& m = *impl_;
+  m.where();  // sharded
   if (m.overlap) {
     // The hook did the work during backward; make sure it did all of it.
     const size_t updated = std::exchange(m.updated, 0);
@@ -196,7 +261,9 @@ torch::Tensor ZeroRedundancyOptimizer::step_shard(LossClosure closure) {
     return {};
   }
   sync_options();
+  ++m.updates;
   torch::Tensor loss = m.optimizer->step(std::move(closure));
+  if (m.replica_optimizer) m.step_replica({}, {});
   ++m.steps;
   m.broadcast(m.buckets);
   return loss;
@@ -238,6 +305,7 @@ void ZeroRedundancyOptimizer::Impl::broadcast(const std::vector<Bucket>& to_send
 }
 
 int ZeroRedundancyOptimizer::owner(size_t index) const {
+  impl_->where();  // sharded
   if (index >= impl_->owner.size()) {
     throw InvalidArgument("ddp: ZeroRedundancyOptimizer::owner: parameter #" +
                           std::to_string(index) + " out of " + std::to_string(impl_->owner.size()));
@@ -245,13 +313,19 @@ int ZeroRedundancyOptimizer::owner(size_t index) const {
   return impl_->owner[index];
 }
 
-torch::optim::Optimizer& ZeroRedundancyOptimizer::local_optimizer() { return *impl_->optimizer; }
+torch::optim::Optimizer& ZeroRedundancyOptimizer::local_optimizer() {
+  impl_->where();  // sharded
+  return *impl_->optimizer;
+}
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& item : impl_->optimizer->state()) {
-    for (const auto& t : impl_->wrapped.state_tensors(*item.second)) {
-      if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  for (auto* optimizer : {impl_->optimizer.get(), impl_->replica_optimizer.get()}) {
+    if (!optimizer) continue;  // not sharded yet, or no replica
+    for (const auto& item : optimizer->state()) {
+      for (const auto& t : impl_->wrapped.state_tensors(*item.second)) {
+        if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+      }
     }
   }
   return bytes;

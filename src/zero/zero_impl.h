@@ -1,10 +1,14 @@
 // ZeroRedundancyOptimizer's state, shared by zero.cpp (split, step,
-// broadcast), fingerprint.cpp (cross-rank check) and checkpoint.cpp.
+// broadcast), replica.cpp (elastic's replica shard), fingerprint.cpp
+// (cross-rank check), checkpoint.cpp, and src/elastic (through ZeroAccess).
 #pragma once
 
 #include <ddp/zero.h>
 
 #include <ATen/core/Tensor.h>
+
+#include <type_traits>
+#include <utility>
 
 #include <map>
 #include <memory>
@@ -15,14 +19,28 @@
 namespace ddp {
 
 struct ZeroRedundancyOptimizer::Impl {
-  ProcessGroupPtr group;
+  using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+  using StatePtr = std::unique_ptr<torch::optim::OptimizerParamState>;
+
+  ProcessGroupPtr group;  // null until sharded (elastic)
   ZeroWrapped wrapped;
+  double bucket_cap_mb = 25;
   std::vector<at::Tensor> params;  // all groups' parameters, in order (#i)
   std::vector<size_t> group_of;    // #i -> its param group
   std::vector<int> owner;          // #i -> rank
   // Per param group, the #i of this rank's shard, in the local optimizer's order.
   std::vector<std::vector<size_t>> local;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+
+  // ZeroOptions::elastic: the next rank's shard, #i in the replica
+  // optimizer's order, and the copies of those parameters it steps.
+  bool elastic = false;
+  std::vector<size_t> replica;
+  std::vector<at::Tensor> replica_params;
+  std::unique_ptr<torch::optim::Optimizer> replica_optimizer;
+  // Updates begun (step() or the hook): how elastic training tells that the
+  // optimizer moved since a step boundary.
+  int64_t updates = 0;
 
   // Updated parameters travel from their owner in buckets of one dtype.
   struct Bucket {
@@ -45,15 +63,41 @@ struct ZeroRedundancyOptimizer::Impl {
   std::unordered_map<const void*, size_t> index_of;
   size_t updated = 0;
 
-  std::string where() const;  // "rank 1 of 4"
+  std::string where() const;  // "rank 1 of 4"; raises InvalidArgument when not sharded
+  // Splits the parameters over `group` (every rank computes the same split)
+  // and makes this rank's optimizer and, elastic, its replica, each group
+  // with `options[g]`; `states` (#i -> state) fill them, the rest start empty.
+  void shard(ProcessGroupPtr group,
+             const std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>& options,
+             std::map<size_t, StatePtr> states);
   // Broadcasts each bucket from its owner into the parameters, all in flight at once.
   void broadcast(const std::vector<Bucket>& buckets);
   // Steps the local optimizer on these (owned) parameters only.
   void step_only(const std::vector<size_t>& indices);
+  // Steps `optimizer` on these (param group, tensor) only.
+  static void step_subset(torch::optim::Optimizer& optimizer,
+                          const std::vector<std::pair<size_t, at::Tensor>>& subset);
+  // Elastic: steps the replica of these parameters of the next rank's shard
+  // (all of them when empty), from their current values and `grads` (the
+  // parameters' own .grad when empty). Before the owner's broadcast.
+  void step_replica(const std::vector<size_t>& indices, const std::vector<at::Tensor>& grads);
   torch::optim::OptimizerParamState* state_of(size_t index) const;
+  // Where #i's state lives on this rank: the local or the replica
+  // optimizer's map and the tensor it is keyed by; {nullptr, {}} when this
+  // rank keeps none of it.
+  std::pair<StateMap*, at::Tensor> home_of(size_t index);
+  // One parameter's state as bytes (a libtorch archive), and back.
+  static std::string state_to_bytes(const torch::optim::OptimizerParamState& state);
+  StatePtr state_from_bytes(const std::string& bytes) const;
 };
 
 namespace detail {
+
+// What elastic training (src/elastic) reaches inside the optimizer.
+struct ZeroAccess {
+  using Impl = ZeroRedundancyOptimizer::Impl;
+  static Impl& of(ZeroRedundancyOptimizer& zero) { return *zero.impl_; }
+};
 
 // Greedy largest-first: each parameter (by element count, ties by index) to
 // the rank with the fewest elements so far (ties: the lowest rank).

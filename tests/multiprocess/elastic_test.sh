@@ -48,11 +48,14 @@ elastic_job() {
 }
 
 # The checkpoint handover: $2 ranks to step $4 save, then $3 ranks load and
-# finish (backend $1); prints the final "world hash".
+# finish (backend $1); prints the final "world hash". With ZERO=1 through a
+# ZeroRedundancyOptimizer: the consolidated checkpoint, loaded by a fresh one.
 handover() {
   local backend=$1 before=$2 after=$3 at=$4 ck=$WORK/handover.$RANDOM.ckpt
-  OUT=$WORK/save.out elastic_job "$before" "$backend" --save-at "$at" --checkpoint "$ck" || return 1
-  OUT=$WORK/load.out elastic_job "$after" "$backend" --load "$ck" || return 1
+  local zero=(--zero "${ZERO:-0}")
+  OUT=$WORK/save.out elastic_job "$before" "$backend" "${zero[@]}" --save-at "$at" --checkpoint "$ck" ||
+    return 1
+  OUT=$WORK/load.out elastic_job "$after" "$backend" "${zero[@]}" --load "$ck" || return 1
   final_hash "$WORK/load.out"
 }
 
@@ -199,6 +202,110 @@ if wanted join; then
   [[ $rc -eq 0 && $rc2 -eq 0 && $(final_hash "$OUT") == 3\ * ]] &&
     pass "$name: the job ends with 3 members" ||
     fail "$name" "exit $rc/$rc2: $(show "$OUT" 12)"
+fi
+
+# ZeRO (ZeroOptions().elastic(true)): each member keeps its shard of the
+# momentum and a replica of the next member's. A lost member's shard comes
+# from its replica; the shards are re-partitioned over the survivors; the
+# result is bit-identical to a fresh ZeRO of the new world loading the
+# consolidated checkpoint of the same step (the handover with --zero).
+zero_case() {
+  local backend=$1 n=$2 victims=$3 at=$4 name=$5
+  OUT=$WORK/zero.$backend.${victims//,/_}.out
+  local rc=0
+  elastic_job "$n" "$backend" --zero 1 --fault kill --victim "$victims" --at "$at" || rc=$?
+  local got resumed expected first=${at%%,*}
+  got=$(final_hash "$OUT")
+  resumed=$(resumed_at "$OUT" 1)
+  if [[ $rc -ne 0 || -z $got ]]; then
+    fail "$name: job went on" "ddprun exit $rc: $(show "$OUT" 12)"
+    return 1
+  fi
+  [[ $resumed == "$first" ]] && pass "$name: resumed at step $first (no committed step lost)" ||
+    fail "$name: resumed at step '$resumed', wanted $first"
+  echo "$got" >"$OUT.hash"
+}
+
+if wanted zero; then
+  name="gloo, ZeRO: member 1 of 3 killed (SIGKILL) mid-backward of step 10"
+  if zero_case gloo 3 1 10 "$name"; then
+    got=$(cat "$WORK/zero.gloo.1.out.hash")
+    expected=$(ZERO=1 handover gloo 3 2 10)
+    [[ $got == "$expected" && $got == 2\ * ]] &&
+      pass "$name: bit-identical to a fresh ZeRO of 2 loading the consolidated checkpoint of step 10 ($got)" ||
+      fail "$name: state '$got', ZeRO handover '$expected'" "$(show "$WORK/load.out" 4)"
+    whole=$(handover gloo 3 2 10)
+    [[ $got == "$whole" ]] && pass "$name: and to the whole optimizer's 3 -> 2 handover" ||
+      fail "$name: state '$got', whole optimizer's handover '$whole'"
+  fi
+
+  name="shm, ZeRO: member 0 of 3 killed mid-backward of step 5 (its shard's replica on member 2)"
+  if zero_case shm 3 0 5 "$name"; then
+    got=$(cat "$WORK/zero.shm.0.out.hash")
+    expected=$(ZERO=1 handover shm 3 2 5)
+    [[ $got == "$expected" ]] && pass "$name: bit-identical to the ZeRO 3 -> 2 handover" ||
+      fail "$name: state '$got', handover '$expected'"
+  fi
+
+  name="shm, ZeRO: members 1 and 3 of 4 killed at steps 8 and 16"
+  if zero_case shm 4 1,3 8,16 "$name"; then
+    got=$(cat "$WORK/zero.shm.1_3.out.hash")
+    ck1=$WORK/zt1.ckpt ck2=$WORK/zt2.ckpt
+    OUT=$WORK/zt1.out elastic_job 4 shm --zero 1 --save-at 8 --checkpoint "$ck1"
+    OUT=$WORK/zt2.out elastic_job 3 shm --zero 1 --load "$ck1" --save-at 16 --checkpoint "$ck2"
+    OUT=$WORK/zt3.out elastic_job 2 shm --zero 1 --load "$ck2"
+    expected=$(final_hash "$WORK/zt3.out")
+    [[ $got == "$expected" && $got == 2\ * ]] &&
+      pass "$name: bit-identical to ZeRO handovers 4 -> 3 -> 2 ($got)" ||
+      fail "$name: state '$got', handovers '$expected'"
+  fi
+
+  name="gloo, ZeRO: members 1 and 3 of 4 killed at once (each shard's replica survives)"
+  if zero_case gloo 4 1,3 6,6 "$name"; then
+    got=$(cat "$WORK/zero.gloo.1_3.out.hash")
+    expected=$(ZERO=1 handover gloo 4 2 6)
+    [[ $got == "$expected" ]] && pass "$name: bit-identical to the ZeRO 4 -> 2 handover" ||
+      fail "$name: state '$got', handover '$expected'"
+  fi
+
+  name="gloo, ZeRO: members 1 and 2 of 4 killed at once (member 2's shard and its replica)"
+  OUT=$WORK/zero.lost.out
+  rc=0
+  elastic_job 4 gloo --zero 1 --fault kill --victim 1,2 --at 6,6 || rc=$?
+  [[ $rc -ne 0 ]] &&
+    grep -q "ZeroRedundancyOptimizer state of parameter #[0-9]* (of 4) is kept by no member left, at step 6" "$OUT" &&
+    grep -q "restart from an on-disk checkpoint" "$OUT" &&
+    pass "$name: every survivor ends naming the lost state (exit $rc)" ||
+    fail "$name" "exit $rc: $(show "$OUT" 8)"
+  survivors=$(grep -c "is kept by no member left" "$OUT")
+  [[ $survivors -eq 2 ]] && pass "$name: both survivors say so" ||
+    fail "$name: $survivors survivor(s) said so, wanted 2"
+
+  name="gloo, ZeRO: a 4th rank joins a job of 3"
+  OUT=$WORK/zjoin.out
+  (elastic_job 3 gloo --zero 1 --step-ms 40 --steps 120) &
+  job=$!
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT" 2>/dev/null)
+    [[ -n $port ]] && grep -q "first step of generation 0" "$OUT" && break
+    sleep 0.1
+  done
+  rc2=0
+  (cd "$WORK" && DDP_BACKEND=gloo timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
+     --join --master-port "$port" "$WORKER" --zero 1 --steps 120 --step-ms 40 >"$WORK/zjoiner.out" 2>&1 </dev/null) ||
+    rc2=$?
+  rc=0
+  wait "$job" || rc=$?
+  at=$(resumed_at "$OUT" 1)
+  if [[ $rc -eq 0 && $rc2 -eq 0 && -n $at ]]; then
+    expected=$(STEPS=120 ZERO=1 handover gloo 3 4 "$at")
+    [[ $(final_hash "$OUT") == "$expected" && $expected == 4\ * ]] &&
+      pass "$name: shards re-partitioned over 4, bit-identical to the ZeRO 3 -> 4 handover at step $at" ||
+      fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
+  else
+    fail "$name" "exit $rc/$rc2: $(show "$OUT" 12) joiner: $(show "$WORK/zjoiner.out")"
+  fi
 fi
 
 # Too few left: ddprun stops the job at once; by hand (no ddprun), the

@@ -1,6 +1,7 @@
 // One member of an elastic job (tests/multiprocess/elastic_test.sh,
 // bench/elastic_bench.sh): a float64 MLP on a fixed synthetic set, trained
-// through ddp::ElasticRunner with ElasticSampler, SGD with momentum.
+// through ddp::ElasticRunner with ElasticSampler, SGD with momentum (or,
+// with --zero, a ZeroRedundancyOptimizer wrapping it, sharded per generation).
 //
 //   elastic_worker --steps N [--batch B] [--step-ms MS] [--min M] [--max M]
 //       [--fault kill|stop --victim ID[,ID] --at STEP[,STEP]]
@@ -13,6 +14,7 @@
 //       [--save-at STEP --checkpoint PATH]          save a checkpoint after
 //                                                   STEP steps and stop there
 //       [--load PATH]                               start from that checkpoint
+//       [--zero 1] [--commit-every K]               ZeRO; ElasticOptions::commit_every
 //
 // Lines it prints (rank 0 of each generation, unless said):
 //   generation G: world W, members ..., resumed at step S
@@ -43,7 +45,8 @@ int64_t realtime_ms() {
 
 struct Flags {
   int64_t steps = 60, batch = 8, step_ms = 0, save_at = -1;
-  int min = 1, max = 0, reform_victim = -1;
+  int min = 1, max = 0, reform_victim = -1, commit_every = 100;
+  bool zero = false;
   std::vector<int64_t> victims, at;  // member victims[i] faults at step at[i]
   std::string fault, checkpoint, load;
 };
@@ -83,6 +86,10 @@ Flags parse(int argc, char** argv) {
       f.checkpoint = v;
     else if (k == "--load")
       f.load = v;
+    else if (k == "--zero")
+      f.zero = v == "1";
+    else if (k == "--commit-every")
+      f.commit_every = std::stoi(v);
     else
       throw std::invalid_argument("elastic_worker: unknown flag " + k);
   }
@@ -98,6 +105,28 @@ uint64_t fnv1a(uint64_t h, const at::Tensor& t) {
   return h;
 }
 
+// The same hash as a whole optimizer's below: parameters, then each
+// momentum, broadcast from the rank owning it.
+std::string zero_state_hash(torch::nn::Module& net, ddp::ZeroRedundancyOptimizer& zero,
+                            ddp::ElasticStep& step) {
+  const auto params = net.parameters();
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const auto& p : params) h = fnv1a(h, p);
+  auto& local = zero.local_optimizer().state();
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor momentum = torch::empty_like(params[i]);
+    if (zero.owner(i) == step.rank()) {
+      const auto& s = local.at(ddp::compat::optimizer_state_key(local, params[i]));
+      momentum.copy_(static_cast<torch::optim::SGDParamState&>(*s).momentum_buffer());
+    }
+    step.group()->broadcast(momentum, zero.owner(i))->wait();
+    h = fnv1a(h, momentum);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,13 +139,24 @@ int main(int argc, char** argv) {
     auto net = torch::nn::Sequential(torch::nn::Linear(32, 64), torch::nn::ReLU(),
                                      torch::nn::Linear(64, 10));
     net->to(torch::kDouble);
-    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    ddp::ZeroRedundancyOptimizer* zero = nullptr;
+    if (f.zero) {
+      optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(net->parameters(), sgd,
+                                                                 ddp::ZeroOptions().elastic(true));
+      zero = static_cast<ddp::ZeroRedundancyOptimizer*>(optimizer.get());
+    } else {
+      optimizer = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+    }
+    torch::optim::Optimizer& opt = *optimizer;
     ddp::ElasticState state(net, opt);
     ddp::ElasticSampler sampler(samples, f.batch, /*shuffle=*/true, /*seed=*/3);
 
     const long id = std::getenv("RANK") ? std::atol(std::getenv("RANK")) : -1;
     ddp::ElasticOptions options;
-    options.min_world_size(f.min).max_world_size(f.max);
+    options.min_world_size(f.min).max_world_size(f.max).commit_every(f.commit_every);
+    std::string zero_final;  // with --zero: the final line, made by a collective in the last step
     bool first_of_generation = false, loaded = f.load.empty();
     ddp::ElasticRunner runner(options);
     runner.on_world_change([&](const ddp::ElasticWorld&, const ddp::ElasticWorld& now) {
@@ -146,8 +186,12 @@ int main(int argc, char** argv) {
         loaded = true;
         return true;
       }
-      if (state.training.iteration >= f.steps) return false;
+      if (state.training.iteration >= f.steps) {
+        if (zero) zero_final = zero_state_hash(*net, *zero, step);
+        return false;
+      }
       if (f.save_at >= 0 && state.training.iteration == f.save_at) {
+        if (zero) zero->consolidate_state_dict(0);
         ddp::save_checkpoint(f.checkpoint, *net, opt, state.training,
                              ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
         return false;
@@ -195,7 +239,11 @@ int main(int argc, char** argv) {
       first_of_generation = false;
       return true;
     });
-    if (last.rank == 0) {
+    if (last.rank == 0 && zero) {
+      std::printf("final: steps %lld, world %d, state fnv1a64 %s\n",
+                  static_cast<long long>(state.training.iteration), last.world_size,
+                  zero_final.c_str());
+    } else if (last.rank == 0) {
       uint64_t h = 0xcbf29ce484222325ULL;
       for (const auto& p : net->parameters()) h = fnv1a(h, p);
       for (const auto& p : net->parameters()) {
