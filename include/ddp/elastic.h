@@ -161,14 +161,15 @@ class ElasticState {
   // the optimizer's state too (the runner: every commit_every-th boundary
   // and at each formation). Only the full copy costs memory bandwidth in
   // proportion to the model. An optimizer without state (SGD without
-  // momentum) shows no trace of a step: then every commit is full.
+  // momentum) shows no trace of a step: then every commit is full. After
+  // loading a checkpoint inside a step, commit(true) there, so that a later
+  // failure does not go back past the load. With a ZeroRedundancyOptimizer
+  // the copies hold this member's shard and its replica of the next one's.
   void commit(bool full = true);
   // Back to the last boundary when the optimizer has not stepped since (a
   // step that failed in its forward or backward: parameters and optimizer
   // state are still the boundary's), else to the last full copy.
   void restore();
-  // With a ZeroRedundancyOptimizer the copies hold this member's shard and
-  // its replica of the next member's (where the optimizer keeps them).
   // training.iteration of the state the last commit or restore left; -1
   // before the first commit.
   int64_t committed_iteration() const;
@@ -196,6 +197,16 @@ class ElasticState {
   void restore_full();
   int64_t full_copy_iteration() const;
   std::vector<bool> kept_states(bool in_full_copy) const;
+  // The runner's, once every member has passed a step boundary (its
+  // allreduce completed): the full copy when due (taken only now, so that
+  // no member's copy is ahead of a member that failed at the boundary), and
+  // the last handover's states dropped.
+  void passed_boundary(bool full);
+
+  // With ZeRO: the optimizer states this process held at the step of its
+  // last handover, kept until the generation's first boundary has passed,
+  // so that a failure during a handover loses no state (zero_shards.cpp).
+  struct ZeroHandover;
   DistributedDataParallel make_model(DistributedDataParallelOptions options) const {
     return make_model_(std::move(options));
   }
@@ -214,6 +225,7 @@ class ElasticState {
   ZeroRedundancyOptimizer* zero_ = nullptr;  // optimizer_, when it is one
   ModelFactory make_model_;
   std::unique_ptr<Snapshot> snapshot_;
+  std::unique_ptr<ZeroHandover> zero_handover_;
 };
 
 // What the step function is given: this generation's world and model.

@@ -129,13 +129,13 @@ bool ElasticRunner::run_generation(ElasticState& state,
   ElasticStep context(world, group, model);
   for (int since_full = 1;; ++since_full) {
     const bool more = step(context);
-    const bool full = since_full % o.commit_every() == 0;
-    state.commit(full);
+    state.commit(/*full=*/false);
     // The step boundary every member passes together: does one want to
     // stop, does a process wait to join?
     at::Tensor flags =
         at::tensor({membership.change_wanted() ? 1L : 0L, more ? 0L : 1L}, at::kLong);
     group->allreduce(flags)->wait();
+    state.passed_boundary(/*full=*/since_full % o.commit_every() == 0);
     const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
     if (done == world.world_size) return true;
     if (done != 0) {

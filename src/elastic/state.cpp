@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "compat/torch_compat.h"
+#include "elastic/zero_handover.h"
 #include "zero/zero_impl.h"
 
 #include <ddp/errors.h>
@@ -253,7 +254,8 @@ ElasticState::ElasticState(std::shared_ptr<torch::nn::Module> module,
     : module_(std::move(module)),
       optimizer_(optimizer),
       make_model_(std::move(make_model)),
-      snapshot_(std::make_unique<Snapshot>()) {
+      snapshot_(std::make_unique<Snapshot>()),
+      zero_handover_(std::make_unique<ZeroHandover>()) {
   zero_ = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer);
   if (zero_ && !detail::ZeroAccess::of(*zero_).elastic) {
     throw InvalidArgument(
@@ -337,6 +339,12 @@ void ElasticState::restore_full() {
   s.committed = c.boundary.iteration;
 }
 
+void ElasticState::passed_boundary(bool full) {
+  if (full) commit(/*full=*/true);
+  zero_handover_->states.clear();
+  zero_handover_->step = -2;
+}
+
 int64_t ElasticState::full_copy_iteration() const { return snapshot_->copy.boundary.iteration; }
 
 std::vector<bool> ElasticState::kept_states(bool in_full_copy) const {
@@ -346,8 +354,10 @@ std::vector<bool> ElasticState::kept_states(bool in_full_copy) const {
                                     : c.kept;
   }
   if (zero_ && !detail::ZeroAccess::of(*zero_).optimizer) {
-    // Not sharded yet: no parameter has state, which this process knows.
-    return std::vector<bool>(parameters_of(optimizer_).size(), true);
+    // Not sharded yet: before any commit, no parameter has state, which
+    // this process knows; after one (a commit outside the runner), it
+    // knows nothing of them.
+    return std::vector<bool>(parameters_of(optimizer_).size(), committed_iteration() < 0);
   }
   std::vector<bool> kept;
   for (const auto& home : state_homes(optimizer_, zero_)) kept.push_back(home.first != nullptr);

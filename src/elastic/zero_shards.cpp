@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "compat/torch_compat.h"
+#include "elastic/zero_handover.h"
 #include "zero/zero_impl.h"
 
 #include <ddp/errors.h>
@@ -19,7 +20,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <cstring>
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -29,37 +30,43 @@ namespace {
 using Impl = detail::ZeroAccess::Impl;
 
 // What one member offers: the step its current state is at, the step of its
-// full copy, and per parameter whether it keeps the state now (bit 0) and in
-// the full copy (bit 1).
+// full copy and of its last handover's states (-2: none), and per parameter
+// whether it keeps the state now (bit 0), in the full copy (bit 1) and from
+// the last handover (bit 2).
 struct Offer {
-  int64_t now = -1, copy = -1;
+  int64_t now = -1, copy = -1, handover = -2;
   std::vector<int64_t> kept;
 };
 
 std::vector<Offer> exchange_offers(ProcessGroup& group, const Offer& mine) {
-  const int64_t n = 2 + static_cast<int64_t>(mine.kept.size());
+  const int64_t n = 3 + static_cast<int64_t>(mine.kept.size());
   at::Tensor local = at::empty({n}, at::kLong);
   auto* p = local.data_ptr<int64_t>();
   p[0] = mine.now;
   p[1] = mine.copy;
-  std::copy(mine.kept.begin(), mine.kept.end(), p + 2);
+  p[2] = mine.handover;
+  std::copy(mine.kept.begin(), mine.kept.end(), p + 3);
   std::vector<at::Tensor> all;
   for (int r = 0; r < group.size(); ++r) all.push_back(at::empty({n}, at::kLong));
   group.allgather(all, local)->wait();
   std::vector<Offer> offers(group.size());
   for (int r = 0; r < group.size(); ++r) {
     const auto* q = all[r].data_ptr<int64_t>();
-    offers[r].now = q[0];
-    offers[r].copy = q[1];
-    offers[r].kept.assign(q + 2, q + n);
+    offers[r] = Offer{q[0], q[1], q[2], std::vector<int64_t>(q + 3, q + n)};
   }
   return offers;
 }
 
-// Whether member `o` holds parameter #i's state at step `at`: now, or in
-// its full copy, which it then restores (the copy's split is the current one).
-bool holds(const Offer& o, size_t i, int64_t at) {
-  return o.now == at ? (o.kept[i] & 1) != 0 : o.copy == at && (o.kept[i] & 2) != 0;
+enum Holding { kNone = 0, kNow = 1, kCopy = 2, kHandover = 4 };
+
+// Where member `o` holds parameter #i's state at step `at`: now; in its
+// full copy, which it then restores (the copy's split is the current one);
+// or among its last handover's states.
+Holding holding(const Offer& o, size_t i, int64_t at) {
+  if (o.now == at && (o.kept[i] & kNow)) return kNow;
+  if (o.now != at && o.copy == at && (o.kept[i] & kCopy)) return kCopy;
+  if (o.handover == at && (o.kept[i] & kHandover)) return kHandover;
+  return kNone;
 }
 
 // Per parameter, the lowest rank holding its state at `at`; -1 where none does.
@@ -67,20 +74,57 @@ std::vector<int> sources_at(const std::vector<Offer>& offers, int64_t at) {
   std::vector<int> source(offers.front().kept.size(), -1);
   for (size_t i = 0; i < source.size(); ++i) {
     for (size_t r = 0; r < offers.size() && source[i] < 0; ++r) {
-      if (holds(offers[r], i, at)) source[i] = static_cast<int>(r);
+      if (holding(offers[r], i, at) != kNone) source[i] = static_cast<int>(r);
     }
   }
   return source;
 }
 
-void append_int(std::string& out, int64_t v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+// The steps a handover may go back to, latest first. Step -1 (a fresh
+// optimizer: nothing committed) only while the job has not passed its first
+// step boundary, so that a joiner's fresh state never stands in for a
+// job's lost one.
+std::vector<int64_t> candidate_steps(const std::vector<Offer>& offers) {
+  std::vector<int64_t> steps;
+  bool fresh = true;
+  for (const auto& o : offers) {
+    fresh = fresh && (o.now < 0 || o.handover == -1);
+    for (int64_t s : {o.now, o.copy, o.handover}) {
+      if (s >= 0) steps.push_back(s);
+    }
+  }
+  if (fresh) steps.push_back(-1);
+  std::sort(steps.rbegin(), steps.rend());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
 }
-int64_t read_int(const char*& p) {
-  int64_t v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
+
+// Why no step can be handed over: a parameter no member keeps at any step,
+// or else that no one step is kept in full; and what each member holds.
+std::string nothing_to_hand_over(const std::vector<Offer>& offers,
+                                 const std::vector<int64_t>& steps, size_t count) {
+  std::string why;
+  for (size_t i = 0; i < count && why.empty(); ++i) {
+    bool somewhere = false;
+    for (int64_t s : steps) somewhere = somewhere || sources_at(offers, s)[i] >= 0;
+    if (!somewhere) {
+      why = "the ZeroRedundancyOptimizer state of parameter #" + std::to_string(i) + " (of " +
+            std::to_string(count) +
+            ") is kept by no member left: its owner and the member keeping its replica (the "
+            "rank before it) were lost together";
+    }
+  }
+  if (why.empty()) {
+    why = "no step's ZeroRedundancyOptimizer state is kept in full by the members left";
+  }
+  std::string held;
+  for (size_t r = 0; r < offers.size(); ++r) {
+    held += (r ? "; rank " : "rank ") + std::to_string(r) + " is at step " +
+            std::to_string(offers[r].now) + ", full copy " + std::to_string(offers[r].copy);
+  }
+  return why + " (" + held +
+         "). The job ends here; restart from an on-disk checkpoint (load it inside the step, "
+         "then ElasticState::commit(true)).";
 }
 
 // The param groups' options (learning rates a schedule changed), as bytes.
@@ -121,25 +165,18 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
   // The same optimizer over the same parameters on every member (a joiner's too).
   detail::check_same_on_every_rank(*group, m.wrapped.name, m.params, m.group_of, "");
 
-  Offer mine{committed_iteration(), full_copy_iteration(), std::vector<int64_t>(count, 0)};
+  ZeroHandover& last = *zero_handover_;
+  Offer mine{committed_iteration(), full_copy_iteration(), last.step,
+             std::vector<int64_t>(count, 0)};
   const auto now = kept_states(false), copy = kept_states(true);
-  for (size_t i = 0; i < count; ++i) mine.kept[i] = (now[i] ? 1 : 0) | (copy[i] ? 2 : 0);
+  for (size_t i = 0; i < count; ++i) {
+    mine.kept[i] =
+        (now[i] ? kNow : 0) | (copy[i] ? kCopy : 0) | (last.states.count(i) ? kHandover : 0);
+  }
   const std::vector<Offer> offers = exchange_offers(*group, mine);
 
-  // The latest step whose state the members hold in full (the same choice on
-  // every member). Step -1 (nothing committed: a fresh optimizer) only when
-  // no member committed anything, so that a joiner's fresh state never
-  // stands in for a job's lost one.
-  std::vector<int64_t> steps;
-  bool fresh = true;
-  for (const auto& o : offers) {
-    fresh = fresh && o.now < 0;
-    for (int64_t s : {o.now, o.copy}) {
-      if (s >= 0) steps.push_back(s);
-    }
-  }
-  if (fresh) steps.push_back(-1);
-  std::sort(steps.rbegin(), steps.rend());
+  // The latest step whose state the members hold in full (the same choice on every member).
+  const std::vector<int64_t> steps = candidate_steps(offers);
   int64_t at = -2;
   std::vector<int> source;
   for (int64_t candidate : steps) {
@@ -149,31 +186,41 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
       break;
     }
   }
-  if (at == -2) {
-    source = sources_at(offers, steps.front());
-    const size_t lost =
-        static_cast<size_t>(std::find(source.begin(), source.end(), -1) - source.begin());
-    throw Error(where + "the ZeroRedundancyOptimizer state of parameter #" + std::to_string(lost) +
-                " (of " + std::to_string(count) + ") is kept by no member left, at step " +
-                std::to_string(steps.front()) +
-                " or any other: its owner and the member keeping its replica (the next rank) "
-                "were lost together. The job ends here; restart from an on-disk checkpoint "
-                "(consolidate_state_dict, then save_checkpoint).");
-  }
-  if (mine.now != at && mine.copy == at) restore_full();
+  if (at == -2) throw Error(where + nothing_to_hand_over(offers, steps, count));
+  if (at >= 0 && mine.now != at && mine.copy == at) restore_full();  // now at `at`
 
+  // The states this member holds at `at` (kept as the next handover's), as
+  // bytes; "" for a parameter without state.
+  auto state_bytes = [&](size_t i) -> std::string {
+    if (holding(mine, i, at) == kHandover) {
+      const auto& state = last.states.at(i);
+      return state ? Impl::state_to_bytes(*state) : "";
+    }
+    auto [map, key] = m.home_of(i);
+    if (!map) return "";  // not sharded yet: no state
+    auto found = map->find(compat::optimizer_state_key(*map, key));
+    return found == map->end() ? "" : Impl::state_to_bytes(*found->second);
+  };
+  auto parse = [&](const std::string& bytes) {
+    return bytes.empty() ? nullptr : m.state_from_bytes(bytes);
+  };
+
+  // Nothing changes here until every transfer arrived: a failure on the way
+  // leaves this member as it was (its offers still true).
   // The module and counters, and the param groups' options, from the lowest rank at `at`.
   int base = 0;
-  while (offers[base].now != at && offers[base].copy != at) ++base;
-  const std::string bytes =
+  auto holds_any = [&](int r) {
+    for (size_t i = 0; i < count; ++i) {
+      if (holding(offers[r], i, at) != kNone) return true;
+    }
+    return false;
+  };
+  while (!holds_any(base)) ++base;
+  const std::string module_bytes =
       checkpoint_detail::broadcast_bytes(*group, base, rank == base ? serialize() : "");
   const std::string options = checkpoint_detail::broadcast_bytes(
       *group, base, rank == base ? options_to_bytes(optimizer_) : "");
-  if (rank != base) load(bytes, *group);
   auto group_options = options_from_bytes(options, m, optimizer_.param_groups().size());
-  for (size_t g = 0; g < group_options.size(); ++g) {
-    optimizer_.param_groups()[g].set_options(group_options[g]->clone());
-  }
 
   // Each state to its new owner and to the member that will keep its replica.
   std::vector<int64_t> numels;
@@ -181,12 +228,6 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
   const std::vector<int> owner = detail::partition_by_size(numels, world);
   auto keeper = [&](size_t i) { return world > 1 ? (owner[i] + world - 1) % world : owner[i]; };
   auto wanted_by = [&](size_t i, int r) { return owner[i] == r || keeper(i) == r; };
-  auto state_bytes = [&](size_t i) -> std::string {  // "" when the parameter has no state
-    auto [map, key] = m.home_of(i);
-    if (!map) return "";  // not sharded yet: no state
-    auto found = map->find(compat::optimizer_state_key(*map, key));
-    return found == map->end() ? "" : Impl::state_to_bytes(*found->second);
-  };
   std::map<size_t, Impl::StatePtr> states;
   for (int from = 0; from < world; ++from) {
     // What `from` sends: [#i][length][state bytes] per state another member needs.
@@ -198,25 +239,32 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
     for (size_t i = 0; i < count; ++i) {
       if (source[i] != from || rank != from) continue;
       const std::string one = state_bytes(i);
-      if (wanted_by(i, rank)) states[i] = one.empty() ? nullptr : m.state_from_bytes(one);
-      if (!sends || (owner[i] == from && keeper(i) == from)) continue;
-      append_int(blob, static_cast<int64_t>(i));
-      append_int(blob, static_cast<int64_t>(one.size()));
-      blob += one;
+      if (wanted_by(i, rank)) states[i] = parse(one);
+      if (sends && !(owner[i] == from && keeper(i) == from)) {
+        detail::append_state_entry(blob, i, one);
+      }
     }
     if (!sends) continue;
     const std::string received = checkpoint_detail::broadcast_bytes(*group, from, blob);
     if (rank == from) continue;
-    for (const char *p = received.data(), *end = p + received.size(); p < end;) {
-      const auto i = static_cast<size_t>(read_int(p));
-      const auto length = static_cast<size_t>(read_int(p));
-      if (wanted_by(i, rank)) {
-        states[i] = length == 0 ? nullptr : m.state_from_bytes(std::string(p, length));
-      }
-      p += length;
-    }
+    detail::for_each_state_entry(received.data(), received.size(), [&](size_t i, std::string one) {
+      if (wanted_by(i, rank)) states[i] = parse(one);
+    });
+  }
+
+  // Everything arrived: the new split, and what this member held at `at`
+  // kept until the generation's first boundary.
+  ZeroHandover next;
+  next.step = at;
+  for (size_t i = 0; i < count; ++i) {
+    if (holding(mine, i, at) != kNone) next.states[i] = parse(state_bytes(i));
+  }
+  if (rank != base) load(module_bytes, *group);
+  for (size_t g = 0; g < group_options.size(); ++g) {
+    optimizer_.param_groups()[g].set_options(group_options[g]->clone());
   }
   m.shard(group, group_options, std::move(states));
+  last = std::move(next);
   commit(/*full=*/true);  // the copy's shards are the new split's from here on
 }
 

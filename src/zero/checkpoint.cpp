@@ -20,16 +20,6 @@ namespace {
 
 constexpr int64_t kFormat = 1;
 
-void append_int(std::string& out, int64_t v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-int64_t read_int(const char*& p) {
-  int64_t v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
-
 at::Tensor bytes_tensor(const std::string& bytes) {
   at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
@@ -37,6 +27,29 @@ at::Tensor bytes_tensor(const std::string& bytes) {
 }
 
 }  // namespace
+
+namespace detail {
+
+void append_state_entry(std::string& blob, size_t index, const std::string& bytes) {
+  for (int64_t v : {static_cast<int64_t>(index), static_cast<int64_t>(bytes.size())}) {
+    blob.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  blob += bytes;
+}
+
+void for_each_state_entry(const char* blob, size_t size,
+                          const std::function<void(size_t, std::string)>& f) {
+  for (const char *p = blob, *end = blob + size; p < end;) {
+    int64_t index, length;
+    std::memcpy(&index, p, sizeof index);
+    std::memcpy(&length, p + sizeof index, sizeof length);
+    p += sizeof index + sizeof length;
+    f(static_cast<size_t>(index), std::string(p, static_cast<size_t>(length)));
+    p += length;
+  }
+}
+
+}  // namespace detail
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
   Impl& m = *impl_;
@@ -52,10 +65,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
     for (size_t i : indices) {
       const auto* state = m.state_of(i);
       if (!state) continue;
-      const std::string bytes = Impl::state_to_bytes(*state);
-      append_int(blob, static_cast<int64_t>(i));
-      append_int(blob, static_cast<int64_t>(bytes.size()));
-      blob += bytes;
+      detail::append_state_entry(blob, i, Impl::state_to_bytes(*state));
     }
   }
   at::Tensor length = at::tensor({static_cast<int64_t>(blob.size())}, at::kLong);
@@ -70,14 +80,9 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
         r == group.rank() ? bytes_tensor(blob) : at::empty({lengths[r].item<int64_t>()}, at::kByte);
     group.broadcast(buffer, r)->wait();
     if (group.rank() != to_rank) continue;
-    const char* p = static_cast<const char*>(buffer.data_ptr());
-    const char* end = p + buffer.numel();
-    while (p < end) {
-      const int64_t index = read_int(p);
-      const int64_t size = read_int(p);
-      m.states[static_cast<size_t>(index)] = std::string(p, static_cast<size_t>(size));
-      p += size;
-    }
+    detail::for_each_state_entry(
+        static_cast<const char*>(buffer.data_ptr()), static_cast<size_t>(buffer.numel()),
+        [&](size_t i, std::string bytes) { m.states[i] = std::move(bytes); });
   }
   m.consolidated = group.rank() == to_rank;
   m.consolidated_at = m.steps;

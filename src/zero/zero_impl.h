@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -98,6 +99,14 @@ struct ZeroAccess {
   using Impl = ZeroRedundancyOptimizer::Impl;
   static Impl& of(ZeroRedundancyOptimizer& zero) { return *zero.impl_; }
 };
+
+// Per-parameter states as they travel (consolidate_state_dict, an elastic
+// generation's handover): entries [#i][length][bytes], length 0 for a
+// parameter without state.
+void append_state_entry(std::string& blob, size_t index, const std::string& bytes);
+// Calls f(#i, bytes) for each entry of `size` bytes at `blob`.
+void for_each_state_entry(const char* blob, size_t size,
+                          const std::function<void(size_t, std::string)>& f);
 
 // Greedy largest-first: each parameter (by element count, ties by index) to
 // the rank with the fewest elements so far (ties: the lowest rank).

@@ -59,6 +59,26 @@ handover() {
   final_hash "$WORK/load.out"
 }
 
+# The port of a job's ddp-store once its first generation steps (output $1).
+store_port() {
+  local port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/^ddp-store: listening on port //p' "$1" 2>/dev/null)
+    [[ -n $port ]] && grep -q "first step of generation 0" "$1" && break
+    sleep 0.1
+  done
+  echo "$port"
+}
+
+# A rank joining the job whose store is on port $1 (ddprun --join, backend
+# $2); the rest: worker flags. Output in $OUT.
+join_job() {
+  local port=$1 backend=$2
+  shift 2
+  (cd "$WORK" && DDP_BACKEND=$backend timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 \
+     --elastic 1:8 --join --master-port "$port" "$WORKER" "$@" >"$OUT" 2>&1 </dev/null)
+}
+
 # Kill (SIGKILL) member $2 mid-backward of step $3 in a job of 3 on $1.
 killed_case() {
   local backend=$1 victim=$2 at=$3 name="$1: member $2 of 3 killed (SIGKILL) mid-backward of step $3"
@@ -157,17 +177,10 @@ if wanted join; then
   OUT=$WORK/join.out
   (elastic_job 3 gloo --step-ms 40 --steps 120) &
   job=$!
-  port=""
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT" 2>/dev/null)
-    [[ -n $port ]] && grep -q "first step of generation 0" "$OUT" && break
-    sleep 0.1
-  done
+  port=$(store_port "$OUT")
   started=$(date +%s%3N)
   rc2=0
-  (cd "$WORK" && DDP_BACKEND=gloo timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
-     --join --master-port "$port" "$WORKER" --steps 120 --step-ms 40 >"$WORK/joiner.out" 2>&1 </dev/null) ||
-    rc2=$?
+  OUT=$WORK/joiner.out join_job "$port" gloo --steps 120 --step-ms 40 || rc2=$?
   rc=0
   wait "$job" || rc=$?
   at=$(resumed_at "$OUT" 1)
@@ -194,9 +207,7 @@ if wanted join; then
   for _ in $(seq 1 100); do grep -q "victim:" "$OUT" 2>/dev/null && break; sleep 0.05; done
   port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT")
   rc2=0
-  (cd "$WORK" && DDP_BACKEND=shm timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
-     --join --master-port "$port" "$WORKER" --steps 100 --step-ms 30 >"$WORK/joiner2.out" 2>&1 </dev/null) ||
-    rc2=$?
+  OUT=$WORK/joiner2.out join_job "$port" shm --steps 100 --step-ms 30 || rc2=$?
   rc=0
   wait "$job" || rc=$?
   [[ $rc -eq 0 && $rc2 -eq 0 && $(final_hash "$OUT") == 3\ * ]] &&
@@ -268,12 +279,38 @@ if wanted zero; then
       fail "$name: state '$got', handover '$expected'"
   fi
 
+  # After backward, before opt.step(): the others fail in ZeRO's broadcast
+  # after their own update, so they go back to the last full copy (every 4
+  # steps here: step 8).
+  name="gloo, ZeRO: member 2 of 3 killed before opt.step() of step 10, full copy every 4 steps"
+  OUT=$WORK/zero.copy.out
+  rc=0
+  elastic_job 3 gloo --zero 1 --commit-every 4 --fault kill --fault-point before-step --victim 2 --at 10 ||
+    rc=$?
+  got=$(final_hash "$OUT")
+  resumed=$(resumed_at "$OUT" 1)
+  expected=$(ZERO=1 handover gloo 3 2 8)
+  [[ $rc -eq 0 && $resumed == 8 && $got == "$expected" && $got == 2\ * ]] &&
+    pass "$name: resumed at step 8, bit-identical to the ZeRO 3 -> 2 handover there" ||
+    fail "$name" "exit $rc, resumed at '$resumed', state '$got', handover '$expected': $(show "$OUT" 8)"
+
+  name="gloo, ZeRO: member 1 of 4 killed at step 8, member 2 as generation 1 forms"
+  OUT=$WORK/zero.reform.out
+  rc=0
+  elastic_job 4 gloo --zero 1 --fault kill --victim 1 --at 8 --reform-victim 2 || rc=$?
+  got=$(final_hash "$OUT")
+  expected=$(ZERO=1 handover gloo 4 2 8)
+  [[ $rc -eq 0 && $got == "$expected" && $got == 2\ * ]] &&
+    grep -q "ddprun: elastic: generation 2: world 2 .*left: 2;" "$OUT" &&
+    pass "$name: generation 2 of 2 members, bit-identical to the ZeRO 4 -> 2 handover" ||
+    fail "$name" "exit $rc, state '$got', handover '$expected': $(show "$OUT" 12)"
+
   name="gloo, ZeRO: members 1 and 2 of 4 killed at once (member 2's shard and its replica)"
   OUT=$WORK/zero.lost.out
   rc=0
   elastic_job 4 gloo --zero 1 --fault kill --victim 1,2 --at 6,6 || rc=$?
   [[ $rc -ne 0 ]] &&
-    grep -q "ZeroRedundancyOptimizer state of parameter #[0-9]* (of 4) is kept by no member left, at step 6" "$OUT" &&
+    grep -q "ZeroRedundancyOptimizer state of parameter #[0-9]* (of 4) is kept by no member left: its owner and the member keeping its replica (the rank before it) were lost together (rank 0 is at step 6" "$OUT" &&
     grep -q "restart from an on-disk checkpoint" "$OUT" &&
     pass "$name: every survivor ends naming the lost state (exit $rc)" ||
     fail "$name" "exit $rc: $(show "$OUT" 8)"
@@ -285,16 +322,9 @@ if wanted zero; then
   OUT=$WORK/zjoin.out
   (elastic_job 3 gloo --zero 1 --step-ms 40 --steps 120) &
   job=$!
-  port=""
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/^ddp-store: listening on port //p' "$OUT" 2>/dev/null)
-    [[ -n $port ]] && grep -q "first step of generation 0" "$OUT" && break
-    sleep 0.1
-  done
+  port=$(store_port "$OUT")
   rc2=0
-  (cd "$WORK" && DDP_BACKEND=gloo timeout -s KILL "$LIMIT" "$DDPRUN" --nproc-per-node 1 --elastic 1:8 \
-     --join --master-port "$port" "$WORKER" --zero 1 --steps 120 --step-ms 40 >"$WORK/zjoiner.out" 2>&1 </dev/null) ||
-    rc2=$?
+  OUT=$WORK/zjoiner.out join_job "$port" gloo --zero 1 --steps 120 --step-ms 40 || rc2=$?
   rc=0
   wait "$job" || rc=$?
   at=$(resumed_at "$OUT" 1)

@@ -8,6 +8,10 @@
 //                                                   member ID kills (SIGKILL)
 //                                                   or stops (SIGSTOP) itself
 //                                                   mid-backward of step STEP
+//       [--fault-point before-step]                 fault after backward, before
+//                                                   opt.step() (others fail in
+//                                                   ZeRO's broadcast, after
+//                                                   their own update)
 //       [--reform-victim ID]                        member ID kills itself as
 //                                                   generation 1 forms (after
 //                                                   its state sync)
@@ -48,7 +52,7 @@ struct Flags {
   int min = 1, max = 0, reform_victim = -1, commit_every = 100;
   bool zero = false;
   std::vector<int64_t> victims, at;  // member victims[i] faults at step at[i]
-  std::string fault, checkpoint, load;
+  std::string fault, fault_point = "backward", checkpoint, load;
 };
 
 std::vector<int64_t> numbers(const std::string& list) {
@@ -74,6 +78,8 @@ Flags parse(int argc, char** argv) {
       f.max = std::stoi(v);
     else if (k == "--fault")
       f.fault = v;
+    else if (k == "--fault-point")
+      f.fault_point = v;
     else if (k == "--victim")
       f.victims = numbers(v);
     else if (k == "--at")
@@ -183,6 +189,7 @@ int main(int argc, char** argv) {
             ddp::CheckpointOptions().process_group(step.group()).rng_state(false));
         if (!resumed) throw std::runtime_error("no checkpoint at " + f.load);
         state.training = *resumed;
+        state.commit(/*full=*/true);  // so that no later failure goes back past the load
         loaded = true;
         return true;
       }
@@ -209,24 +216,27 @@ int main(int argc, char** argv) {
       for (size_t v = 0; v < f.victims.size(); ++v) {
         if (f.victims[v] == id) fault_at = f.at[v];
       }
-      if (state.training.iteration == fault_at) {
+      auto fault = [&f, id, fault_at] {
+        std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
+                    static_cast<long long>(fault_at), static_cast<long long>(realtime_ms()));
+        std::fflush(stdout);
+        std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
+      };
+      const bool faulting = state.training.iteration == fault_at;
+      if (faulting && f.fault_point == "backward") {
         // Mid-backward: when the last layer's gradient is ready, before the
         // first layer's (so some buckets are reduced, some not).
         // One fault per step named (a stopped victim that goes on does not
         // fault again).
         auto fired = std::make_shared<bool>(false);
-        net[2]->as<torch::nn::Linear>()->weight.register_hook(
-            [&f, id, fault_at, fired](const at::Tensor& g) {
-              if (*fired) return g;
-              *fired = true;
-              std::printf("victim: member %ld faults at step %lld at %lld ms\n", id,
-                          static_cast<long long>(fault_at), static_cast<long long>(realtime_ms()));
-              std::fflush(stdout);
-              std::raise(f.fault == "stop" ? SIGSTOP : SIGKILL);
-              return g;
-            });
+        net[2]->as<torch::nn::Linear>()->weight.register_hook([fault, fired](const at::Tensor& g) {
+          if (!*fired) fault();
+          *fired = true;
+          return g;
+        });
       }
       loss.backward();
+      if (faulting && f.fault_point == "before-step") fault();
       opt.step();
       sampler.advance(state.training, step.world_size());
       if (f.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_ms));
