@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Elastic training in process (issue 24), measured on this machine:
+# Elastic training in process, measured on this machine:
 #   1. cost of elastic mode when nothing fails: elastic_bench, plain DDP
 #      against ElasticRunner, 2 ranks, alternated round by round (mlp,
 #      resnet18; 100 steps after 3 warm-up, so one full copy is included);

@@ -1,4 +1,4 @@
-// Checkpoint and resume (issue 13): everything a training job needs to go on
+// Checkpoint and resume: everything a training job needs to go on
 // after a failure exactly where it was, in one file that only rank 0 writes
 // and reads.
 //

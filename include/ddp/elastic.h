@@ -1,4 +1,4 @@
-// Elastic training in process (issue 24): a job that loses ranks, or gains
+// Elastic training in process: a job that loses ranks, or gains
 // them, goes on without leaving its processes.
 //
 //   Net net;                                   // the same model on every process

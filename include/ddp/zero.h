@@ -45,8 +45,7 @@
 //   (rank r of W: rank (r + 1) % W's), stepped beside its own from the same
 //   averaged gradients (the same on every rank, as above), so that the
 //   state of any one lost rank lives on: twice the shard's state memory and
-//   optimizer compute, a copy of the next shard's parameters, no
-//   communication.
+//   optimizer compute, no communication.
 //   Before the runner shards it, step(), owner() and the checkpoint calls
 //   raise InvalidArgument.
 #pragma once

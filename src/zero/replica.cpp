@@ -7,7 +7,6 @@
 #include "compat/torch_compat.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -18,27 +17,14 @@ namespace ddp {
 
 void ZeroRedundancyOptimizer::Impl::step_replica(const std::vector<size_t>& indices,
                                                  const std::vector<at::Tensor>& grads) {
-  std::vector<size_t> slots;  // positions in `replica`
-  if (indices.empty()) {
-    for (size_t k = 0; k < replica.size(); ++k) slots.push_back(k);
-  } else {
-    for (size_t i : indices) {
-      slots.push_back(
-          static_cast<size_t>(std::find(replica.begin(), replica.end(), i) - replica.begin()));
-    }
-  }
-  {
-    at::NoGradGuard no_grad;
-    for (size_t s = 0; s < slots.size(); ++s) {
-      const size_t k = slots[s], i = replica[k];
-      replica_params[k].copy_(params[i]);  // the value the owner steps from
-      replica_params[k].mutable_grad() = grads.empty() ? params[i].grad() : grads[s];
-    }
-  }
-  std::vector<std::pair<size_t, at::Tensor>> stepped;
-  for (size_t k : slots) stepped.emplace_back(group_of[replica[k]], replica_params[k]);
-  step_subset(*replica_optimizer, stepped);
-  for (size_t k : slots) replica_params[k].mutable_grad() = at::Tensor();
+  // In place, on the parameters themselves: the replica computes exactly
+  // what their owner does, and the owner's broadcast, which follows, then
+  // writes the same values again. No copy of the next shard is kept.
+  const std::vector<size_t>& stepped = indices.empty() ? replica : indices;
+  for (size_t k = 0; k < grads.size(); ++k) params[stepped[k]].mutable_grad() = grads[k];
+  std::vector<std::pair<size_t, at::Tensor>> subset;
+  for (size_t i : stepped) subset.emplace_back(group_of[i], params[i]);
+  step_subset(*replica_optimizer, subset);
 }
 
 void ZeroRedundancyOptimizer::Impl::step_subset(
@@ -61,9 +47,8 @@ std::pair<ZeroRedundancyOptimizer::Impl::StateMap*, at::Tensor>
 ZeroRedundancyOptimizer::Impl::home_of(size_t index) {
   if (!optimizer) return {nullptr, {}};  // not sharded
   if (owner[index] == group->rank()) return {&optimizer->state(), params[index]};
-  auto it = std::find(replica.begin(), replica.end(), index);
-  if (it == replica.end()) return {nullptr, {}};
-  return {&replica_optimizer->state(), replica_params[it - replica.begin()]};
+  if (std::find(replica.begin(), replica.end(), index) == replica.end()) return {nullptr, {}};
+  return {&replica_optimizer->state(), params[index]};
 }
 
 std::string ZeroRedundancyOptimizer::Impl::state_to_bytes(

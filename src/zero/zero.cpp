@@ -134,16 +134,15 @@ void ZeroRedundancyOptimizer::Impl::shard(
   owner = detail::partition_by_size(numels, world);
 
   // This rank's optimizer: the same groups (options included), its shard only;
-  // elastic, the replica's: the next rank's shard, as copies.
+  // elastic, the replica's: the next rank's shard.
   const int next = (rank + 1) % world;
   const bool replicated = elastic && world > 1;
   std::vector<torch::optim::OptimizerParamGroup> shard_groups, replica_groups;
   local.assign(options.size(), {});
   replica.clear();
-  replica_params.clear();
   std::vector<std::pair<at::Tensor, StatePtr>> local_states, replica_states;
   for (size_t g = 0; g < options.size(); ++g) {
-    std::vector<at::Tensor> mine, copies;
+    std::vector<at::Tensor> mine, theirs;
     for (size_t i = 0; i < params.size(); ++i) {
       if (group_of[i] != g) continue;
       auto state = states.find(i);
@@ -154,16 +153,15 @@ void ZeroRedundancyOptimizer::Impl::shard(
           local_states.emplace_back(params[i], std::move(state->second));
         }
       } else if (replicated && owner[i] == next) {
-        copies.push_back(params[i].detach().clone().set_requires_grad(true));
+        theirs.push_back(params[i]);
         replica.push_back(i);
-        replica_params.push_back(copies.back());
         if (state != states.end() && state->second) {
-          replica_states.emplace_back(copies.back(), std::move(state->second));
+          replica_states.emplace_back(params[i], std::move(state->second));
         }
       }
     }
     shard_groups.emplace_back(std::move(mine), options[g]->clone());
-    replica_groups.emplace_back(std::move(copies), options[g]->clone());
+    replica_groups.emplace_back(std::move(theirs), options[g]->clone());
   }
   optimizer = wrapped.make(std::move(shard_groups));
   replica_optimizer = replicated ? wrapped.make(std::move(replica_groups)) : nullptr;

@@ -33,11 +33,10 @@ struct ZeroRedundancyOptimizer::Impl {
   std::vector<std::vector<size_t>> local;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 
-  // ZeroOptions::elastic: the next rank's shard, #i in the replica
-  // optimizer's order, and the copies of those parameters it steps.
+  // ZeroOptions::elastic: the next rank's shard (#i, in order) and the
+  // optimizer that steps its replica (over those parameters themselves).
   bool elastic = false;
   std::vector<size_t> replica;
-  std::vector<at::Tensor> replica_params;
   std::unique_ptr<torch::optim::Optimizer> replica_optimizer;
   // Updates begun (step() or the hook): how elastic training tells that the
   // optimizer moved since a step boundary.
@@ -79,8 +78,9 @@ struct ZeroRedundancyOptimizer::Impl {
   static void step_subset(torch::optim::Optimizer& optimizer,
                           const std::vector<std::pair<size_t, at::Tensor>>& subset);
   // Elastic: steps the replica of these parameters of the next rank's shard
-  // (all of them when empty), from their current values and `grads` (the
-  // parameters' own .grad when empty). Before the owner's broadcast.
+  // (all of them when empty), from their current values and `grads` (set as
+  // their .grad; when empty, the .grad they have). Before the owner's
+  // broadcast.
   void step_replica(const std::vector<size_t>& indices, const std::vector<at::Tensor>& grads);
   torch::optim::OptimizerParamState* state_of(size_t index) const;
   // Where #i's state lives on this rank: the local or the replica

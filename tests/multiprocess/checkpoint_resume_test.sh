@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lose no work (issue 13): examples/train with --checkpoint-every under
+# Lose no work: examples/train with --checkpoint-every under
 # `ddprun --max-restarts 1`, one rank killed with SIGKILL at a random step;
 # the job must restart, resume from its snapshot and end with parameters
 # bit-identical (float64, with dropout: every rank's RNG stream matters) to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Elastic training in process (issue 24): elastic_worker jobs under
+# Elastic training in process: elastic_worker jobs under
 # `ddprun --elastic` and by hand around ddp-store, with ranks killed
 # (SIGKILL), stopped (SIGSTOP), joining, and too few left. Each recovered
 # job must end with a model and momentum bit-identical (float64) to the

@@ -222,6 +222,18 @@ check_usage_error "--elastic with --nnodes 2" "--elastic runs on one node" \
   --nproc-per-node 1 --elastic 1:2 --nnodes 2 --master-addr 127.0.0.1 --master-port 29999 true
 check_usage_error "--elastic with --max-restarts" "do not go together" \
   --nproc-per-node 1 --elastic 1:2 --max-restarts 1 true
+check_usage_error "--nnodes 3:2" "--nnodes M" --nproc-per-node 1 --nnodes 3:2 true
+check_usage_error "--nnodes MIN:MAX with --elastic" "give one" \
+  --nproc-per-node 1 --nnodes 1:2 --elastic 1:2 true
+
+# torchrun's --nnodes MIN:MAX: elastic, world sizes in machines of N ranks.
+run_ddprun --nproc-per-node 2 --nnodes 1:3 sh -c 'echo "$DDP_ELASTIC_MIN_WORLD_SIZE $DDP_ELASTIC_MAX_WORLD_SIZE"'
+if [[ $RC -eq 0 ]] && [[ $(grep -c '\] 2 6$' "$OUT") -eq 2 ]]; then
+  pass "--nnodes 1:3 with 2 ranks a machine: an elastic job of 2 to 6 ranks"
+else
+  fail "--nnodes 1:3 with 2 ranks a machine: an elastic job of 2 to 6 ranks" \
+    "expected each rank to print '2 6'"
+fi
 
 run_ddprun --help
 if [[ $RC -eq 0 ]] && has "$OUT" "--nproc-per-node" && has "$OUT" "--grace-period-s" &&

@@ -1,4 +1,4 @@
-// Checkpoint and resume (issue 13), threads as ranks: what a checkpoint
+// Checkpoint and resume, threads as ranks: what a checkpoint
 // brings back, and every failure an error on every rank that names the cause
 // (a different model, a damaged file, a file rank 0 cannot read or write).
 // The exact resume of a killed multi-process job: checkpoint_resume_test.sh.

@@ -1,4 +1,4 @@
-// Failures that must be errors, never a crash or a hang (issue 13): ranks
+// Failures that must be errors, never a crash or a hang: ranks
 // that issue collectives of different element counts.
 #include "spawn.h"
 

@@ -1,4 +1,4 @@
-// Join with SyncBatchNorm in the model (issue 12): a rank out of inputs
+// Join with SyncBatchNorm in the model: a rank out of inputs
 // replays the model on an empty batch (set_join_shadow_batch), issuing
 // SyncBatchNorm's collectives and DDP's in the others' order with zeros.
 // Ranks with 3, 5 and 7 batches of uneven sizes then train to the

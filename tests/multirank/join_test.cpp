@@ -1,4 +1,4 @@
-// Join (issue 12): ranks with different numbers of batches train to the
+// Join: ranks with different numbers of batches train to the
 // parameters of one process that sees the same samples with the matching
 // divisor; threads as ranks.
 #include "spawn.h"

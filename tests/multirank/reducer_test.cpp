@@ -1,4 +1,4 @@
-// The Reducer on its own, threads as ranks (issue 14): bucket readiness and
+// The Reducer on its own, threads as ranks: bucket readiness and
 // launch order, rebuild, unused parameters, no_sync and static graph, in
 // seconds rather than through multi-process runs (reducer_fixtures.h has
 // the model).

@@ -16,7 +16,8 @@ namespace ddprun {
 namespace {
 
 constexpr const char* kExpectNproc = "--nproc-per-node N with N an integer >= 1";
-constexpr const char* kExpectNnodes = "--nnodes M with M an integer >= 1";
+constexpr const char* kExpectNnodes =
+    "--nnodes M with M an integer >= 1, or MIN:MAX (elastic: 1 <= MIN <= MAX machines)";
 constexpr const char* kExpectNodeRank = "--node-rank K with K an integer in [0, nnodes)";
 constexpr const char* kExpectAddr = "--master-addr HOST with HOST a host name or IP address";
 constexpr const char* kExpectPort = "--master-port P with P an integer in [1, 65535]";
@@ -82,13 +83,28 @@ bool is_switch(const std::string& flag) {
   return flag == "--no-prefix" || flag == "--join" || flag == "--help" || flag == "-h";
 }
 
-// Applies one valued flag; returns an error message or "".
+// "MIN:MAX" with 1 <= MIN <= MAX; nullopt otherwise.
+std::optional<std::pair<int, int>> parse_range(const std::string& value) {
+  const auto colon = value.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  const auto lo = parse_integer(value.substr(0, colon), 1, 1 << 20);
+  const auto hi = parse_integer(value.substr(colon + 1), 1, 1 << 20);
+  if (!lo || !hi || *lo > *hi) return std::nullopt;
+  return std::make_pair(static_cast<int>(*lo), static_cast<int>(*hi));
+}
+
+// Applies one valued flag; returns an error message or "". `elastic_nodes`:
+// --nnodes MIN:MAX, turned into world sizes once --nproc-per-node is known.
 std::string apply_value(const std::string& flag, const std::string& value, Options& opts,
-                        bool& addr_given) {
+                        bool& addr_given, std::optional<std::pair<int, int>>& elastic_nodes) {
   if (flag == "--nproc-per-node") {
     const auto n = parse_integer(value, 1, 1 << 20);
     if (!n) return bad_value(flag, kExpectNproc, value);
     opts.nproc_per_node = static_cast<int>(*n);
+  } else if (flag == "--nnodes" && value.find(':') != std::string::npos) {
+    const auto range = parse_range(value);
+    if (!range) return bad_value(flag, kExpectNnodes, value);
+    elastic_nodes = range;
   } else if (flag == "--nnodes") {
     const auto n = parse_integer(value, 1, 1 << 20);
     if (!n) return bad_value(flag, kExpectNnodes, value);
@@ -117,13 +133,10 @@ std::string apply_value(const std::string& flag, const std::string& value, Optio
     if (value.empty()) return bad_value(flag, kExpectFlight, value);
     opts.flight_recorder_dir = value;
   } else if (flag == "--elastic") {
-    const auto colon = value.find(':');
-    const auto lo = parse_integer(value.substr(0, colon), 1, 1 << 20);
-    const auto hi = colon == std::string::npos ? std::nullopt
-                                               : parse_integer(value.substr(colon + 1), 1, 1 << 20);
-    if (!lo || !hi || *lo > *hi) return bad_value(flag, kExpectElastic, value);
-    opts.elastic_min = static_cast<int>(*lo);
-    opts.elastic_max = static_cast<int>(*hi);
+    const auto range = parse_range(value);
+    if (!range) return bad_value(flag, kExpectElastic, value);
+    opts.elastic_min = range->first;
+    opts.elastic_max = range->second;
   }
   return "";
 }
@@ -143,7 +156,8 @@ std::string validate(const Options& opts, bool addr_given) {
            " requires --master-addr HOST and --master-port P (the same on every node)";
   }
   if (opts.join && (opts.elastic_min == 0 || !opts.master_port)) {
-    return "--join requires --elastic MIN:MAX and --master-port P (the running job's store)";
+    return "--join requires --elastic MIN:MAX (or --nnodes MIN:MAX) and --master-port P (the "
+           "running job's store)";
   }
   if (opts.elastic_min > 0 && opts.nnodes > 1) {
     return "--elastic runs on one node: start more ranks elsewhere with --elastic MIN:MAX "
@@ -166,6 +180,7 @@ ParseResult parse_options(const std::vector<std::string>& args) {
   ParseResult result;
   Options& opts = result.opts;
   bool addr_given = false;
+  std::optional<std::pair<int, int>> elastic_nodes;  // --nnodes MIN:MAX
   std::size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -212,10 +227,18 @@ ParseResult parse_options(const std::vector<std::string>& args) {
       result.error = flag + ": missing value; expected " + expected;
       return result;
     }
-    result.error = apply_value(flag, value, opts, addr_given);
+    result.error = apply_value(flag, value, opts, addr_given, elastic_nodes);
     if (!result.error.empty()) return result;
   }
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (elastic_nodes) {
+    if (opts.elastic_min > 0) {
+      result.error = "--nnodes MIN:MAX and --elastic MIN:MAX say the same; give one";
+      return result;
+    }
+    opts.elastic_min = elastic_nodes->first * opts.nproc_per_node;
+    opts.elastic_max = elastic_nodes->second * opts.nproc_per_node;
+  }
 
   result.error = validate(opts, addr_given);
   if (result.error.empty()) result.outcome = ParseOutcome::RUN;
@@ -225,7 +248,7 @@ ParseResult parse_options(const std::vector<std::string>& args) {
 std::string usage_text() {
   return R"(usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
               [--no-prefix] [--grace-period-s S] [--max-restarts K]
-              [--flight-recorder DIR] [--elastic MIN:MAX [--join]]
+              [--flight-recorder DIR] [--elastic MIN:MAX | --nnodes MIN:MAX [--join]]
               [--] program [args...]
 
 Starts N copies ("ranks") of program on this node, each with the environment a
@@ -263,6 +286,8 @@ flags (both "--flag VALUE" and "--flag=VALUE" work; "_" may replace "-"):
                        the rest killed after the grace period). MIN and MAX
                        bound the world size (DDP_ELASTIC_MIN/MAX_WORLD_SIZE).
                        One node; other machines add ranks with --join
+  --nnodes MIN:MAX     torchrun's form of --elastic: MIN to MAX machines of N
+                       ranks each (--elastic MIN*N:MAX*N)
   --join               with --elastic and --master-port P: start N ranks that
                        join the elastic job whose store is at A:P (no store
                        here; each rank takes a fresh member id, no RANK)

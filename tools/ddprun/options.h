@@ -15,13 +15,15 @@ struct Options {
   std::optional<int> master_port;  // unset: pick a free port (nnodes == 1 only)
   bool prefix_output = true;
   double grace_period_s = 5.0;
-  int max_restarts = 0;              // restarts of the whole job after a rank fails
+  int max_restarts = 0;  // restarts of the whole job after a rank fails
   // Where the ranks' flight recorders dump (DDP_FLIGHT_RECORDER_DIR); ""
   // leaves the variable as ddprun's environment has it.
   std::string flight_recorder_dir;
   // --elastic MIN:MAX: the ranks train through ElasticRunner (ddp/elastic.h)
   // on a store ddprun starts (ddp-store); a rank that fails does not stop the
   // others while at least MIN run. 0: not elastic.
+  // --nnodes MIN:MAX (torchrun's form) sets them to MIN and MAX machines of
+  // --nproc-per-node ranks each.
   int elastic_min = 0, elastic_max = 0;
   // --join: the ranks join the running elastic job at --master-addr/--port
   // (no store started here; each takes a fresh member id).
