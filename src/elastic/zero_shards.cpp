@@ -1,12 +1,13 @@
 // An elastic ZeRO's state across a change of membership. Each member keeps
 // the optimizer state of its shard and a replica of the next member's
-// (zero/replica.cpp), as of its last commit and of its last full copy. A new
-// generation picks the latest step whose state its members hold in full,
-// takes the module and counters from one member at that step and each
-// parameter's state from one member that keeps it, and re-partitions: the
-// new owner and the new replica's keeper receive it. The result is the
-// state a fresh ZeRO over the new world would load from a consolidated
-// checkpoint of that step.
+// (zero/replica.cpp), as of its last commit and of its last full copy, and
+// (until the generation's first boundary) the states it held at the last
+// handover. A new generation picks the latest step whose state its members
+// hold in full, takes the module and counters from one member at that step
+// and each parameter's state from one member that keeps it, and
+// re-partitions: the new owner and the new replica's keeper receive it. The
+// result is the state a fresh ZeRO over the new world would load from a
+// consolidated checkpoint of that step.
 #include <ddp/elastic.h>
 
 #include "checkpoint/checkpoint_archive.h"
@@ -206,8 +207,8 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
   };
 
   // Nothing changes here until every transfer arrived: a failure on the way
-  // leaves this member as it was (its offers still true).
-  // The module and counters, and the param groups' options, from the lowest rank at `at`.
+  // leaves this member as it was (its offers still true). First the module
+  // and counters, and the param groups' options, from the lowest rank at `at`.
   int base = 0;
   auto holds_any = [&](int r) {
     for (size_t i = 0; i < count; ++i) {
