@@ -141,10 +141,10 @@ class ElasticState {
   // made with ZeroOptions().elastic(true) (another ZeRO is refused here).
   // ZeRO's shards are re-partitioned over each generation: each member
   // keeps its shard and a replica of the next member's, so the state of a
-  // lost member lives on; when a member and the next one are lost together
-  // (a shard and its replica), every survivor raises ddp::Error naming the
-  // parameter whose state is gone, and the job ends (restart from an
-  // on-disk checkpoint).
+  // lost member lives on; when a member and the one before it are lost
+  // together (a shard and its replica), every survivor raises ddp::Error
+  // naming the parameter whose state is gone, and the job ends (restart
+  // from an on-disk checkpoint).
   template <typename ModuleType>
   ElasticState(ModuleType module, torch::optim::Optimizer& optimizer)
       : ElasticState(module_pointer(module), optimizer,
