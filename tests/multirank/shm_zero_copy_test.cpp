@@ -185,9 +185,11 @@ TEST(ShmZeroCopy, OtherBackendsHaveNone) {
 // DDP with buckets in zero-copy memory trains to the same parameters as on
 // the copying path, bit for bit (float64, 2 ranks, so that a sum's order
 // cannot differ; rebuilt buckets, several of them, with and without
-// gradient_as_bucket_view).
+// gradient_as_bucket_view), and both as one process that averages the two
+// ranks' gradients itself (g0 / 2 + g1 / 2, as DDP does). Compared after
+// every step, so that a failure names the path and the first step it parts.
 TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
-  const int size = 2;
+  const int size = 2, steps = 6;
   // Made once: the global generator is shared by the threads.
   torch::manual_seed(3);
   torch::nn::Sequential initial(torch::nn::Linear(16, 64), torch::nn::Tanh(),
@@ -195,7 +197,9 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
                                 torch::nn::Linear(64, 1));
   initial->to(torch::kDouble);
   for (bool bucket_view : {false, true}) {
-    std::vector<std::vector<at::Tensor>> finals(2);
+    // [zero_copy][step][rank]: the parameters, flattened into one tensor.
+    std::vector<std::vector<std::vector<at::Tensor>>> after(
+        2, std::vector<std::vector<at::Tensor>>(steps, std::vector<at::Tensor>(size)));
     for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
       spawn(size, [&](int rank, StorePtr store) {
         auto pg = shm_group(store, rank, size);
@@ -209,21 +213,54 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
                                                .zero_copy_buckets(zero_copy == 1));
         torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
         auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + rank);
-        for (int step = 0; step < 6; ++step) {
+        for (int step = 0; step < steps; ++step) {
           opt.zero_grad();
           at::Tensor x = at::randn({8, 16}, gen, at::kDouble);
           torch::mse_loss(model->forward(x), x.sum(1, true)).backward();
           opt.step();
-        }
-        if (rank == 1) {
-          for (const auto& p : model->parameters()) finals[zero_copy].push_back(p.detach().clone());
+          std::vector<at::Tensor> flat;
+          for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
+          after[zero_copy][step][rank] = at::cat(flat);
         }
       });
     }
-    ASSERT_EQ(finals[0].size(), finals[1].size());
-    for (size_t i = 0; i < finals[0].size(); ++i) {
-      EXPECT_TRUE(at::equal(finals[0][i], finals[1][i]))
-          << "parameter " << i << ", gradient_as_bucket_view " << bucket_view;
+    // The one-process oracle.
+    torch::nn::Sequential local(
+        std::dynamic_pointer_cast<torch::nn::SequentialImpl>(initial->clone()));
+    torch::optim::SGD opt(local->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    std::vector<at::Generator> gens;
+    for (int rank = 0; rank < size; ++rank) {
+      gens.push_back(at::make_generator<at::CPUGeneratorImpl>(7 + rank));
+    }
+    const char* path[] = {"copying", "zero-copy"};
+    for (int step = 0; step < steps; ++step) {
+      std::vector<at::Tensor> sum(local->parameters().size());
+      for (int rank = 0; rank < size; ++rank) {
+        opt.zero_grad();
+        at::Tensor x = at::randn({8, 16}, gens[rank], at::kDouble);
+        torch::mse_loss(local->forward(x), x.sum(1, true)).backward();
+        auto params = local->parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          at::Tensor share = params[i].grad() / size;
+          sum[i] = rank == 0 ? share : sum[i] + share;
+        }
+      }
+      auto params = local->parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = sum[i];
+      opt.step();
+      std::vector<at::Tensor> flat;
+      for (const auto& p : params) flat.push_back(p.detach().flatten());
+      const at::Tensor expected = at::cat(flat);
+      for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
+        for (int rank = 0; rank < size; ++rank) {
+          const at::Tensor& got = after[zero_copy][step][rank];
+          ASSERT_TRUE(at::equal(got, expected))
+              << "gradient_as_bucket_view " << bucket_view << ", " << path[zero_copy]
+              << " path, rank " << rank << ": parts from one process at step " << step
+              << ", max |difference| " << (got - expected).abs().max().item<double>()
+              << ", first at element " << (got != expected).nonzero()[0].item<int64_t>();
+        }
+      }
     }
   }
 }
