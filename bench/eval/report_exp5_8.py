@@ -277,7 +277,8 @@ def exp7_variants(ctx):
          for r in rows]))
     sec["observations"] = variants_observations(ctx, rows, disagreements)
     sec["files"].append(("Chrome traces (one iteration per variant, the one closest to the median; open in "
-                         "chrome://tracing or ui.perfetto.dev)", "traces"))
+                         "chrome://tracing or ui.perfetto.dev; written by the run, not kept in the tree)",
+                         "traces"))
     data = {"title": "7. DDP variants: where the iteration goes", "panels": sorted(
         {(r["link"], r["model"]) for r in rows}, key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
         "rows": rows, "metric_disagreements": disagreements}
