@@ -1,6 +1,6 @@
 #include "json.h"
 
-#include "timeline/chrome_trace.h"  // one JSON string escaper for the library and bench
+#include <ddp/chrome_trace.h>  // one JSON string escaper for the library and bench
 
 #include <cmath>
 #include <cstdio>
@@ -66,14 +66,14 @@ void Json::write(std::string& out, int indent, int depth) const {
       out += text_;
       break;
     case Kind::String:
-      ddp::detail::append_json_string(out, text_);
+      ddp::append_json_string(out, text_);
       break;
     case Kind::Object: {
       out += '{';
       for (size_t i = 0; i < members_.size(); ++i) {
         if (i) out += ',';
         newline(depth + 1);
-        ddp::detail::append_json_string(out, members_[i].first);
+        ddp::append_json_string(out, members_[i].first);
         out += indent > 0 ? ": " : ":";
         members_[i].second.write(out, indent, depth + 1);
       }

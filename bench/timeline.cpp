@@ -198,12 +198,12 @@ Json to_json(const TimelineMetrics& m) {
   return j;
 }
 
-// --- Chrome trace (the library's encoder: src/timeline/chrome_trace.h) ------------
+// --- Chrome trace (the library's encoder: ddp/chrome_trace.h) ------------
 
 std::string chrome_trace(const std::vector<RankIteration>& ranks, const std::string& title) {
-  ddp::detail::TraceText events;
+  ddp::TraceText events;
   for (const auto& r : ranks) {
-    ddp::detail::ChromeTraceEncoder encoder(r.rank, "rank " + std::to_string(r.rank));
+    ddp::ChromeTraceEncoder encoder(r.rank, "rank " + std::to_string(r.rank));
     encoder.metadata(events);
     for (const auto& e : r.iteration.events) {
       encoder.span(events, e.lane, e.name, e.start_us + r.offset_us, e.end_us + r.offset_us,
@@ -211,7 +211,7 @@ std::string chrome_trace(const std::vector<RankIteration>& ranks, const std::str
     }
   }
   return "{\"traceEvents\": [\n" + events.text + "\n],\n\"displayTimeUnit\": \"ms\",\n" +
-         "\"otherData\": {\"title\": " + ddp::detail::json_string(title) + "}}\n";
+         "\"otherData\": {\"title\": " + ddp::json_string(title) + "}}\n";
 }
 
 // --- text form ------------------------------------------------------------------
@@ -250,7 +250,7 @@ TimelineIteration deserialize(const std::string& text) {
 
 void add_ddp_backward(Timeline& timeline, const ddp::IterationStats& stats,
                       Clock::time_point backward_returned) {
-  for (const auto& span : ddp::detail::backward_spans(stats, backward_returned)) {
+  for (const auto& span : ddp::backward_spans(stats, backward_returned)) {
     timeline.add(span.lane, span.name, span.start, span.end, span.blocking);
   }
 }

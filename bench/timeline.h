@@ -63,7 +63,7 @@
 
 #include <ddp/statistics.h>
 
-#include "timeline/chrome_trace.h"
+#include <ddp/chrome_trace.h>
 
 #include <cstdint>
 #include <mutex>
@@ -131,7 +131,7 @@ Json to_json(const TimelineMetrics& m);
 // A Chrome trace (Trace Event Format; chrome://tracing, ui.perfetto.dev) of
 // one iteration per rank, as JSON text {"traceEvents": [...],
 // "displayTimeUnit": "ms", "otherData": {"title": ...}}; the events are the
-// library's (src/timeline/chrome_trace.h, also DDP_TIMELINE's): pid = rank,
+// library's (ddp/chrome_trace.h, also DDP_TIMELINE's): pid = rank,
 // one tid per lane ("compute" = 0; "comm" events on tids 1, 2, ... so that
 // overlapping collectives never share a row), "X" complete events with
 // ts/dur in µs shifted by the rank's offset_us, args {"blocking": ...} on
@@ -145,7 +145,7 @@ std::string chrome_trace(const std::vector<RankIteration>& ranks, const std::str
 
 // DDP's part of a synchronizing iteration, from its statistics
 // (ddp::IterationStats: backward_start, backward_compute_ms, bucket_timings),
-// as DDP_TIMELINE shows it (ddp::detail::backward_spans): "backward" compute
+// as DDP_TIMELINE shows it (ddp::backward_spans): "backward" compute
 // from backward's start to the last gradient hook, one "allreduce bucket K
 // (size)" per bucket from launch to completion, and from the last completion
 // to `backward_returned` "finalize (copy back)" compute (the averaged

@@ -3,8 +3,7 @@
 #include "variants.h"
 
 #include <ddp/distributed_data_parallel.h>
-
-#include "reducer/autograd_hooks.h"
+#include <ddp/grad_ready_hook.h>
 
 #include <optional>
 #include <stdexcept>
@@ -97,10 +96,10 @@ class SimpleGA : public Simple {
 
 // --- hooks: run code when a parameter's gradient is fully accumulated --------
 
-// ddp's own GradReadyHook (src/reducer/autograd_hooks.h): a post hook on the
-// parameter's gradient accumulator that runs once per backward, on the
-// autograd thread, after the gradient has been added into param.grad().
-using ddp::detail::GradReadyHook;
+// ddp's own GradReadyHook (ddp/grad_ready_hook.h), the Reducer's: it runs
+// once per backward, on the autograd thread, after the gradient has been
+// added into param.grad().
+using ddp::GradReadyHook;
 
 // The hook variants' base: on_grad_ready(i) when parameter i's gradient is
 // complete, knowing whether this backward synchronizes.

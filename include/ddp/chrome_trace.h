@@ -1,8 +1,11 @@
-// The one implementation of a Chrome trace (Trace Event Format, opened by
-// chrome://tracing and ui.perfetto.dev) of DDP iterations, shared by the
-// library's DDP_TIMELINE files (rank_timeline.h) and ddp_bench's traces
-// (bench/timeline.h): how DDP's statistics become intervals, and how
-// intervals become trace events on rows. No libtorch here.
+// The Chrome trace encoder (Trace Event Format, opened by chrome://tracing
+// and ui.perfetto.dev) behind DDP_TIMELINE's files (timeline.h), public for
+// programs that draw their own intervals in the same format, on the same
+// clock, beside DDP's: the bench's traces of hand-written data-parallel
+// variants use it (bench/timeline.h). How DDP's statistics become
+// intervals (backward_spans), and how intervals become trace events on rows
+// (ChromeTraceEncoder). No libtorch here; nothing here is thread-safe (one
+// encoder and its TraceText per thread, or a lock around them).
 #pragma once
 
 #include <ddp/statistics.h>
@@ -12,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::detail {
+namespace ddp {
 
 using TraceClock = std::chrono::steady_clock;
 
@@ -86,4 +89,4 @@ class ChromeTraceEncoder {
 std::string json_string(const std::string& s);
 void append_json_string(std::string& out, const std::string& s);
 
-}  // namespace ddp::detail
+}  // namespace ddp

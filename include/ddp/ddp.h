@@ -10,6 +10,7 @@
 #include <ddp/elastic.h>
 #include <ddp/errors.h>
 #include <ddp/flight_recorder.h>
+#include <ddp/grad_ready_hook.h>
 #include <ddp/hooks.h>
 #include <ddp/init.h>
 #include <ddp/join.h>

@@ -1,5 +1,7 @@
 #include "reducer/autograd_hooks.h"
 
+#include <ddp/errors.h>
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -21,10 +23,26 @@ class LambdaPreHook : public torch::autograd::FunctionPreHook {
   std::function<void()> fn_;
 };
 
+// A leaf that requires grad: the only tensors with a gradient accumulator.
+const at::Tensor& leaf_requiring_grad(const at::Tensor& param) {
+  if (!param.defined() || !param.requires_grad() || !param.is_leaf()) {
+    throw InvalidArgument(
+        "ddp: GradReadyHook: the tensor must be a leaf that requires grad (a module's "
+        "parameter); got " +
+        std::string(!param.defined()         ? "an undefined tensor"
+                    : !param.requires_grad() ? "one that does not require grad"
+                                             : "a non-leaf (the result of an operation)"));
+  }
+  return param;
+}
+
 }  // namespace
+}  // namespace ddp::detail
+
+namespace ddp {
 
 GradReadyHook::GradReadyHook(const at::Tensor& param, std::function<void()> on_ready)
-    : accumulator_(torch::autograd::impl::grad_accumulator(param)) {
+    : accumulator_(torch::autograd::impl::grad_accumulator(detail::leaf_requiring_grad(param))) {
   key_ = accumulator_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
       [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
                                        const torch::autograd::variable_list&) {
@@ -34,6 +52,10 @@ GradReadyHook::GradReadyHook(const at::Tensor& param, std::function<void()> on_r
 }
 
 GradReadyHook::~GradReadyHook() { accumulator_->del_post_hook(key_); }
+
+}  // namespace ddp
+
+namespace ddp::detail {
 
 void at_end_of_backward(std::function<void()> callback) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));

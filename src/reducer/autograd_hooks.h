@@ -1,7 +1,10 @@
 // The one place that touches libtorch's autograd internals (gradient
 // accumulator post hooks, engine callbacks, graph traversal), so that a
-// libtorch upgrade is one file's work.
+// libtorch upgrade is one file's work: autograd_hooks.cpp, which also
+// implements the public GradReadyHook (include/ddp/grad_ready_hook.h).
 #pragma once
+
+#include <ddp/grad_ready_hook.h>
 
 #include <ATen/core/Tensor.h>
 
@@ -15,23 +18,6 @@ struct Node;
 }
 
 namespace ddp::detail {
-
-// Runs `on_ready` each time `param`'s gradient has been accumulated into
-// param.grad(), on the autograd thread. Removed at destruction. Keeps the
-// accumulator alive (the parameter holds it only weakly).
-class GradReadyHook {
- public:
-  GradReadyHook(const at::Tensor& param, std::function<void()> on_ready);
-  ~GradReadyHook();
-  GradReadyHook(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(const GradReadyHook&) = delete;
-
-  const torch::autograd::Node* accumulator() const { return accumulator_.get(); }
-
- private:
-  std::shared_ptr<torch::autograd::Node> accumulator_;
-  uintptr_t key_;
-};
 
 // Runs `callback` at the end of the current backward pass, before
 // backward() returns; an exception it throws comes out of backward().

@@ -71,7 +71,7 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   build_buckets(reverse_order(n), options_.bucket_cap_bytes());
   for (size_t i = 0; i < n; ++i) {
     hooks_.push_back(
-        std::make_unique<detail::GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
+        std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
 }
 

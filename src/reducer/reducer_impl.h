@@ -152,7 +152,7 @@ class Reducer::Impl {
   std::unique_ptr<detail::HookRunner> hook_runner_
       DDP_GUARDED_BY(mutex_);  // set once, before training
   // Last member: hooks go first at destruction, before the state they use.
-  std::vector<std::unique_ptr<detail::GradReadyHook>> hooks_;
+  std::vector<std::unique_ptr<GradReadyHook>> hooks_;
 };
 
 }  // namespace ddp

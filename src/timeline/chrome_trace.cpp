@@ -1,11 +1,11 @@
-#include "timeline/chrome_trace.h"
+#include <ddp/chrome_trace.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-namespace ddp::detail {
+namespace ddp {
 namespace {
 
 TraceClock::time_point plus_ms(TraceClock::time_point t, double ms) {
@@ -174,4 +174,4 @@ void ChromeTraceEncoder::span(TraceText& out, const std::string& lane, const std
   t += '}';
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp

@@ -6,8 +6,7 @@
 // ends the timeline, never the training.
 #pragma once
 
-#include "timeline/chrome_trace.h"
-
+#include <ddp/chrome_trace.h>
 #include <ddp/mutex.h>
 
 #include <cstdint>
