@@ -85,7 +85,8 @@ def main():
     autotune.add_parser(sub)
     zero.add_parser(sub)
     r = sub.add_parser("report", help="the report of a `paper` results directory, again")
-    r.add_argument("dir", help="what `paper` wrote, e.g. bench/results/eval-quick")
+    r.add_argument("dir", help="what `paper` wrote, its runs/ included (the tree keeps none: "
+                   "bench/README.md)")
     r.add_argument("--docs", default="", help="also replace the evaluation section of this "
                    "markdown file (docs/benchmarks.md) and copy the images beside it")
     r.set_defaults(run=run_report)

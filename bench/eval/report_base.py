@@ -72,9 +72,13 @@ def load_entries(d):
         if e.get("status") == "ok":
             doc = load_json(os.path.join(d, e["json"])) if e.get("json") else None
             if doc is None:
-                e["status"] = "failed"
-                e["error"] = "result file %s missing" % (e.get("json") or "(none recorded)")
-                warnings.append("experiment %s: %s" % (e.get("experiment"), e["error"]))
+                # Recorded as done, its file gone: the runs of this directory
+                # are not all here (the tree keeps no runs/: bench/README.md).
+                # Drawing on would overwrite the tables with failures.
+                sys.exit("report.py: %s: run %s of experiment %s is recorded as done but its file "
+                         "is missing: this directory's runs are not all here (runs/ is not kept "
+                         "in the tree); regenerate them with bench/evaluate.py paper"
+                         % (d, e.get("json") or "(none recorded)", e.get("experiment")))
             elif not isinstance(doc, dict):
                 sys.exit("report.py: %s: malformed: expected an object" % os.path.join(d, e["json"]))
             else:

@@ -19,7 +19,8 @@
 // - The hook keeps the parameter's gradient accumulator alive (the parameter
 //   holds it only weakly) and is removed when the object is destroyed: do
 //   not destroy it while a backward pass through `param` runs.
-// - Not copyable or movable (the registration refers to it).
+// - Not copyable or movable: it owns the registration, which its destructor
+//   removes.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -309,11 +309,8 @@ void statistics_log(Tap& tap, const ProcessGroupPtr& pg) {
 }  // namespace ddp::testing
 
 int main(int argc, char** argv) {
-  torch::set_num_threads(1);
-  if (argc > 2 && std::string(argv[1]) == "--device") {
-    ddp::testing::g_device = ddp::testing::test_device(argv[2]);
-  }
-  auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)));
+  auto [device, pg] = ddp::testing::start_test_rank(argc, argv);
+  ddp::testing::g_device = device;
   ddp::testing::Tap tap(pg->rank());
   // Which world the launcher made (the srun tests check it).
   tap.pass("rank " + std::to_string(pg->rank()) + " of " + std::to_string(pg->size()) + " on " +

@@ -32,9 +32,9 @@ torch::nn::Sequential make_net() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const torch::Device device =
-      ddp::testing::test_device(argc > 2 && std::string(argv[1]) == "--device" ? argv[2] : "cpu");
-  auto pg = ddp::init_process_group();
+  const ddp::testing::TestRank start = ddp::testing::start_test_rank(argc, argv);
+  const torch::Device device = start.device;
+  auto pg = start.group;
   const int rank = pg->rank(), world = pg->size();
   ddp::testing::Tap tap(rank);
   const int steps = 3;

@@ -189,7 +189,9 @@ TEST(ShmZeroCopy, OtherBackendsHaveNone) {
 // ranks' gradients itself (g0 / 2 + g1 / 2, as DDP does). Compared after
 // every step, so that a failure names the path and the first step it parts.
 TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
-  const int size = 2, steps = 6;
+  // Two ranks: g0 / 2 + g1 / 2 is exact whatever the order of the sum.
+  constexpr int size = 2;
+  const int steps = 6;
   // Made once: the global generator is shared by the threads.
   torch::manual_seed(3);
   torch::nn::Sequential initial(torch::nn::Linear(16, 64), torch::nn::Tanh(),
