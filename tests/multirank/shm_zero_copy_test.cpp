@@ -220,9 +220,8 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
           at::Tensor x = at::randn({8, 16}, gen, at::kDouble);
           torch::mse_loss(model->forward(x), x.sum(1, true)).backward();
           opt.step();
-          std::vector<at::Tensor> flat;
-          for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
-          after[zero_copy][step][rank] = at::cat(flat);
+          after[zero_copy][step][rank] =
+              torch::nn::utils::parameters_to_vector(model->parameters()).detach();
         }
       });
     }
@@ -250,9 +249,7 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
       auto params = local->parameters();
       for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = sum[i];
       opt.step();
-      std::vector<at::Tensor> flat;
-      for (const auto& p : params) flat.push_back(p.detach().flatten());
-      const at::Tensor expected = at::cat(flat);
+      const at::Tensor expected = torch::nn::utils::parameters_to_vector(params).detach();
       for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
         for (int rank = 0; rank < size; ++rank) {
           const at::Tensor& got = after[zero_copy][step][rank];
