@@ -25,15 +25,16 @@ void Reducer::Impl::finalize_backward() {
   BackToIdle back_to_idle{it_};
   const Clock::time_point compute_end = it_.last_hook;
   if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
-  std::vector<size_t> missing = launch_the_rest_with_zeros_for_missing();
-  if (it_.joined) missing.clear();  // a joined rank's replay reports nothing missing
+  detail::IterationOutcome mine;
+  mine.missing = launch_the_rest_with_zeros_for_missing();
+  if (it_.joined) mine.missing.clear();  // a joined rank's replay reports nothing missing
   Clock::time_point comm_end = *it_.comm_start;
   // Hooks issue collectives from the communication thread: let them all
   // finish before this thread issues its own, so the order is the same on
   // every rank. Without hooks the buckets' allreduces are already queued.
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-  const detail::IterationStatus status = exchange_status(missing, comm_end);
-  check_reports(status.read(), missing);
+  const detail::IterationStatus status = exchange_status(mine, comm_end);
+  agreement_.decide(status, mine, names_);
   end_synchronized_iteration(status);
   if (!it_.joined) finish_stats(compute_end, comm_end);
 }
@@ -51,8 +52,9 @@ void Reducer::Impl::shadow_iteration() {
   launch_the_rest_with_zeros_for_missing();  // every parameter
   Clock::time_point comm_end = *it_.comm_start;
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
-  const detail::IterationStatus status = exchange_status({}, comm_end);
-  check_reports(status.read(), {});
+  detail::IterationOutcome mine;  // nothing missing: a joined rank contributes nothing
+  const detail::IterationStatus status = exchange_status(mine, comm_end);
+  agreement_.decide(status, mine, names_);
   end_synchronized_iteration(status);
 }
 
@@ -89,42 +91,23 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
   return missing;
 }
 
-// One small allreduce: the used-parameter bitmap, then per rank what it
-// did this iteration (iteration_status.h). Returns when it and every
-// bucket are reduced; `comm_end` becomes the last bucket's completion.
-detail::IterationStatus Reducer::Impl::exchange_status(const std::vector<size_t>& missing,
+// The agreement's allreduce (iteration_agreement.h): the used-parameter
+// bitmap, then what each rank did this iteration. `mine` gets the tally and
+// the broken hints. Returns when it and every bucket are reduced;
+// `comm_end` becomes the last bucket's completion.
+detail::IterationStatus Reducer::Impl::exchange_status(detail::IterationOutcome& mine,
                                                        Clock::time_point& comm_end) {
-  const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
-  detail::IterationStatus status(n, group_->rank(), group_->size());
-  if (has_bitmap()) status.bitmap().copy_(local_used_);
-  detail::RankReport mine;
-  mine.missing = static_cast<int32_t>(missing.size());
-  mine.forwards = static_cast<int32_t>(forwards_);
-  mine.stray_after = static_cast<int32_t>(stray_after_);
   mine.tally = group_->take_tally();
   mine.joined = it_.joined;
-  hints_broken_ = layer_drop_.take_violations();
-  mine.hints_broken = static_cast<int32_t>(hints_broken_.size());
-  status.write(mine);
+  mine.hints_broken = layer_drop_.take_violations();
+  const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;
+  detail::IterationStatus status = agreement_.status(n, mine);
+  if (has_bitmap()) status.bitmap().copy_(local_used_);
   auto status_work = group_->allreduce(status.tensor());
   if (!hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);
   status_work->wait();
   local_used_.zero_();
   return status;
-}
-
-// Every rank holds the same reports, so all raise together. Once raised,
-// the counters restart in step, so a program that catches the error can
-// go on (the tally restarts at every status by itself).
-void Reducer::Impl::check_reports(const std::vector<detail::RankReport>& reports,
-                                  const std::vector<size_t>& missing) {
-  stray_after_ = -1;
-  // All equal among the ranks that train, unless this raises; a rank that
-  // joined catches up, so it is in step when it trains again.
-  forwards_ = reports[detail::first_training(reports)].forwards;
-  detail::check_same_iteration(reports, group_->rank());
-  detail::check_hints_kept(reports, hints_broken_, names_, group_->rank());
-  detail::check_no_missing_gradient(reports, missing, names_, group_->rank());
 }
 
 // Each gradient becomes its slice of the reduced bucket: no copy. Without

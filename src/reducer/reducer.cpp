@@ -39,7 +39,8 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
       group_(std::move(group)),
       options_(options),
       debug_(detail::debug_level_from_env()),
-      gradient_order_(!options_.find_unused_parameters() && !options_.layer_drop_hints()) {
+      gradient_order_(!options_.find_unused_parameters() && !options_.layer_drop_hints()),
+      agreement_(group_ ? group_->rank() : 0, group_ ? group_->size() : 1) {
   if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
   if (names_.size() != params_.size()) {
     throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) + " parameters but " +
@@ -70,8 +71,7 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
   build_buckets(reverse_order(n), options_.bucket_cap_bytes());
   for (size_t i = 0; i < n; ++i) {
-    hooks_.push_back(
-        std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
+    hooks_.push_back(std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
 }
 
@@ -117,9 +117,11 @@ void Reducer::Impl::check_same_collective_options() {
 }
 
 Reducer::Impl::~Impl() {
-  if (stray_after_ >= 0) {  // no later iteration reported it to the other ranks
+  // No lock: nothing else runs during destruction.
+  const int64_t stray = agreement_.unreported_stray();
+  if (stray >= 0) {  // no later iteration reported it to the other ranks
     std::cerr << "ddp: rank " << group_->rank() << ": warning: a backward() that no DDP "
-              << "forward prepared ran after forward pass #" << stray_after_
+              << "forward prepared ran after forward pass #" << stray
               << " (backward() twice after one forward?); its gradients were not averaged, "
               << "so this replica differs from the others" << std::endl;
   }
@@ -128,7 +130,7 @@ Reducer::Impl::~Impl() {
 // Algorithm 1, lines 8-11, after the wrapped forward ran.
 void Reducer::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {
   MutexLock lock(mutex_);
-  if (synchronize || !uneven_inputs_) ++forwards_;
+  if (synchronize || !uneven_inputs_) agreement_.count_forward();
   if (options_.layer_drop_hints()) layer_drop_.begin_pass();
   if (!synchronize) {
     it_.phase = Phase::ACCUMULATING;
@@ -332,7 +334,7 @@ void Reducer::Impl::queue_finalize() {
 void Reducer::Impl::autograd_hook(size_t i) {
   MutexLock lock(mutex_);
   if (it_.phase == Phase::IDLE) {  // not reduced: reported to every rank in the next status
-    if (stray_after_ < 0) stray_after_ = forwards_;
+    agreement_.note_stray_backward();
     return;
   }
   if (options_.layer_drop_hints()) {

@@ -13,7 +13,7 @@
 #include "reducer/copy_streams.h"
 #include "reducer/gradient_order.h"
 #include "reducer/iteration.h"
-#include "reducer/iteration_status.h"
+#include "reducer/iteration_agreement.h"
 #include "reducer/layer_drop.h"
 #include "reducer/static_graph.h"
 #include "rendezvous/env.h"
@@ -100,10 +100,8 @@ class Reducer::Impl {
   void finalize_backward() DDP_EXCLUDES(mutex_);
   void learn_static_graph() DDP_REQUIRES(mutex_);
   std::vector<size_t> launch_the_rest_with_zeros_for_missing() DDP_REQUIRES(mutex_);
-  detail::IterationStatus exchange_status(const std::vector<size_t>& missing,
+  detail::IterationStatus exchange_status(detail::IterationOutcome& mine,
                                           Clock::time_point& comm_end) DDP_REQUIRES(mutex_);
-  void check_reports(const std::vector<detail::RankReport>& reports,
-                     const std::vector<size_t>& missing) DDP_REQUIRES(mutex_);
   void write_back_averages(const detail::IterationStatus& status) DDP_REQUIRES(mutex_);
   void end_synchronized_iteration(const detail::IterationStatus& status) DDP_REQUIRES(mutex_);
   void detach_grad_from_bucket(size_t i) DDP_REQUIRES(mutex_);
@@ -138,12 +136,11 @@ class Reducer::Impl {
   bool last_ended_ DDP_GUARDED_BY(mutex_) = false;
   detail::StaticGraph static_graph_ DDP_GUARDED_BY(mutex_);
   detail::LayerDrop layer_drop_ DDP_GUARDED_BY(mutex_){params_};
-  std::vector<size_t> hints_broken_ DDP_GUARDED_BY(mutex_);  // this status's, on this rank
-  int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;            // synchronized ones completed
-  int64_t forwards_ DDP_GUARDED_BY(mutex_) = 0;        // forward passes, no_sync ones unless uneven
+  int64_t iterations_ DDP_GUARDED_BY(mutex_) = 0;      // synchronized ones completed
   bool uneven_inputs_ DDP_GUARDED_BY(mutex_) = false;  // set_uneven_inputs
-  int64_t stray_after_ DDP_GUARDED_BY(mutex_) =
-      -1;  // >= 0: a stray backward ran after forward #this
+  // What this rank reports at the end of each synchronized backward, and the
+  // decision the ranks take together (constructed once group_ is checked).
+  detail::IterationAgreement agreement_ DDP_GUARDED_BY(mutex_);
   // What gradients are divided by: the world size, unless set_divisor.
   at::Tensor divisor_ DDP_GUARDED_BY(mutex_) =
       at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);

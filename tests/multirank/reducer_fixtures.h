@@ -141,7 +141,7 @@ inline ReducerOptions one_per_bucket() {
   return ReducerOptions().bucket_cap_bytes(1).first_bucket_cap_bytes(1);
 }
 
-// The end-of-backward status allreduce (iteration_status.h): any allreduce
+// The end-of-backward status allreduce (iteration_agreement.h): any allreduce
 // whose size is none of the parameters' (3, 5, 7, and 2 for a spare one).
 inline bool is_status(const std::string& e) {
   if (e.rfind("allreduce ", 0) != 0) return false;

@@ -1,4 +1,4 @@
-#include "reducer/iteration_status.h"
+#include "reducer/iteration_agreement.h"
 
 #include <ddp/errors.h>
 
@@ -69,57 +69,7 @@ std::string hex(uint64_t h) {
   return buf;
 }
 
-}  // namespace
-
-IterationStatus::IterationStatus(int64_t bitmap_len, int rank, int size)
-    : bitmap_len_(bitmap_len),
-      rank_(rank),
-      size_(size),
-      tensor_(at::zeros({bitmap_len + kSlots * size}, at::kInt)) {}
-
-void IterationStatus::write(const RankReport& mine) {
-  int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * rank_;
-  slot[0] = kMarker;
-  slot[1] = mine.missing;
-  slot[2] = mine.forwards;
-  slot[3] = mine.stray_after;
-  slot[4] = static_cast<int32_t>(mine.tally.count);
-  slot[5] = static_cast<int32_t>(mine.tally.hash & 0xffffffffu);
-  slot[6] = static_cast<int32_t>(mine.tally.hash >> 32);
-  slot[7] = mine.joined ? 1 : 0;
-  slot[8] = mine.hints_broken;
-}
-
-std::vector<RankReport> IterationStatus::read() const {
-  std::vector<RankReport> out(size_);
-  std::vector<int> garbled;
-  for (int r = 0; r < size_; ++r) {
-    const int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * r;
-    if (slot[0] != kMarker) garbled.push_back(r);
-    RankReport& rep = out[r];
-    rep.missing = slot[1];
-    rep.forwards = slot[2];
-    rep.stray_after = slot[3];
-    rep.tally.count = static_cast<uint32_t>(slot[4]);
-    rep.tally.hash = static_cast<uint32_t>(slot[5]) |
-                     (static_cast<uint64_t>(static_cast<uint32_t>(slot[6])) << 32);
-    rep.joined = slot[7] != 0;
-    rep.hints_broken = slot[8];
-  }
-  if (!garbled.empty()) {
-    throw CommunicationError(
-        "ddp: rank " + std::to_string(rank_) +
-        ": the end-of-backward status exchange came "
-        "back garbled (" +
-        rank_list(garbled) +
-        "): on some rank it met a different collective, "
-        "so the ranks' collectives are out of step (a rank issued a collective the others did "
-        "not, or skipped one). No gradient was written; the group's later results cannot be "
-        "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
-  }
-  return out;
-}
-
+// The first rank that still trains (not joined); 0 when all joined.
 size_t first_training(const std::vector<RankReport>& reports) {
   for (size_t r = 0; r < reports.size(); ++r) {
     if (!reports[r].joined) return r;
@@ -127,6 +77,10 @@ size_t first_training(const std::vector<RankReport>& reports) {
   return 0;
 }
 
+// Different numbers of forward passes (a skipped backward, an extra
+// micro-step), a backward no forward prepared (backward() twice), or
+// different collectives. Missing gradients are reported apart, naming the
+// parameters.
 void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
   // A rank that joined (Join) shadows the others: its count of forward
   // passes is its own, and it runs no backward.
@@ -193,6 +147,8 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
   throw mismatch;
 }
 
+// Some rank's parameters got no gradient: the ranks, and this rank's
+// parameters (`missing`, indices into `names`).
 void check_no_missing_gradient(const std::vector<RankReport>& reports,
                                const std::vector<size_t>& missing,
                                const std::vector<std::string>& names, int rank) {
@@ -207,6 +163,7 @@ void check_no_missing_gradient(const std::vector<RankReport>& reports,
       "parameters_to_ignore.");
 }
 
+// The same for parameters hinted unused (layer_drop.h) that got a gradient.
 void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& broken,
                       const std::vector<std::string>& names, int rank) {
   const std::string where = ranks_and_parameters(reports, &RankReport::hints_broken, broken, names);
@@ -216,6 +173,84 @@ void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<
       ": parameters hinted unused (hint_unused_parameters) got a gradient on rank(s) " + where +
       "\nNo gradient was averaged or written. A hint says that the next forward uses the "
       "parameter on no rank: hint only the layers that forward skips.");
+}
+
+}  // namespace
+
+IterationStatus::IterationStatus(int64_t bitmap_len, int rank, int size)
+    : bitmap_len_(bitmap_len),
+      rank_(rank),
+      size_(size),
+      tensor_(at::zeros({bitmap_len + kSlots * size}, at::kInt)) {}
+
+void IterationStatus::write(const RankReport& mine) {
+  int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * rank_;
+  slot[0] = kMarker;
+  slot[1] = mine.missing;
+  slot[2] = mine.forwards;
+  slot[3] = mine.stray_after;
+  slot[4] = static_cast<int32_t>(mine.tally.count);
+  slot[5] = static_cast<int32_t>(mine.tally.hash & 0xffffffffu);
+  slot[6] = static_cast<int32_t>(mine.tally.hash >> 32);
+  slot[7] = mine.joined ? 1 : 0;
+  slot[8] = mine.hints_broken;
+}
+
+std::vector<RankReport> IterationStatus::read() const {
+  std::vector<RankReport> out(size_);
+  std::vector<int> garbled;
+  for (int r = 0; r < size_; ++r) {
+    const int32_t* slot = tensor_.data_ptr<int32_t>() + bitmap_len_ + kSlots * r;
+    if (slot[0] != kMarker) garbled.push_back(r);
+    RankReport& rep = out[r];
+    rep.missing = slot[1];
+    rep.forwards = slot[2];
+    rep.stray_after = slot[3];
+    rep.tally.count = static_cast<uint32_t>(slot[4]);
+    rep.tally.hash = static_cast<uint32_t>(slot[5]) |
+                     (static_cast<uint64_t>(static_cast<uint32_t>(slot[6])) << 32);
+    rep.joined = slot[7] != 0;
+    rep.hints_broken = slot[8];
+  }
+  if (!garbled.empty()) {
+    throw CommunicationError(
+        "ddp: rank " + std::to_string(rank_) +
+        ": the end-of-backward status exchange came "
+        "back garbled (" +
+        rank_list(garbled) +
+        "): on some rank it met a different collective, "
+        "so the ranks' collectives are out of step (a rank issued a collective the others did "
+        "not, or skipped one). No gradient was written; the group's later results cannot be "
+        "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
+  }
+  return out;
+}
+
+IterationAgreement::IterationAgreement(int rank, int size) : rank_(rank), size_(size) {}
+
+IterationStatus IterationAgreement::status(int64_t bitmap_len, const IterationOutcome& mine) const {
+  IterationStatus status(bitmap_len, rank_, size_);
+  RankReport report;
+  report.missing = static_cast<int32_t>(mine.missing.size());
+  report.forwards = static_cast<int32_t>(forwards_);
+  report.stray_after = static_cast<int32_t>(stray_after_);
+  report.tally = mine.tally;
+  report.joined = mine.joined;
+  report.hints_broken = static_cast<int32_t>(mine.hints_broken.size());
+  status.write(report);
+  return status;
+}
+
+void IterationAgreement::decide(const IterationStatus& status, const IterationOutcome& mine,
+                                const std::vector<std::string>& names) {
+  const std::vector<RankReport> reports = status.read();
+  stray_after_ = -1;
+  // Equal among the ranks that train, unless this raises; a rank that
+  // joined catches up, so it is in step when it trains again.
+  forwards_ = reports[first_training(reports)].forwards;
+  check_same_iteration(reports, rank_);
+  check_hints_kept(reports, mine.hints_broken, names, rank_);
+  check_no_missing_gradient(reports, mine.missing, names, rank_);
 }
 
 }  // namespace ddp::detail
