@@ -17,7 +17,7 @@ DDPRUN=$1/tools/ddprun/ddprun
 TRAIN=$1/examples/train
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddp-resume-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-FAILURES=0
+. "$(dirname "$0")/../support/tap.sh"
 LIMIT=90  # seconds any one job may take before the test kills it
 
 # 2 epochs of 64 steps on 2 ranks; 2 ranks so that the sums are exact in
@@ -27,14 +27,6 @@ JOB=(--data synthetic --float64 --train-size 4096 --epochs 2 --batch-size 32 --d
 STEPS=128
 EVERY=10
 
-pass() { echo "ok - $1"; }
-fail() {
-  echo "not ok - $1"
-  shift
-  local line
-  for line in "$@"; do echo "#   $line"; done
-  FAILURES=$((FAILURES + 1))
-}
 final_hash() { sed -n 's/^\[rank 0\] final: parameters fnv1a64 \([0-9a-f]*\)$/\1/p' "$1"; }
 step_lines() { grep -cE '^\[rank 0\] epoch [0-9]+/2 step' "$1" || true; }
 
@@ -110,8 +102,4 @@ echo "# kill steps: ${steps[*]} (rerun with KILL_STEPS=\"${steps[*]}\")"
 killed_run 0 "${steps[0]}"
 killed_run 1 "${steps[1]}"
 
-if [[ $FAILURES -ne 0 ]]; then
-  echo "$FAILURES check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+finish

@@ -25,14 +25,6 @@ LIMIT=60  # seconds any one job may take before the test kills it
 STEPS=40
 . "$(dirname "$0")/../support/tap.sh"
 
-pass() { ok "$1"; }
-# fail DESCRIPTION [DETAIL...]: not ok, then each detail as a comment line.
-fail() {
-  not_ok "$1"
-  shift
-  local line
-  for line in "$@"; do echo "#   $line"; done
-}
 wanted() { [[ ${#CASES[@]} -eq 0 || " ${CASES[*]} " == *" $1 "* ]]; }
 final_hash() { sed -n 's/.*final: steps [0-9]*, world \([0-9]*\), state fnv1a64 \([0-9a-f]*\)$/\1 \2/p' "$1"; }
 resumed_at() { sed -n "s/.*generation $2: world [0-9]*, members [0-9,]*, resumed at step \([0-9]*\)$/\1/p" "$1"; }

@@ -14,19 +14,14 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 OUT=$WORK/out
 ERR=$WORK/err
-FAILURES=0
 LIMIT=30  # seconds any single ddprun run may take before the test kills it
 
-pass() { echo "ok - $1"; }
-fail() {
-  echo "not ok - $1"
-  shift
-  local line
-  for line in "$@"; do echo "#   ${line//$'\n'/ | }"; done
-  echo "#   exit status: ${RC:-?}"
-  echo "#   stdout: $(head -c 2000 "$OUT" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')"
-  echo "#   stderr: $(head -c 2000 "$ERR" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')"
-  FAILURES=$((FAILURES + 1))
+. "$(dirname "$0")/../support/tap.sh"
+# A failed check shows the last ddprun run: its exit status and output.
+fail_check() {
+  fail "$@" "exit status: ${RC:-?}" \
+    "stdout: $(head -c 2000 "$OUT" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')" \
+    "stderr: $(head -c 2000 "$ERR" 2>/dev/null | sed 's/^/|/' | tr '\n' ' ')"
 }
 
 # Runs ddprun with the given arguments, stdout/stderr to $OUT/$ERR, status in
@@ -77,7 +72,7 @@ port1=$(sed -n 's/^\[rank 1\] 1 2 1 2 127\.0\.0\.1 \([0-9][0-9]*\)$/\1/p' "$OUT"
 if [[ $RC -eq 0 && $(wc -l <"$OUT") -eq 2 && -n $port0 && $port0 == "$port1" && $port0 -gt 0 ]]; then
   pass "two ranks get RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
 else
-  fail "two ranks get RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT" \
+  fail_check "two ranks get RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT" \
     "expected '[rank R] R 2 R 2 127.0.0.1 PORT' for R = 0, 1 with one PORT > 0, exit 0"
 fi
 
@@ -89,7 +84,7 @@ expected=$'[rank 2] 2 4 0 2 1 1 127.0.0.1 29999\n[rank 3] 3 4 1 2 1 1 127.0.0.1 
 if [[ $RC -eq 0 && $(sort "$OUT") == "$expected" ]]; then
   pass "node rank 1 of 2 gets RANK 2 and 3, WORLD_SIZE 4"
 else
-  fail "node rank 1 of 2 gets RANK 2 and 3, WORLD_SIZE 4" "expected: $expected"
+  fail_check "node rank 1 of 2 gets RANK 2 and 3, WORLD_SIZE 4" "expected: $expected"
 fi
 
 # ----------------------------------------------------- --flag=value forms
@@ -98,7 +93,7 @@ run_ddprun --nproc-per-node=2 --master-port=29876 --master-addr=localhost -- sh 
 if [[ $RC -eq 0 && $(sort "$OUT") == $'[rank 0] localhost:29876\n[rank 1] localhost:29876' ]]; then
   pass "--flag=value forms"
 else
-  fail "--flag=value forms" "expected two lines 'localhost:29876'"
+  fail_check "--flag=value forms" "expected two lines 'localhost:29876'"
 fi
 
 # --------------------------------------------------------- 3. rank fails
@@ -106,7 +101,7 @@ run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 
 if [[ $RC -eq 3 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "exited with status 3"; then
   pass "rank 1 exits 3: ddprun stops rank 0 and exits 3 (${ELAPSED}s)"
 else
-  fail "rank 1 exits 3: ddprun stops rank 0 and exits 3" \
+  fail_check "rank 1 exits 3: ddprun stops rank 0 and exits 3" \
     "expected exit 3 within 8 s (took ${ELAPSED}s), stderr naming rank 1 and status 3"
 fi
 
@@ -116,7 +111,7 @@ run_ddprun --nproc-per-node 2 sh -c \
 if [[ $RC -eq 5 ]] && has "$ERR" "rank 0 (pid" && ! has "$ERR" "status 7"; then
   pass "the first failing rank decides the exit status"
 else
-  fail "the first failing rank decides the exit status" "expected exit 5 (rank 1 exits 7 only when stopped)"
+  fail_check "the first failing rank decides the exit status" "expected exit 5 (rank 1 exits 7 only when stopped)"
 fi
 
 # ------------------------------------------------------ 4. rank killed
@@ -124,7 +119,7 @@ run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sl
 if [[ $RC -eq 137 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "signal 9"; then
   pass "rank 1 killed by signal 9: ddprun exits 137"
 else
-  fail "rank 1 killed by signal 9: ddprun exits 137" \
+  fail_check "rank 1 killed by signal 9: ddprun exits 137" \
     "expected exit 137 within 8 s, stderr naming rank 1 and signal 9"
 fi
 
@@ -140,7 +135,7 @@ wait_ddprun
 if [[ $RC -eq 143 ]] && has "$OUT" "[rank 0] got TERM" && has "$OUT" "[rank 1] got TERM"; then
   pass "SIGTERM is forwarded to every rank and ddprun exits 143"
 else
-  fail "SIGTERM is forwarded to every rank and ddprun exits 143" \
+  fail_check "SIGTERM is forwarded to every rank and ddprun exits 143" \
     "expected exit 143 and '[rank R] got TERM' for R = 0, 1"
 fi
 
@@ -155,7 +150,7 @@ wait_ddprun
 if [[ $RC -eq 143 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "SIGKILL"; then
   pass "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1 (${ELAPSED}s)"
 else
-  fail "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1" \
+  fail_check "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1" \
     "expected exit 143 within 8 s and stderr naming rank 1 and SIGKILL"
 fi
 
@@ -164,14 +159,14 @@ run_ddprun --nproc-per-node 2 --no-prefix sh -c 'echo "hello $RANK"'
 if [[ $RC -eq 0 && $(sort "$OUT") == $'hello 0\nhello 1' ]]; then
   pass "--no-prefix leaves output unprefixed"
 else
-  fail "--no-prefix leaves output unprefixed" "expected lines 'hello 0' and 'hello 1'"
+  fail_check "--no-prefix leaves output unprefixed" "expected lines 'hello 0' and 'hello 1'"
 fi
 
 run_ddprun --nproc-per-node 2 sh -c 'printf "partial-%s" "$RANK"'
 if [[ $RC -eq 0 && $(sort "$OUT") == $'[rank 0] partial-0\n[rank 1] partial-1' ]]; then
   pass "a final line without newline is printed with the prefix"
 else
-  fail "a final line without newline is printed with the prefix" \
+  fail_check "a final line without newline is printed with the prefix" \
     "expected lines '[rank 0] partial-0' and '[rank 1] partial-1'"
 fi
 
@@ -179,7 +174,7 @@ run_ddprun --nproc-per-node 2 sh -c 'echo "to-stderr $RANK" >&2'
 if [[ $RC -eq 0 && ! -s $OUT && $(sort "$ERR") == $'[rank 0] to-stderr 0\n[rank 1] to-stderr 1' ]]; then
   pass "stderr lines go to stderr, prefixed"
 else
-  fail "stderr lines go to stderr, prefixed" "expected only stderr, '[rank R] to-stderr R'"
+  fail_check "stderr lines go to stderr, prefixed" "expected only stderr, '[rank R] to-stderr R'"
 fi
 
 # awk writes in large blocks that split lines at arbitrary points.
@@ -189,7 +184,7 @@ good=$(grep -cE '^\[rank ([0-3])\] \1-0{300}-end$' "$OUT" || true)
 if [[ $RC -eq 0 && $good -eq 12000 && $(wc -l <"$OUT") -eq 12000 ]]; then
   pass "lines of 4 busy ranks are never mixed mid-line"
 else
-  fail "lines of 4 busy ranks are never mixed mid-line" "expected 12000 intact lines, got $good"
+  fail_check "lines of 4 busy ranks are never mixed mid-line" "expected 12000 intact lines, got $good"
 fi
 
 # ------------------------------------------------------- 7. bad arguments
@@ -200,7 +195,7 @@ check_usage_error() {
   if [[ $RC -eq 2 && $(wc -l <"$ERR") -eq 1 ]] && has "$ERR" "$needle" && has "$ERR" "see ddprun --help"; then
     pass "$name"
   else
-    fail "$name" "expected exit 2 and one stderr line naming '$needle' and 'see ddprun --help'"
+    fail_check "$name" "expected exit 2 and one stderr line naming '$needle' and 'see ddprun --help'"
   fi
 }
 check_usage_error "missing program" "program" --nproc-per-node 2
@@ -231,7 +226,7 @@ run_ddprun --nproc-per-node 2 --nnodes 1:3 sh -c 'echo "$DDP_ELASTIC_MIN_WORLD_S
 if [[ $RC -eq 0 ]] && [[ $(grep -c '\] 2 6$' "$OUT") -eq 2 ]]; then
   pass "--nnodes 1:3 with 2 ranks a machine: an elastic job of 2 to 6 ranks"
 else
-  fail "--nnodes 1:3 with 2 ranks a machine: an elastic job of 2 to 6 ranks" \
+  fail_check "--nnodes 1:3 with 2 ranks a machine: an elastic job of 2 to 6 ranks" \
     "expected each rank to print '2 6'"
 fi
 
@@ -240,14 +235,14 @@ if [[ $RC -eq 0 ]] && has "$OUT" "--nproc-per-node" && has "$OUT" "--grace-perio
   has "$OUT" "--no-prefix" && has "$OUT" "LOCAL_WORLD_SIZE" && has "$OUT" "MASTER_PORT"; then
   pass "--help lists flags and environment"
 else
-  fail "--help lists flags and environment" "expected exit 0 and the usage text on stdout"
+  fail_check "--help lists flags and environment" "expected exit 0 and the usage text on stdout"
 fi
 
 run_ddprun --nproc-per-node 2 ddprun-test-no-such-program --flag
 if [[ $RC -eq 127 && $ELAPSED -le 8 ]] && has "$ERR" "ddprun-test-no-such-program"; then
   pass "a program that does not exist: exit 127 naming it"
 else
-  fail "a program that does not exist: exit 127 naming it" \
+  fail_check "a program that does not exist: exit 127 naming it" \
     "expected exit 127 and stderr naming ddprun-test-no-such-program"
 fi
 
@@ -262,7 +257,7 @@ if [[ $RC -eq 0 ]] && has "$OUT" "[rank 1] attempt 1 1" && [[ $ports -eq 2 ]] &&
    has_re "$ERR" "restarting every rank \(restart 1 of 1\) after: rank 1 \(pid [0-9]+\) exited with status 3"; then
   pass "--max-restarts 1: a rank fails once, the job restarts on a fresh port and completes"
 else
-  fail "--max-restarts 1: a rank fails once, the job restarts on a fresh port and completes" \
+  fail_check "--max-restarts 1: a rank fails once, the job restarts on a fresh port and completes" \
     "expected exit 0, attempt 1 on rank 1, two ports, and the restart named"
 fi
 run_ddprun --nproc-per-node 2 --max-restarts 2 sh -c 'if [ "$RANK" = 1 ]; then exit 4; fi; sleep 10'
@@ -270,13 +265,9 @@ if [[ $RC -eq 4 && $ELAPSED -le 20 ]] &&
    has_re "$ERR" "giving up after 2 restart\(s\); the last failure: rank 1 \(pid [0-9]+\) exited with status 4"; then
   pass "--max-restarts 2: a job that keeps failing gives up with the last failure's status"
 else
-  fail "--max-restarts 2: a job that keeps failing gives up with the last failure's status" \
+  fail_check "--max-restarts 2: a job that keeps failing gives up with the last failure's status" \
     "expected exit 4 naming the last failure"
 fi
 
 echo
-if [[ $FAILURES -ne 0 ]]; then
-  echo "$FAILURES check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+finish

@@ -9,19 +9,18 @@ demo=$build/examples/collectives
 fault=$build/tests/multiprocess/fault_rank
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-failed=0
-ok() { echo "ok - $1"; }
-not_ok() { echo "not ok - $1"; echo "--- output:"; cat "$tmp/out" "$tmp/err" 2>/dev/null | head -40; failed=1; }
+. "$(dirname "$0")/../support/tap.sh"
+# A failed check shows the last command's output.
+not_ok_run() { fail "$1"; echo "--- output:"; cat "$tmp/out" "$tmp/err" 2>/dev/null | head -40; }
 # expect NAME STATUS PATTERN -- command...: runs it (bounded), checks status and stdout+stderr.
 expect() {
   local name=$1 status=$2 pattern=$3; shift 4
   timeout -s KILL 120 "$@" >"$tmp/out" 2>"$tmp/err"
   local got=$?
-  if [ "$got" -ne "$status" ]; then not_ok "$name (exit $got, expected $status)"; return; fi
-  if ! cat "$tmp/out" "$tmp/err" | grep -q -E -- "$pattern"; then not_ok "$name (no '$pattern')"; return; fi
+  if [ "$got" -ne "$status" ]; then not_ok_run "$name (exit $got, expected $status)"; return; fi
+  if ! cat "$tmp/out" "$tmp/err" | grep -q -E -- "$pattern"; then not_ok_run "$name (no '$pattern')"; return; fi
   ok "$name"
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 expect "ddprun, 2 ranks, the default backend (one host: shm)" 0 "rank 1 of 2 \[shm\].*all correct" -- "$ddprun" --nproc-per-node 2 "$demo"
 expect "ddprun, 2 ranks, DDP_BACKEND=gloo" 0 "rank 1 of 2 \[gloo\].*all correct" -- env DDP_BACKEND=gloo "$ddprun" --nproc-per-node 2 "$demo"
@@ -107,14 +106,14 @@ for timeout_s in 60 3; do
   start=$SECONDS
   expect "a port that accepts and never answers (rendezvous timeout $timeout_s s)" 1 "the rendezvous store at 127.0.0.1:$port accepted the connection but did not answer the store's handshake within [0-9]+ ms: another program holds that port" \
     -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_RENDEZVOUS_TIMEOUT_S=$timeout_s "$demo"
-  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "silent port took $((SECONDS - start)) s"
+  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok_run "silent port took $((SECONDS - start)) s"
 done
 kill $holder 2>/dev/null
 for r in 0 1; do
   start=$SECONDS
   expect "rank $r: MASTER_ADDR that does not resolve" 1 "MASTER_ADDR='no-such-host.invalid' does not resolve to an address" \
     -- env RANK=$r WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT="$(free_port)" DDP_RENDEZVOUS_TIMEOUT_S=3 "$demo"
-  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok "unresolvable took $((SECONDS - start)) s"
+  [ $((SECONDS - start)) -le 10 ] && ok "... within 10 s" || not_ok_run "unresolvable took $((SECONDS - start)) s"
 done
 
 # A rank killed with SIGKILL mid-allreduce: the others fail, naming it. Gloo
@@ -131,11 +130,11 @@ for _ in $(seq 50); do [ -s "$tmp/fault2" ] && break; sleep 0.2; done
 if grep -q -E "lost the connection to rank 1|first failure reported: rank [0-9]: lost the connection to rank 1|Rank\(s\) 1 have not reported a failure" "$tmp/fault2"; then
   ok "kill -9 mid-collective: rank 2 names rank 1"
 else
-  echo "not ok - kill -9 mid-collective: rank 2 names rank 1"; cat "$tmp/fault2"; failed=1
+  fail "kill -9 mid-collective: rank 2 names rank 1"; cat "$tmp/fault2"
 fi
 elapsed=$(( $(date +%s) - start ))
 if [ "$elapsed" -lt 20 ]; then ok "survivors failed within the timeout (${elapsed}s < 20s)"; else
-  echo "not ok - survivors took ${elapsed}s"; failed=1; fi
+  fail "survivors took ${elapsed}s"; fi
 # Rank 0, the store's host, stopped (SIGSTOP) rather than dead: the others
 # fail after DDP_TIMEOUT (overriding the program's 600 s), name the
 # unresponsive store host, and exit promptly (a store call without deadline
@@ -146,7 +145,7 @@ stopped=$!
 start=$SECONDS
 expect "SIGSTOP of rank 0: rank 1 names it and exits" 3 "Timed out.*The store hosted by rank 0 does not answer either \(within [0-9]+ ms\): rank 0 is stopped" \
   -- env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 0 --after 3 --timeout-s 600 --fault stop
-[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 0: rank 1 took $((SECONDS - start)) s"
+[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok_run "stopped rank 0: rank 1 took $((SECONDS - start)) s"
 { kill -KILL $stopped && wait $stopped; } 2>/dev/null
 # Rank 1 of 3 stopped: the others name it as the rank that does not respond.
 port=$(free_port)
@@ -156,17 +155,16 @@ done
 start=$SECONDS
 expect "SIGSTOP of rank 1: rank 2 names it" 3 "[Rr]ank\(s\) 1 (did not report this failure|have not reported)" \
   -- env RANK=2 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=3 "$fault" --victim 1 --after 3 --timeout-s 600 --fault stop
-[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok "stopped rank 1: rank 2 took $((SECONDS - start)) s"
+[ $((SECONDS - start)) -le 25 ] && ok "... within 25 s ($((SECONDS - start)) s)" || not_ok_run "stopped rank 1: rank 2 took $((SECONDS - start)) s"
 for p in $(jobs -p); do { kill -KILL $p && wait $p; } 2>/dev/null; done
 # A rank that finished normally is not said to have been killed.
 port=$(free_port)
 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 --fault exit >"$tmp/exit1" 2>&1 &
 expect "a rank that returned from main: named as such" 3 "rank 1 had closed its process group without a failure" \
   -- env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$fault" --victim 1 --after 3 --timeout-s 20 --fault exit
-if grep -q "killed" "$tmp/out" "$tmp/err"; then not_ok "a rank that returned from main was said to be killed"; else ok "... and not said to be killed"; fi
+if grep -q "killed" "$tmp/out" "$tmp/err"; then not_ok_run "a rank that returned from main was said to be killed"; else ok "... and not said to be killed"; fi
 
 expect "ddprun names the killed rank and exits 137" 137 "ddprun: rank 1 \(pid [0-9]+\) was killed by signal 9" \
   -- "$ddprun" --nproc-per-node 3 "$fault" --victim 1 --after 3 --timeout-s 20
 
-[ "$failed" -eq 0 ] && echo "all checks passed"
-exit $failed
+finish

@@ -16,6 +16,24 @@ check() {
   if [[ $1 -eq 0 ]]; then ok "$2"; else not_ok "$2" "${3:-}"; fi
 }
 
+# fail DESCRIPTION [DETAIL...]: not ok, then each detail as a comment line.
+fail() {
+  not_ok "$1"
+  shift
+  local line
+  for line in "$@"; do echo "#   ${line//$'\n'/ | }"; done
+}
+pass() { ok "$1"; }
+# finish: the summary line and the exit status (1 when a check failed).
+finish() {
+  if [[ $failed -ne 0 ]]; then
+    echo "some checks failed"
+    exit 1
+  fi
+  echo "all checks passed"
+  exit 0
+}
+
 # A TCP port free on 127.0.0.1 now.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
