@@ -8,7 +8,7 @@
 //   mpirun -np 2 mpi_sweep --kill       rank 1 dies in a collective
 // Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
 #include "common/expectations.h"
-#include "multiprocess/tap.h"
+#include "support/tap.h"
 
 #include "collectives/checked_process_group.h"
 

@@ -1,9 +1,9 @@
-// Communication hooks on real ranks: ddprun --nproc-per-node N comm_hooks_test
-// Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
-// With --device cuda the hooks' gradient checks (default hooks, PowerSGD)
-// run on the GPU (test_device.h).
-#include "tap.h"
-#include "test_device.h"
+// Communication hooks on real ranks, one process each (GoogleTest,
+// support/rank_gtest.h): ddprun --nproc-per-node N comm_hooks_test
+// With --device cuda the hooks' gradient checks (CommHooks.Default*,
+// CommHooks.PowerSgd*) run on the GPU.
+#include "support/error_of.h"
+#include "support/rank_gtest.h"
 
 #include <ddp/ddp.h>
 
@@ -13,9 +13,6 @@ namespace ddp::testing {
 namespace {
 
 using Hooked = std::function<void(DistributedDataParallel&)>;
-
-// Where gradients() trains (--device).
-torch::Device g_device = torch::kCPU;
 
 torch::nn::Sequential mlp(std::vector<int64_t> widths, bool bias = true) {
   torch::nn::Sequential net;
@@ -32,14 +29,14 @@ torch::nn::Sequential mlp(std::vector<int64_t> widths, bool bias = true) {
 std::vector<torch::Tensor> gradients(const ProcessGroupPtr& pg, torch::nn::Sequential net,
                                      const Hooked& hook, const torch::Tensor& x, int steps = 3,
                                      at::ScalarType dtype = at::kDouble) {
-  net->to(g_device, dtype);
+  net->to(this_rank().device, dtype);
   DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg));
   if (hook) hook(model);
   torch::optim::SGD opt(model->parameters(), 0.1);
   std::vector<torch::Tensor> grads;
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
-    model->forward(x.to(g_device, dtype) * (s + 1)).pow(2).sum().backward();
+    model->forward(x.to(this_rank().device, dtype) * (s + 1)).pow(2).sum().backward();
     grads.clear();
     for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
     opt.step();
@@ -76,7 +73,7 @@ bool agree_across_ranks(const ProcessGroupPtr& pg, const torch::Tensor& t) {
 
 std::string num(double v) { return std::to_string(v); }
 
-void default_hooks(Tap& tap, const ProcessGroupPtr& pg) {
+void default_hooks(const ProcessGroupPtr& pg) {
   const int rank = pg->rank();
   torch::manual_seed(7 + rank);
   auto x = torch::randn({6, 16});
@@ -87,70 +84,60 @@ void default_hooks(Tap& tap, const ProcessGroupPtr& pg) {
   auto exact = gradients(pg, fresh(), {}, x);
   auto with_allreduce = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, allreduce_hook); }, x);
-  tap.check(identical(with_allreduce, exact), "allreduce_hook gives the same gradients as no hook");
+  check(identical(with_allreduce, exact), "allreduce_hook gives the same gradients as no hook");
   auto fp16 = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, fp16_compress_hook); }, x);
   auto bf16 = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, bf16_compress_hook); }, x);
-  tap.check(max_relative(fp16, exact) < 2e-3, "fp16_compress_hook within float16 precision",
-            num(max_relative(fp16, exact)));
-  tap.check(max_relative(bf16, exact) < 2e-2, "bf16_compress_hook within bfloat16 precision",
-            num(max_relative(bf16, exact)));
+  check(max_relative(fp16, exact) < 2e-3, "fp16_compress_hook within float16 precision",
+        num(max_relative(fp16, exact)));
+  check(max_relative(bf16, exact) < 2e-2, "bf16_compress_hook within bfloat16 precision",
+        num(max_relative(bf16, exact)));
   auto fp16_wrapped = gradients(
       pg, fresh(),
       [&](auto& m) { m->register_comm_hook(pg, fp16_compress_wrapper(allreduce_hook)); }, x);
   auto bf16_wrapped = gradients(
       pg, fresh(),
       [&](auto& m) { m->register_comm_hook(pg, bf16_compress_wrapper(allreduce_hook)); }, x);
-  tap.check(identical(fp16_wrapped, fp16),
-            "fp16_compress_wrapper(allreduce_hook) == fp16_compress_hook");
-  tap.check(identical(bf16_wrapped, bf16),
-            "bf16_compress_wrapper(allreduce_hook) == bf16_compress_hook");
+  check(identical(fp16_wrapped, fp16),
+        "fp16_compress_wrapper(allreduce_hook) == fp16_compress_hook");
+  check(identical(bf16_wrapped, bf16),
+        "bf16_compress_wrapper(allreduce_hook) == bf16_compress_hook");
   auto noop = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
   auto local = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
   torch::manual_seed(1);
   auto alone = mlp({16, 32, 32, 4});
-  alone->to(g_device, at::kDouble);
-  alone->forward(x.to(g_device, at::kDouble)).pow(2).sum().backward();
+  alone->to(this_rank().device, at::kDouble);
+  alone->forward(x.to(this_rank().device, at::kDouble)).pow(2).sum().backward();
   std::vector<torch::Tensor> own;
   for (auto& p : alone->parameters()) own.push_back(p.grad());
-  tap.check(max_relative(noop, own) < 1e-12 && identical(noop, local),
-            "noop_hook leaves each rank its own gradients");
+  check(max_relative(noop, own) < 1e-12 && identical(noop, local),
+        "noop_hook leaves each rank its own gradients");
 }
 
-void registration_errors(Tap& tap, const ProcessGroupPtr& pg) {
-  auto error_of = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+void registration_errors(const ProcessGroupPtr& pg) {
   DistributedDataParallel model(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   model->register_comm_hook(pg, allreduce_hook);
   std::string e = error_of([&] { model->register_comm_hook(pg, allreduce_hook); });
-  tap.check(e.find("already registered") != std::string::npos, "a second registration is an error",
-            e);
+  check(e.find("already registered") != std::string::npos, "a second registration is an error", e);
   DistributedDataParallel trained(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   trained->forward(torch::ones({2, 4})).sum().backward();
   e = error_of([&] { trained->register_comm_hook(pg, allreduce_hook); });
-  tap.check(e.find("training has started") != std::string::npos,
-            "registering after training started is an error", e);
+  check(e.find("training has started") != std::string::npos,
+        "registering after training started is an error", e);
   e = error_of([&] { PowerSGDState(pg, 1, 1); });
-  tap.check(e.find("start_powerSGD_iter must be >= 2") != std::string::npos,
-            "PowerSGDState: start_powerSGD_iter 1 with error feedback is rejected", e);
+  check(e.find("start_powerSGD_iter must be >= 2") != std::string::npos,
+        "PowerSGDState: start_powerSGD_iter 1 with error feedback is rejected", e);
   e = error_of([&] { PowerSGDState(pg, 0, 10); });
-  tap.check(e.find("matrix_approximation_rank must be >= 1") != std::string::npos,
-            "PowerSGDState: rank 0 is rejected", e);
+  check(e.find("matrix_approximation_rank must be >= 1") != std::string::npos,
+        "PowerSGDState: rank 0 is rejected", e);
   e = error_of([&] { PowerSGDState(pg, 1, 1, 2, false, false); });
-  tap.check(e == "no error", "PowerSGDState: start 1 is fine without error feedback and warm start",
-            e);
+  check(e == "no error", "PowerSGDState: start 1 is fine without error feedback and warm start", e);
 }
 
-void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
+void powersgd(const ProcessGroupPtr& pg) {
   const int rank = pg->rank();
   // Rank-1 gradients on purpose: every input lies on one direction u, so
   // each rank's weight gradient, and their sum, is (something) u^T.
@@ -170,12 +157,12 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
         state = m->register_comm_hook(PowerSGDState(pg, 1, 0, 2, false, false), powerSGD_hook);
       },
       x);
-  tap.check(max_relative(compressed, exact) < 1e-9,
-            "powerSGD_hook, rank 1 on rank-1 gradients: the exact average",
-            num(max_relative(compressed, exact)));
-  tap.check(state->compression_stats().numel_after == 3 * (16 + 8) &&
-                state->compression_stats().numel_before == 3 * 16 * 8,
-            "compression statistics count what was sent");
+  check(max_relative(compressed, exact) < 1e-9,
+        "powerSGD_hook, rank 1 on rank-1 gradients: the exact average",
+        num(max_relative(compressed, exact)));
+  check(state->compression_stats().numel_after == 3 * (16 + 8) &&
+            state->compression_stats().numel_before == 3 * 16 * 8,
+        "compression statistics count what was sent");
 
   // Batched PowerSGD at full rank (side x side) is exact too.
   auto fresh_small = [] {
@@ -191,9 +178,9 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
         m->register_comm_hook(PowerSGDState(pg, 9, 0, 2, false, false), batched_powerSGD_hook);
       },
       x_small);
-  tap.check(max_relative(batched, exact_small) < 1e-9,
-            "batched_powerSGD_hook at full rank: the exact average",
-            num(max_relative(batched, exact_small)));
+  check(max_relative(batched, exact_small) < 1e-9,
+        "batched_powerSGD_hook at full rank: the exact average",
+        num(max_relative(batched, exact_small)));
 
   // min_compression_rate 2, rank 1: a 4 x 3 weight goes uncompressed
   // ((4 + 3) * 2 >= 12: exact), a 64 x 4 one compressed ((64 + 4) * 2 < 256).
@@ -214,11 +201,11 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
       },
       x3, 1);
   auto stats = state->compression_stats();
-  tap.check(stats.numel_before == 12 + 256 && stats.numel_after == 12 + 68,
-            "min_compression_rate: only the 64 x 4 weight is compressed",
-            std::to_string(stats.numel_before) + " -> " + std::to_string(stats.numel_after));
-  tap.check(max_relative({mixed[0]}, {exact_mixed[0]}) < 1e-12,
-            "uncompressed tensors get the exact average");
+  check(stats.numel_before == 12 + 256 && stats.numel_after == 12 + 68,
+        "min_compression_rate: only the 64 x 4 weight is compressed",
+        std::to_string(stats.numel_before) + " -> " + std::to_string(stats.numel_after));
+  check(max_relative({mixed[0]}, {exact_mixed[0]}) < 1e-12,
+        "uncompressed tensors get the exact average");
 
   // Error feedback: sum of applied gradients + final error == sum of true
   // gradients (e_t = g_t + e_{t-1} - applied_t), on every rank.
@@ -257,12 +244,12 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
       auto& q = state->q_memory().begin()->second;
       if (q_storage && q.data_ptr() != q_storage) warm_reused = false;
       q_storage = q.data_ptr();
-      tap.check(agree_across_ranks(pg, q),
-                "step " + std::to_string(step) + ": every rank has the same Q");
+      check(agree_across_ranks(pg, q),
+            "step " + std::to_string(step) + ": every rank has the same Q");
     }
   }
-  tap.check(warm_reused, "warm start keeps reusing the same Q memory");
-  tap.check(state->iter() == 8, "PowerSGDState counts iterations", std::to_string(state->iter()));
+  check(warm_reused, "warm start keeps reusing the same Q memory");
+  check(state->iter() == 8, "PowerSGDState counts iterations", std::to_string(state->iter()));
   // Mean over ranks of (truth - error) must equal the applied sum.
   torch::Tensor flat_truth =
       torch::cat({truth[0].view(-1), truth[1].view(-1), truth[2].view(-1), truth[3].view(-1)});
@@ -284,13 +271,12 @@ void powersgd(Tap& tap, const ProcessGroupPtr& pg) {
   residual /= pg->size();
   double diff = (residual - flat_applied).abs().max().item<double>() /
                 flat_applied.abs().max().item<double>();
-  tap.check(diff < 1e-9, "error feedback: applied updates + final error == true gradients",
-            num(diff));
+  check(diff < 1e-9, "error feedback: applied updates + final error == true gradients", num(diff));
 }
 
 // Many buckets in flight, many iterations: chained collectives must come in
 // the same order on every rank (PyTorch 1.13 aborts here over Gloo).
-void many_buckets(Tap& tap, const ProcessGroupPtr& pg) {
+void many_buckets(const ProcessGroupPtr& pg) {
   torch::manual_seed(1);
   auto net = mlp({64, 256, 256, 256, 256, 256, 256, 10});
   DistributedDataParallel model(
@@ -307,14 +293,14 @@ void many_buckets(Tap& tap, const ProcessGroupPtr& pg) {
   }
   bool same = true;
   for (auto& p : model->parameters()) same = same && agree_across_ranks(pg, p.detach());
-  tap.check(same && model->stats().bucket_count() > 4,
-            "PowerSGD with " + std::to_string(model->stats().bucket_count()) +
-                " buckets for 30 iterations: no abort, parameters identical on every rank");
+  check(same && model->stats().bucket_count() > 4,
+        "PowerSGD with " + std::to_string(model->stats().bucket_count()) +
+            " buckets for 30 iterations: no abort, parameters identical on every rank");
 }
 
 // A small real task: PowerSGD ranks 2 and 4 and both compress hooks end
 // within 5% of uncompressed DDP's loss after the same steps.
-void convergence(Tap& tap, const ProcessGroupPtr& pg) {
+void convergence(const ProcessGroupPtr& pg) {
   const int rank = pg->rank(), n = pg->size();
   torch::manual_seed(100);
   auto centers = torch::randn({10, 32}) * 0.3;  // overlapping classes: loss stays well above 0
@@ -356,28 +342,16 @@ void convergence(Tap& tap, const ProcessGroupPtr& pg) {
   };
   for (auto& c : cases) {
     double loss = train(c.name, c.hook);
-    tap.check(loss <= 1.05 * plain, "convergence: " + c.name + " final loss " + num(loss) +
-                                        " vs uncompressed " + num(plain));
+    check(loss <= 1.05 * plain,
+          "convergence: " + c.name + " final loss " + num(loss) + " vs uncompressed " + num(plain));
   }
 }
+
+TEST(CommHooks, DefaultHooksGiveTheirGradients) { default_hooks(this_rank().group); }
+TEST(CommHooks, RegistrationErrors) { registration_errors(this_rank().group); }
+TEST(CommHooks, PowerSgdLowRankAndErrorFeedback) { powersgd(this_rank().group); }
+TEST(CommHooks, ManyBucketsInFlightStayInOrder) { many_buckets(this_rank().group); }
+TEST(CommHooks, CompressedTrainingConverges) { convergence(this_rank().group); }
 
 }  // namespace
 }  // namespace ddp::testing
-
-int main(int argc, char** argv) {
-  auto [device, pg] = ddp::testing::start_test_rank(argc, argv);
-  ddp::testing::g_device = device;
-  ddp::testing::Tap tap(pg->rank());
-  if (!ddp::testing::g_device.is_cpu()) {
-    tap.pass("on " + ddp::testing::g_device.str() + " over " + pg->backend_name());
-    ddp::testing::default_hooks(tap, pg);
-    ddp::testing::powersgd(tap, pg);
-    return tap.finish();
-  }
-  ddp::testing::default_hooks(tap, pg);
-  ddp::testing::registration_errors(tap, pg);
-  ddp::testing::powersgd(tap, pg);
-  ddp::testing::many_buckets(tap, pg);
-  ddp::testing::convergence(tap, pg);
-  return tap.finish();
-}

@@ -1,16 +1,15 @@
 // The paper's first challenge as a test: N ranks each on B/N samples give,
 // step after step, the parameters one process computes on all B samples.
-// Run one process per rank:  ddprun --nproc-per-node N ddp_equivalence
+// Run one process per rank (GoogleTest, support/rank_gtest.h):
+//   ddprun --nproc-per-node N ddp_equivalence --gtest_filter='DdpEquivalence.*'
 // Every rank computes the single-process reference itself and compares.
-// Prints "ok - ..." / "not ok - ..." lines; exits 1 if any check failed.
-// With --errors it checks misuse and bad input instead (ddp_errors.cpp), with
-// --log the statistics and the DDP_DEBUG log. With --device cuda the models,
-// data and reference live on the GPU (LOCAL_RANK's, modulo the GPUs seen):
-// over nccl, or staged through host memory over the CPU backends.
+// DdpBadInput.* checks misuse and bad input instead (ddp_errors.cpp),
+// DdpStatistics.* the statistics and the DDP_DEBUG log. With --device cuda
+// the models, data and reference live on the GPU (LOCAL_RANK's, modulo the
+// GPUs seen): over nccl, or staged through host memory over the CPU backends.
 #include "ddp_errors.h"
 #include "ddp_models.h"
-#include "tap.h"
-#include "test_device.h"
+#include "support/rank_gtest.h"
 
 #include <ddp/ddp.h>
 
@@ -24,9 +23,6 @@ namespace {
 
 constexpr int64_t kBatch = 12;  // divisible by 1, 2, 3 and 4
 constexpr int kSteps = 5;
-
-// Where models, data and the reference live (--device).
-torch::Device g_device = torch::kCPU;
 
 enum class Optim { SGD, ADAM };
 
@@ -74,18 +70,19 @@ double relative_difference(const torch::Tensor& got, const torch::Tensor& want) 
 // may check more after each DDP step.
 template <typename Make, typename Forward>
 void run_case(
-    Tap& tap, const ProcessGroupPtr& pg, const std::string& name, Make make, Forward fwd,
+    const ProcessGroupPtr& pg, const std::string& name, Make make, Forward fwd,
     DistributedDataParallelOptions options, Variant v,
     std::function<void(int step, DistributedDataParallel&)> each_step = {},
     std::function<void(int step, decltype(make())&, decltype(make())&)> each_forward = {}) {
+  SCOPED_TRACE(label(name, v));
   const int rank = pg->rank(), n = pg->size();
   const double tol = v.dtype == at::kDouble ? 1e-10 : 1e-5;
   torch::manual_seed(1);
   auto ref = make();
-  ref->to(g_device, v.dtype);
+  ref->to(this_rank().device, v.dtype);
   torch::manual_seed(1);
   auto local = make();
-  local->to(g_device, v.dtype);
+  local->to(this_rank().device, v.dtype);
   if (rank != 0) perturb(*local, rank);  // the construction broadcast must undo this
   DistributedDataParallel model(local, options.process_group(pg));
   auto ref_opt = make_optimizer(v.optim, ref->parameters());
@@ -96,8 +93,8 @@ void run_case(
     opt->zero_grad();
     for (int m = 0; m < v.micro_batches; ++m) {
       torch::manual_seed(1000 * step + m);
-      auto x = torch::randn({kBatch, 8}, v.dtype).to(g_device);
-      auto y = torch::randn({kBatch, 4}, v.dtype).to(g_device);
+      auto x = torch::randn({kBatch, 8}, v.dtype).to(this_rank().device);
+      auto y = torch::randn({kBatch, 4}, v.dtype).to(this_rank().device);
       // Reference: every rank's shard from the same starting buffers
       // (BatchNorm); rank 0's buffers survive, as DDP's broadcast does.
       std::vector<torch::Tensor> start, after_rank0;
@@ -142,17 +139,17 @@ void run_case(
     for (const auto& item : ref_params) {
       double diff = relative_difference(ddp_params[item.key()], item.value());
       if (diff > tol) {
-        tap.fail(label(name, v) + " step " + std::to_string(step) + " parameter " + item.key() +
-                 ": relative difference " + std::to_string(diff) + " > " + std::to_string(tol));
+        ADD_FAILURE() << label(name, v) + " step " + std::to_string(step) + " parameter " +
+                             item.key() + ": relative difference " + std::to_string(diff) + " > " +
+                             std::to_string(tol);
         return;
       }
     }
     if (each_step) each_step(step, model);
   }
-  tap.pass(label(name, v) + ": " + std::to_string(kSteps) + " steps equal to one process");
 }
 
-void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
+void equivalence(const ProcessGroupPtr& pg) {
   auto mlp = [] { return ShuffledMlp(); };
   auto plain_fwd = [](auto& m, torch::Tensor x, int, int, int) { return m->forward(x); };
   for (auto dtype : {at::kDouble, at::kFloat}) {
@@ -171,23 +168,24 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
         if (step == 3) m->forward(x * 2);
         return m->forward(x);
       };
-      run_case(tap, pg, "plain (+ eval, no-grad and dropped forwards)", mlp, disturbing_fwd,
+      run_case(pg, "plain (+ eval, no-grad and dropped forwards)", mlp, disturbing_fwd,
                DistributedDataParallelOptions(), v, [&](int step, DistributedDataParallel& model) {
                  auto s = model->stats();
                  if (s.iteration != step + 1 || s.buckets_rebuilt != (step == 1) ||
                      s.bucket_count() == 0) {
-                   tap.fail("stats after step " + std::to_string(step) + ": " + s.summary());
+                   ADD_FAILURE() << "stats after step " + std::to_string(step) + ": " + s.summary();
                  }
                });
-      run_case(tap, pg, "tiny bucket cap (a bucket per parameter)", mlp, plain_fwd,
+      run_case(pg, "tiny bucket cap (a bucket per parameter)", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
                [&](int step, DistributedDataParallel& model) {
                  if (step == 0 && model->stats().bucket_count() != 6) {
-                   tap.fail("tiny cap gave " + std::to_string(model->stats().bucket_count()) +
-                            " buckets, expected 6");
+                   ADD_FAILURE() << "tiny cap gave " +
+                                        std::to_string(model->stats().bucket_count()) +
+                                        " buckets, expected 6";
                  }
                });
-      run_case(tap, pg, "bucket rebuild in gradient order", mlp, plain_fwd,
+      run_case(pg, "bucket rebuild in gradient order", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
                [&](int step, DistributedDataParallel& model) {
                  // Registered b (0, 1), c (2, 3), a (4, 5): reverse order puts a
@@ -199,20 +197,21 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
                      order.size() == 6 && order[0] >= 2 && order[0] <= 3 && order[5] >= 4;
                  const bool initial = order == std::vector<size_t>{5, 4, 3, 2, 1, 0};
                  if (step == 0 ? !initial : !gradient_order) {
-                   tap.fail("bucket order after step " + std::to_string(step) + " is not the " +
-                            (step == 0 ? "initial" : "gradient") + " order");
+                   ADD_FAILURE() << "bucket order after step " + std::to_string(step) +
+                                        " is not the " + (step == 0 ? "initial" : "gradient") +
+                                        " order";
                  }
                });
-      run_case(tap, pg, "gradient_as_bucket_view", mlp, plain_fwd,
+      run_case(pg, "gradient_as_bucket_view", mlp, plain_fwd,
                DistributedDataParallelOptions().gradient_as_bucket_view(true).bucket_cap_mb(1e-3),
                v);
-      run_case(tap, pg, "no_sync accumulation (3 micro-batches)", mlp, plain_fwd,
+      run_case(pg, "no_sync accumulation (3 micro-batches)", mlp, plain_fwd,
                DistributedDataParallelOptions(), Variant{dtype, optim, 3});
       auto branchy = [] { return Branchy(); };
       // Branches differ by rank and by step; with 3 branches one or more is
       // unused by every rank in each step.
       run_case(
-          tap, pg, "find_unused_parameters, branches by rank and step", branchy,
+          pg, "find_unused_parameters, branches by rank and step", branchy,
           [](auto& m, torch::Tensor x, int rank, int step, int) {
             return m->forward(x, static_cast<int64_t>((rank + step) % 3));
           },
@@ -220,7 +219,7 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
       // PyTorch #69031: a branch used only in the no_sync micro-batches must
       // still be reduced at the synchronizing one.
       run_case(
-          tap, pg, "no_sync + find_unused: parameters used only while accumulating", branchy,
+          pg, "no_sync + find_unused: parameters used only while accumulating", branchy,
           [](auto& m, torch::Tensor x, int, int, int micro) {
             return m->forward(x, static_cast<int64_t>(micro < 2 ? 0 : 1));
           },
@@ -247,7 +246,7 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
       };
       for (int micro_batches : {1, 3}) {
         run_case(
-            tap, pg,
+            pg,
             "layer-drop hints, stochastic depth" +
                 std::string(micro_batches > 1 ? " under no_sync (3 micro-batches)" : ""),
             [] { return StochasticDepth(); }, depth_fwd,
@@ -258,24 +257,24 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
               for (int m = 0; m < micro_batches; ++m) all &= drop(step, m);
               const int64_t expected = 2 * __builtin_popcountll(all);
               if (model->stats().dropped_parameters != expected) {
-                tap.fail("layer-drop step " + std::to_string(step) + ": " +
-                         std::to_string(model->stats().dropped_parameters) +
-                         " parameters left out, expected " + std::to_string(expected));
+                ADD_FAILURE() << "layer-drop step " + std::to_string(step) + ": " +
+                                     std::to_string(model->stats().dropped_parameters) +
+                                     " parameters left out, expected " + std::to_string(expected);
               }
             });
       }
       run_case(
-          tap, pg, "static_graph, shared weight arriving twice (checkpointing)",
+          pg, "static_graph, shared weight arriving twice (checkpointing)",
           [] { return SharedCheckpointed(); }, plain_fwd,
           DistributedDataParallelOptions().static_graph(true), v);
       run_case(
-          tap, pg, "BatchNorm: rank 0's statistics before every forward", [] { return BnNet(); },
+          pg, "BatchNorm: rank 0's statistics before every forward", [] { return BnNet(); },
           plain_fwd, DistributedDataParallelOptions(), v, {},
           [&](int step, BnNet& ref, BnNet& local) {
             // Each reference forward started from rank 0's buffers.
             if (!torch::allclose(local->mean_at_entry, ref->mean_at_entry)) {
-              tap.fail("BatchNorm step " + std::to_string(step) +
-                       ": forward did not start from rank 0's running mean");
+              ADD_FAILURE() << "BatchNorm step " + std::to_string(step) +
+                                   ": forward did not start from rank 0's running mean";
             }
           });
     }
@@ -284,45 +283,40 @@ void equivalence(Tap& tap, const ProcessGroupPtr& pg) {
 
 // Two iterations with a branch no rank uses, for the DDP_DEBUG log (the
 // ctest entry matches the log lines); checks the statistics themselves.
-void statistics_log(Tap& tap, const ProcessGroupPtr& pg) {
+void statistics_log(const ProcessGroupPtr& pg) {
   DistributedDataParallel model(
       Branchy(), DistributedDataParallelOptions().process_group(pg).find_unused_parameters(true));
   for (int step = 0; step < 2; ++step) {
     model->forward(torch::randn({4, 8}), int64_t{0}).sum().backward();
   }
   auto s = model->stats();
-  tap.check(s.iteration == 2 && s.unused_parameters == 4 && s.bucket_count() >= 1 &&
-                s.forward_ms > 0 && s.backward_compute_ms > 0,
-            "statistics: iterations, unused parameters, buckets and times", s.summary());
+  check(s.iteration == 2 && s.unused_parameters == 4 && s.bucket_count() >= 1 && s.forward_ms > 0 &&
+            s.backward_compute_ms > 0,
+        "statistics: iterations, unused parameters, buckets and times", s.summary());
   bool timings_ok = s.bucket_timings.size() == s.bucket_count();
   for (size_t b = 0; timings_ok && b < s.bucket_timings.size(); ++b) {
     const auto& t = s.bucket_timings[b];
     timings_ok = t.bytes == s.bucket_bytes[b] && t.launch_ms >= 0 && t.done_ms >= t.launch_ms &&
                  (b == 0 || t.launch_ms >= s.bucket_timings[b - 1].launch_ms);
   }
-  tap.check(timings_ok && s.backward_start.time_since_epoch().count() != 0,
-            "statistics: each bucket's launch and completion after backward start, in order",
-            s.summary());
+  check(timings_ok && s.backward_start.time_since_epoch().count() != 0,
+        "statistics: each bucket's launch and completion after backward start, in order",
+        s.summary());
 }
 
 }  // namespace
 }  // namespace ddp::testing
 
-int main(int argc, char** argv) {
-  auto [device, pg] = ddp::testing::start_test_rank(argc, argv);
-  ddp::testing::g_device = device;
-  ddp::testing::Tap tap(pg->rank());
-  // Which world the launcher made (the srun tests check it).
-  tap.pass("rank " + std::to_string(pg->rank()) + " of " + std::to_string(pg->size()) + " on " +
-           ddp::testing::g_device.str() + " over " + pg->backend_name());
-  if (!ddp::testing::g_device.is_cpu()) {
-    ddp::testing::equivalence(tap, pg);
-  } else if (argc > 1 && std::string(argv[1]) == "--errors") {
-    ddp::testing::bad_input(tap, pg);
-  } else if (argc > 1 && std::string(argv[1]) == "--log") {
-    ddp::testing::statistics_log(tap, pg);
-  } else {
-    ddp::testing::equivalence(tap, pg);
-  }
-  return tap.finish();
-}
+namespace ddp::testing {
+namespace {
+
+TEST(DdpEquivalence, EveryCaseEqualsOneProcessOnTheWholeBatch) { equivalence(this_rank().group); }
+
+// Misuse and bad input: ddp_errors.cpp.
+TEST(DdpBadInput, EveryRankRaisesAndTheRanksAreInStepAfterwards) { bad_input(this_rank().group); }
+
+// The ctest entry (ddp_debug_log) also matches the DDP_DEBUG log lines.
+TEST(DdpStatistics, TwoIterationsWithUnusedParameters) { statistics_log(this_rank().group); }
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,9 +1,11 @@
-// The --errors checks of ddp_equivalence (one process per rank): ranks that
+// The DdpBadInput checks of ddp_equivalence (one process per rank): ranks that
 // do not run the same iteration, and bad input. Each must give a clear error
 // on every rank, never a hang, and the text must say what happened.
 #include "ddp_errors.h"
 
 #include "ddp_models.h"
+#include "support/error_of.h"
+#include "support/rank_gtest.h"
 
 #include <ddp/ddp.h>
 
@@ -15,17 +17,6 @@
 namespace ddp::testing {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("unexpected exception: ") + e.what();
-  }
-  return "no error";
-}
-
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -33,30 +24,30 @@ bool has(const std::string& text, const std::string& part) {
 // Ranks that do not run the same iteration: every rank raises in the
 // backward where it shows, naming the rank and what it did; afterwards the
 // ranks are in step again and training goes on.
-void misuse_in_training(Tap& tap, const ProcessGroupPtr& pg) {
+void misuse_in_training(const ProcessGroupPtr& pg) {
   const int rank = pg->rank();
   DistributedDataParallel model(ShuffledMlp(), DistributedDataParallelOptions().process_group(pg));
   auto x = torch::randn({4, 8});
   auto step = [&] { model->forward(x).sum().backward(); };
   auto next_runs = [&](const std::string& what) {
     std::string e = error_of(step);
-    tap.check(e == "no error", what + ": the next iteration runs", e);
+    check(e == "no error", what + ": the next iteration runs", e);
   };
   step();
   std::string e = error_of([&] {
     if (rank == 1) model->forward(x);  // its backward() skipped
     step();
   });
-  tap.check(has(e, "different numbers of forward passes") &&
-                has(e, "rank 1 ran a forward whose backward() was skipped"),
-            "a backward() skipped on rank 1: every rank raises, naming it", e);
+  check(has(e, "different numbers of forward passes") &&
+            has(e, "rank 1 ran a forward whose backward() was skipped"),
+        "a backward() skipped on rank 1: every rank raises, naming it", e);
   next_runs("skipped backward()");
   e = error_of([&] {
     if (rank == 1) model->no_sync(step);  // an extra micro-step
     step();
   });
-  tap.check(has(e, "different numbers of forward passes") && has(e, "rank 1 ran"),
-            "an extra no_sync micro-step on rank 1: every rank raises, naming it", e);
+  check(has(e, "different numbers of forward passes") && has(e, "rank 1 ran"),
+        "an extra no_sync micro-step on rank 1: every rank raises, naming it", e);
   next_runs("extra micro-step");
   e = error_of([&] {
     auto loss = model->forward(x).sum();
@@ -64,9 +55,9 @@ void misuse_in_training(Tap& tap, const ProcessGroupPtr& pg) {
     if (rank == 1) loss.backward();  // twice after one forward
     step();
   });
-  tap.check(has(e, "rank 1 ran a backward() that no DDP forward prepared") &&
-                has(e, "after its forward pass #"),
-            "backward() twice after one forward on rank 1: every rank raises, naming it", e);
+  check(has(e, "rank 1 ran a backward() that no DDP forward prepared") &&
+            has(e, "after its forward pass #"),
+        "backward() twice after one forward on rank 1: every rank raises, naming it", e);
   next_runs("backward() twice");
 }
 
@@ -74,7 +65,7 @@ void misuse_in_training(Tap& tap, const ProcessGroupPtr& pg) {
 // in the collective itself, on every rank, and its group is broken from then
 // on (so this runs last); the other backends complete some of them, and
 // DDP's per-iteration tally raises on every rank in the next backward.
-void mismatched_collectives(Tap& tap, const ProcessGroupPtr& pg) {
+void mismatched_collectives(const ProcessGroupPtr& pg) {
   const int rank = pg->rank();
   DistributedDataParallel model(ShuffledMlp(), DistributedDataParallelOptions().process_group(pg));
   auto x = torch::randn({4, 8});
@@ -92,44 +83,44 @@ void mismatched_collectives(Tap& tap, const ProcessGroupPtr& pg) {
     } catch (const CommunicationError& e) {
       outcome = has(e.what(), "broken by rank") ? "" : e.what();
     }
-    tap.check(outcome.empty(), "shm: an allreduce with another op on rank 1 fails on every rank",
-              outcome);
+    check(outcome.empty(), "shm: an allreduce with another op on rank 1 fails on every rank",
+          outcome);
     return;
   }
   auto next_runs = [&](const std::string& what) {
     std::string e = error_of(step);
-    tap.check(e == "no error", what + ": the next iteration runs", e);
+    check(e == "no error", what + ": the next iteration runs", e);
   };
   std::string e = error_of([&] {
     auto t = torch::ones({16});
     pg->allreduce(t, rank == 1 ? ReduceOp::MAX : ReduceOp::SUM)->wait();
     step();
   });
-  tap.check(has(e, "the ranks issued different collectives") && has(e, "DDP_DEBUG=detail"),
-            "an allreduce with another op on rank 1: every rank raises in the next backward", e);
+  check(has(e, "the ranks issued different collectives") && has(e, "DDP_DEBUG=detail"),
+        "an allreduce with another op on rank 1: every rank raises in the next backward", e);
   next_runs("different ops");
   e = error_of([&] {
     auto t = rank == 1 ? torch::ones({16}, torch::kInt) : torch::ones({16});
     pg->allreduce(t)->wait();
     step();
   });
-  tap.check(has(e, "the ranks issued different collectives"),
-            "an allreduce of another dtype of the same size on rank 1: every rank raises", e);
+  check(has(e, "the ranks issued different collectives"),
+        "an allreduce of another dtype of the same size on rank 1: every rank raises", e);
   next_runs("different dtypes");
 }
 
 }  // namespace
 
 // Bad input: each gives a clear error on every rank, and the text says what.
-void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
+void bad_input(const ProcessGroupPtr& pg) {
   const int rank = pg->rank(), n = pg->size();
   auto options = DistributedDataParallelOptions().process_group(pg);
   if (n > 1) {
     std::string e =
         error_of([&] { DistributedDataParallel m(ShuffledMlp(8, rank == 1 ? 17 : 16), options); });
-    tap.check(has(e, "parameters #0 ('b.weight' here) differs across ranks") &&
-                  has(e, "rank 0: Float [16, 16]") && has(e, "rank 1: Float [17, 17]"),
-              "models of different shapes: error on every rank", e);
+    check(has(e, "parameters #0 ('b.weight' here) differs across ranks") &&
+              has(e, "rank 0: Float [16, 16]") && has(e, "rank 1: Float [17, 17]"),
+          "models of different shapes: error on every rank", e);
     e = error_of([&] {
       if (rank == 1) {
         DistributedDataParallel m(Branchy(), options);
@@ -137,45 +128,45 @@ void bad_input(Tap& tap, const ProcessGroupPtr& pg) {
         DistributedDataParallel m(ShuffledMlp(), options);
       }
     });
-    tap.check(has(e, "different numbers of parameters") && has(e, "rank 1: 10 parameters"),
-              "models of different sizes: error on every rank", e);
+    check(has(e, "different numbers of parameters") && has(e, "rank 1: 10 parameters"),
+          "models of different sizes: error on every rank", e);
     e = error_of([&] { DistributedDataParallel m(TwinLayers(rank == 1), options); });
-    tap.check(has(e, "parameters #0 ('" + std::string(rank == 1 ? "q" : "p") +
-                         ".weight' here) differs across ranks") &&
-                  has(e, "rank 0: Float [16, 16] 'p.weight'") &&
-                  has(e, "rank 1: Float [16, 16] 'q.weight'"),
-              "two same-sized layers registered in a different order: error on every rank", e);
-    misuse_in_training(tap, pg);
+    check(has(e, "parameters #0 ('" + std::string(rank == 1 ? "q" : "p") +
+                     ".weight' here) differs across ranks") &&
+              has(e, "rank 0: Float [16, 16] 'p.weight'") &&
+              has(e, "rank 1: Float [16, 16] 'q.weight'"),
+          "two same-sized layers registered in a different order: error on every rank", e);
+    misuse_in_training(pg);
   }
   {
     DistributedDataParallel model(Branchy(), options);
     auto x = torch::randn({4, 8});
     std::string e = error_of([&] { model->forward(x, int64_t{0}).sum().backward(); });
-    tap.check(has(e, "got no gradient on rank(s) ") && has(e, "#4 'branches.1.weight'") &&
-                  has(e, "find_unused_parameters(true)"),
-              "unused parameter without find_unused_parameters: backward() throws", e);
+    check(has(e, "got no gradient on rank(s) ") && has(e, "#4 'branches.1.weight'") &&
+              has(e, "find_unused_parameters(true)"),
+          "unused parameter without find_unused_parameters: backward() throws", e);
     if (n > 1) {
       e = error_of([&] { model->forward(x, int64_t{rank == 1 ? 0 : -1}).sum().backward(); });
       const bool named = rank == 1 ? has(e, "#6 'branches.2.weight'") : has(e, "on rank(s) 1 (4)");
-      tap.check(named, "a parameter unused on rank 1 only: every rank throws", e);
+      check(named, "a parameter unused on rank 1 only: every rank throws", e);
     }
     e = error_of([&] { model->forward(x, int64_t{-1}).sum().backward(); });
-    tap.check(e == "no error", "the next iteration after the error runs", e);
+    check(e == "no error", "the next iteration after the error runs", e);
   }
   {
     torch::nn::Linear frozen(4, 4);
     for (auto& p : frozen->parameters()) p.requires_grad_(false);
     std::string e = error_of([&] { DistributedDataParallel m(frozen, options); });
-    tap.check(has(e, "no parameter that requires grad"), "a module with no trainable parameter", e);
+    check(has(e, "no parameter that requires grad"), "a module with no trainable parameter", e);
   }
   std::string e = error_of([&] {
     DistributedDataParallel m(
         ShuffledMlp(),
         DistributedDataParallelOptions(options).parameters_to_ignore({"nonexistent.weight"}));
   });
-  tap.check(has(e, "parameters_to_ignore names 'nonexistent.weight'"),
-            "parameters_to_ignore with an unknown name", e);
-  if (n > 1) mismatched_collectives(tap, pg);
+  check(has(e, "parameters_to_ignore names 'nonexistent.weight'"),
+        "parameters_to_ignore with an unknown name", e);
+  if (n > 1) mismatched_collectives(pg);
 }
 
 }  // namespace ddp::testing

@@ -1,7 +1,5 @@
-// ddp_equivalence --errors (ddp_errors.cpp).
+// DdpBadInput.* of ddp_equivalence (ddp_errors.cpp).
 #pragma once
-
-#include "tap.h"
 
 #include <ddp/process_group.h>
 
@@ -11,6 +9,6 @@ namespace ddp::testing {
 // forward prepared, different collectives) and bad input (models that
 // differ across ranks, ...): every rank raises, naming the rank and what it
 // did, and the ranks are in step again afterwards.
-void bad_input(Tap& tap, const ProcessGroupPtr& pg);
+void bad_input(const ProcessGroupPtr& pg);
 
 }  // namespace ddp::testing

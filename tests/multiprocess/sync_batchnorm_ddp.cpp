@@ -3,10 +3,9 @@
 // Ranks hold 2r+1 samples each (uneven); a conv net with BatchNorm2d,
 // converted, wrapped in DDP, trained with ZeRO-sharded Adam, must end where
 // the same net trains in one process on the whole batch (each process
-// computes that reference itself). Prints "ok"/"not ok" lines. With
-// --device cuda, nets and data live on the GPU (test_device.h).
-#include "tap.h"
-#include "test_device.h"
+// computes that reference itself). GoogleTest, one process per rank
+// (support/rank_gtest.h); with --device cuda, nets and data live on the GPU.
+#include "support/rank_gtest.h"
 
 #include <ddp/ddp.h>
 
@@ -31,12 +30,11 @@ torch::nn::Sequential make_net() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const ddp::testing::TestRank start = ddp::testing::start_test_rank(argc, argv);
-  const torch::Device device = start.device;
-  auto pg = start.group;
+TEST(SyncBatchNormInDdp, ZeroShardedAdamOnUnevenBatchesEqualsOneProcess) {
+  using ddp::testing::check;
+  const torch::Device device = ddp::testing::this_rank().device;
+  const auto& pg = ddp::testing::this_rank().group;
   const int rank = pg->rank(), world = pg->size();
-  ddp::testing::Tap tap(rank);
   const int steps = 3;
   std::vector<int64_t> sizes(world);
   for (int r = 0; r < world; ++r) sizes[r] = 2 * r + 1;
@@ -74,8 +72,8 @@ int main(int argc, char** argv) {
   const auto want = reference->named_parameters();
   for (const auto& item : net->named_parameters()) {
     const double diff = (item.value() - want[item.key()]).abs().max().item<double>();
-    tap.check(diff <= 1e-10, "parameter " + item.key() + " equals one process's",
-              "differs by " + c10::str(diff));
+    check(diff <= 1e-10, "parameter " + item.key() + " equals one process's",
+          "differs by " + c10::str(diff));
   }
   const auto want_buffers = reference->named_buffers();
   for (const auto& item : net->named_buffers()) {
@@ -84,12 +82,11 @@ int main(int argc, char** argv) {
             .abs()
             .max()
             .item<double>();
-    tap.check(diff <= 1e-10, "buffer " + item.key() + " equals one process's",
-              "differs by " + c10::str(diff));
+    check(diff <= 1e-10, "buffer " + item.key() + " equals one process's",
+          "differs by " + c10::str(diff));
   }
   model->eval();
   auto local =
       model->forward(xs[0].narrow(0, begin, sizes[rank]));  // no collective: ranks may differ
-  tap.check(local.size(0) == sizes[rank], "evaluation without collectives");
-  return tap.finish();
+  check(local.size(0) == sizes[rank], "evaluation without collectives");
 }

@@ -2,6 +2,7 @@
 // completion order, worker threads, round-robin groups, Gloo's algorithms,
 // the DDP_DEBUG=detail fingerprint check, timeouts and misuse.
 #include "spawn.h"
+#include "support/error_of.h"
 
 #include <ddp/ddp.h>
 
@@ -197,34 +198,26 @@ TEST(ProcessGroup, RendezvousTimeoutSaysWhoArrived) {
 TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
   spawn(1, [](int rank, StorePtr store) {
     auto pg = make_group("gloo", store, rank, 1);
-    auto message = [&](const std::function<void()>& f) {
-      try {
-        f();
-      } catch (const InvalidArgument& e) {
-        return std::string(e.what());
-      }
-      return std::string("no error");
-    };
     at::Tensor t = at::ones({4, 4});
-    EXPECT_NE(message([&] {
+    EXPECT_NE(error_of([&] {
                 pg->allreduce(t.t());
               }).find("rank 0 of 1 [gloo]: allreduce: tensor must be contiguous"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->allreduce(at::ones({2}, at::kBool)); }).find("dtype Bool"),
+    EXPECT_NE(error_of([&] { pg->allreduce(at::ones({2}, at::kBool)); }).find("dtype Bool"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->broadcast(t, 3); }).find("root 3 is outside [0, 1)"),
+    EXPECT_NE(error_of([&] { pg->broadcast(t, 3); }).find("root 3 is outside [0, 1)"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->allgather({}, t); }).find("outputs has 0 tensors"),
+    EXPECT_NE(error_of([&] { pg->allgather({}, t); }).find("outputs has 0 tensors"),
               std::string::npos);
-    EXPECT_NE(message([&] {
+    EXPECT_NE(error_of([&] {
                 pg->allgather({at::ones({3})}, t);
               }).find("outputs[0] has 3 elements but input has 16"),
               std::string::npos);
-    EXPECT_NE(message([&] {
+    EXPECT_NE(error_of([&] {
                 pg->allreduce_coalesced({t, at::ones({2}, at::kDouble)});
               }).find("tensors[1] has dtype Double but tensors[0] has Float"),
               std::string::npos);
-    EXPECT_NE(message([&] { pg->allreduce(at::Tensor()); }).find("undefined"), std::string::npos);
+    EXPECT_NE(error_of([&] { pg->allreduce(at::Tensor()); }).find("undefined"), std::string::npos);
   });
 }
 

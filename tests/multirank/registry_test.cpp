@@ -2,6 +2,7 @@
 // type, and a backend registered from outside the library working with
 // round-robin groups and the debug wrapper like a built-in one.
 #include "spawn.h"
+#include "support/error_of.h"
 
 #include <ddp/ddp.h>
 
@@ -12,15 +13,6 @@
 
 namespace ddp::testing {
 namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
 
 // Sets an environment variable for the scope of one test.
 class ScopedEnv {
@@ -49,7 +41,7 @@ TEST(Registry, ListsTheBuiltInBackends) {
 }
 
 TEST(Registry, UnknownNameListsTheAvailableOnes) {
-  std::string m = message_of([] { find_backend("nccl-please"); });
+  std::string m = error_of([] { find_backend("nccl-please"); });
   EXPECT_TRUE(contains(m, "backend 'nccl-please' is not available")) << m;
   EXPECT_TRUE(contains(m, "Available: ")) << m;
   EXPECT_TRUE(contains(m, "gloo")) << m;
@@ -60,7 +52,7 @@ TEST(Registry, MpiIsEitherBuiltOrExplainsWhatBuildsIt) {
   if (std::find(names.begin(), names.end(), "mpi") != names.end()) {
     EXPECT_EQ(find_backend("mpi").name, "mpi");
   } else {
-    std::string m = message_of([] { find_backend("mpi"); });
+    std::string m = error_of([] { find_backend("mpi"); });
     EXPECT_TRUE(contains(m, "needs Open MPI at build time")) << m;
   }
 }
@@ -71,7 +63,7 @@ TEST(Registry, EnvironmentChoosesTheDefaultButNotOverAnExplicitName) {
     EXPECT_EQ(resolve_backend_name(""), "no-such-backend");
     EXPECT_EQ(resolve_backend_name("gloo"), "gloo");
     StorePtr store = c10::make_intrusive<c10d::HashStore>();
-    std::string m = message_of([&] { make_group(store, 0, 1); });
+    std::string m = error_of([&] { make_group(store, 0, 1); });
     EXPECT_TRUE(contains(m, "'no-such-backend' is not available")) << m;
   }
   unsetenv("DDP_BACKEND");
@@ -85,7 +77,7 @@ TEST(Registry, CrossHostBackendFromTheEnvironmentAndItsErrorSaysWhoChoseIt) {
   EXPECT_EQ(resolve_cross_backend(HierarchicalOptions().cross_backend("gloo")), "gloo");
   for (const char* backend : {"auto", "hierarchical"}) {
     StorePtr store = c10::make_intrusive<c10d::HashStore>();
-    std::string m = message_of([&] { make_group(store, 0, 1, InitOptions().backend(backend)); });
+    std::string m = error_of([&] { make_group(store, 0, 1, InitOptions().backend(backend)); });
     EXPECT_TRUE(contains(m, "'no-such-cross' is not available")) << m;
     EXPECT_TRUE(contains(m, "chosen by HierarchicalOptions::cross_backend or DDP_CROSS_BACKEND"))
         << m;
@@ -97,7 +89,7 @@ struct NotGlooOptions : BackendOptions {};
 TEST(Registry, OptionsOfAnotherBackendAreRefused) {
   StorePtr store = c10::make_intrusive<c10d::HashStore>();
   auto options = InitOptions().backend("gloo").backend_options(std::make_shared<NotGlooOptions>());
-  std::string m = message_of([&] { make_group(store, 0, 1, options); });
+  std::string m = error_of([&] { make_group(store, 0, 1, options); });
   EXPECT_TRUE(contains(m, "NotGlooOptions, not GlooOptions, but the backend is gloo")) << m;
 }
 
@@ -117,10 +109,10 @@ TEST(Registry, RegisteringTwiceOrWithoutCreateIsRefused) {
   Backend b;
   b.name = "gloo";
   b.create = [](const BackendSetup&) -> ProcessGroupPtr { return nullptr; };
-  EXPECT_TRUE(contains(message_of([&] { register_backend(b); }), "already registered"));
+  EXPECT_TRUE(contains(error_of([&] { register_backend(b); }), "already registered"));
   Backend empty;
   empty.name = "nothing-to-create";
-  EXPECT_TRUE(contains(message_of([&] { register_backend(empty); }), "no create function"));
+  EXPECT_TRUE(contains(error_of([&] { register_backend(empty); }), "no create function"));
 }
 
 // A fourth backend from outside the library: Gloo under another name, with
@@ -160,7 +152,7 @@ TEST(Registry, AnOutsideBackendWorksWithRoundRobinAndTheDebugWrapper) {
     at::Tensor t = at::full({10}, rank + 1.0, at::kDouble);
     pg->allreduce(t)->wait();
     EXPECT_TRUE(at::equal(t, at::full({10}, 6.0, at::kDouble)));
-    std::string m = message_of([&] { pg->allreduce(at::ones({2}, at::kFloat)); });
+    std::string m = error_of([&] { pg->allreduce(at::ones({2}, at::kFloat)); });
     EXPECT_TRUE(contains(m, "tensor is float32; no-float32 takes")) << m;
   });
 }

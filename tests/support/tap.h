@@ -1,5 +1,9 @@
 // A minimal test reporter for programs run once per rank: "ok - ..." and
-// "not ok - ..." lines (TAP style), and the exit status.
+// "not ok - ..." lines (TAP style), and the exit status. Only for the two
+// programs whose verdict is in those lines rather than in their exit
+// status (mpi_sweep's --timeout and --kill end without MPI_Finalize) or that
+// run only on a GPU (cuda_collectives_test); the other per-rank programs
+// are GoogleTest (rank_gtest.h), and the shell tests' TAP is tap.sh.
 #pragma once
 
 #include <iostream>

@@ -4,6 +4,7 @@
 #include <ddp/init.h>
 
 #include "rendezvous/slurm.h"
+#include "support/error_of.h"
 
 #include <gtest/gtest.h>
 
@@ -45,14 +46,10 @@ class Env {
                                          "SLURM_STEP_ID"};
 };
 
-std::string error_of(const std::map<std::string, std::string>& vars) {
+// launch_info_from_env()'s error with these variables set.
+std::string launch_error(const std::map<std::string, std::string>& vars) {
   Env env(vars);
-  try {
-    launch_info_from_env();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
+  return ddp::testing::error_of([] { launch_info_from_env(); });
 }
 
 TEST(LaunchInfo, TorchrunVariables) {
@@ -182,19 +179,20 @@ TEST(LaunchInfo, NothingSetLeavesRankUnknown) {
 }
 
 TEST(LaunchInfo, ErrorsNameTheVariableAndTheForm) {
-  EXPECT_NE(error_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK='x' is not an integer"),
+  EXPECT_NE(launch_error({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK='x' is not an integer"),
             std::string::npos);
-  EXPECT_NE(
-      error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("RANK=2 is outside [0, WORLD_SIZE=2)"),
-      std::string::npos);
-  EXPECT_NE(error_of({{"RANK", "0"}}).find("RANK is set but WORLD_SIZE is not"), std::string::npos);
-  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}})
+  EXPECT_NE(launch_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}})
+                .find("RANK=2 is outside [0, WORLD_SIZE=2)"),
+            std::string::npos);
+  EXPECT_NE(launch_error({{"RANK", "0"}}).find("RANK is set but WORLD_SIZE is not"),
+            std::string::npos);
+  EXPECT_NE(launch_error({{"RANK", "0"}, {"WORLD_SIZE", "0"}})
                 .find("WORLD_SIZE='0' is not an integer in [1,"),
             std::string::npos);
-  EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
+  EXPECT_NE(launch_error({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
                 .find("OMPI_COMM_WORLD_RANK=4 is outside [0, OMPI_COMM_WORLD_SIZE=4)"),
             std::string::npos);
-  EXPECT_NE(error_of({{"MASTER_PORT", "70000"}})
+  EXPECT_NE(launch_error({{"MASTER_PORT", "70000"}})
                 .find("MASTER_PORT='70000' is not an integer in [1, 65535]"),
             std::string::npos);
 }
