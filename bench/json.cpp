@@ -22,6 +22,13 @@ Json::Json(double v) : kind_(Kind::Scalar) {
 }
 Json::Json(std::string s) : kind_(Kind::String), text_(std::move(s)) {}
 
+Json Json::raw(std::string json_text) {
+  Json j;
+  j.kind_ = Kind::Scalar;
+  j.text_ = std::move(json_text);
+  return j;
+}
+
 Json Json::object() {
   Json j;
   j.kind_ = Kind::Object;

@@ -23,6 +23,8 @@ class Json {
   Json(std::string s);
   static Json object();
   static Json array();
+  // `json_text` as it is (already JSON, e.g. a trace's events).
+  static Json raw(std::string json_text);
 
   Json& set(const std::string& key, Json value);  // objects
   Json& push(Json value);                         // arrays

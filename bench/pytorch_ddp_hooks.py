@@ -1,8 +1,8 @@
 """The communication hooks of PyTorch's side of `ddp_bench train`
 (pytorch_ddp_train.py): the compression hooks by the names `--hook` takes, and
 the hook that does what PyTorch's default allreduce does, optionally deferred
-to the end of backward (--no-overlap) and timestamped into a Timeline in the
-format of bench/timeline.h (--timeline)."""
+to the end of backward (--no-overlap) and timestamped into a Timeline of
+the library's Chrome trace events (--timeline)."""
 
 import time
 
@@ -28,29 +28,56 @@ def register_hook(ddp, name):
 
 
 class Timeline:
-    """Rank 0's record of timed iterations, as bench/timeline.h writes them:
-    {"iteration", "duration_us", "events": [{"lane", "name", "start_us",
-    "end_us", "blocking"}]}, times in µs after the iteration's start."""
+    """Rank 0's timed iterations as the library's Chrome trace events (those
+    of ddp/chrome_trace.h, as bench/timeline.h records them for ddp_bench):
+    "X" events with cat = lane, ts/dur in µs of the monotonic clock (what
+    time.perf_counter reads), args {"blocking" (not on compute), "iteration"},
+    one "iteration" event per iteration, "compute" on tid 0 and every other
+    lane on rows of its own (a new row where spans overlap). `events` is
+    the row's "timeline"."""
 
     def __init__(self):
-        self.iterations = []
+        self.events = [{"name": "process_name", "ph": "M", "pid": 0,
+                        "args": {"name": "rank 0"}}]
+        self._thread(0, "compute")
+        self.rows = {}  # lane -> [[tid, end_us], ...]
+        self.next_tid = 1
+        self.iteration = 0
         self.current = None
 
+    def _thread(self, tid, name):
+        self.events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid,
+                         "args": {"name": name}},
+                        {"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
+                         "args": {"sort_index": tid}}]
+
     def begin(self, start):
-        self.current = (start, [])
+        self.current = [("iteration", "iteration", start, None, False)]
 
     def add(self, lane, name, start, end, blocking=False):
         if self.current is not None:
-            self.current[1].append((lane, name, start, end, blocking))
+            self.current.append((lane, name, start, end, blocking))
 
     def end(self):
-        t0, events = self.current
-        self.current = None
-        us = lambda t: (t - t0) * 1e6  # noqa: E731
-        self.iterations.append({
-            "iteration": len(self.iterations), "duration_us": us(time.perf_counter()),
-            "events": [{"lane": lane, "name": name, "start_us": us(a), "end_us": us(b),
-                        "blocking": blocking} for lane, name, a, b, blocking in events]})
+        spans, self.current = self.current, None
+        spans[0] = spans[0][:3] + (time.perf_counter(), False)
+        for lane, name, a, b, blocking in sorted(spans, key=lambda s: s[2]):
+            a, b = a * 1e6, b * 1e6
+            event = {"name": name, "cat": lane, "ph": "X", "pid": 0, "tid": 0, "ts": a,
+                     "dur": max(b - a, 0.0), "args": {"iteration": self.iteration}}
+            if lane != "compute":
+                rows = self.rows.setdefault(lane, [])
+                row = next((r for r in rows if r[1] <= a), None)
+                if row is None:
+                    row = [self.next_tid, b]
+                    self.next_tid += 1
+                    rows.append(row)
+                    self._thread(row[0], lane if len(rows) == 1 else "%s %d" % (lane, len(rows)))
+                row[1] = b
+                event["tid"] = row[0]
+                event["args"]["blocking"] = blocking
+            self.events.append(event)
+        self.iteration += 1
 
 
 def allreduce_hook(world, group, defer, timeline):

@@ -31,7 +31,7 @@ PyTorch's DDP without overlap, as `ddp_bench train --no-overlap`. With
 PyTorch's default does, in Python) that timestamps each bucket's launch and
 completion, and a hook on every parameter timestamps the last gradient: the
 iteration's timeline, in the format of `ddp_bench train --timeline`
-(bench/timeline.h; `bench/evaluate.py timeline` analyses both). Those hooks,
+(Chrome trace events, bench/timeline.h; `bench/evaluate.py timeline` analyses both). Those hooks,
 and --hook's, are pytorch_ddp_hooks.py's.
 
 Rank 0 prints a table and, with --json, writes rows in the format of
@@ -363,7 +363,7 @@ def main():
             row["bucket_bytes"] = [int(x) for x in str(sizes).replace(",", " ").split()]
             row["hook"] = args.hook
             if timeline is not None:
-                row["timeline"] = timeline.iterations
+                row["timeline"] = timeline.events
             if all(x >= 0 for x in tx_ranks):
                 row["tx_bytes_per_iter_ranks"] = tx_ranks
                 row["tx_bytes_per_iter"] = sum(tx_ranks) / len(tx_ranks)

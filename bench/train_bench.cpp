@@ -218,7 +218,7 @@ int run_train(Args args) {
       s.loss = loss.item<double>();
       if (d) s.stats = ddp_model->stats();
       if (record) {
-        add_ddp_backward(timeline, s.stats, t3);
+        timeline.add_ddp_backward(s.stats, t3);
         timeline.add("compute", "zero_grad", t0, t1);
         timeline.add("compute", "step", t3, t4);
         timeline.end_iteration();

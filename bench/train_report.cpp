@@ -115,7 +115,7 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
                     .set("samples", std::move(samples)));
       }
       row.set("hook", cfg.hook);
-      if (cfg.timeline) row.set("timeline", results.timeline->to_json());
+      if (cfg.timeline) row.set("timeline", Json::raw(results.timeline->trace_events()));
       if (std::all_of(tx_ranks.begin(), tx_ranks.end(), [](double x) { return x >= 0; })) {
         Json tx = Json::array();
         double sum = 0;

@@ -295,7 +295,7 @@ class Ddp : public DataParallelVariant {
     if (has_buffers_ && module_forward > forward_call_) {
       record("comm", "broadcast buffers", forward_call_, module_forward, /*blocking=*/true);
     }
-    if (options_.timeline) add_ddp_backward(*options_.timeline, s, t1);
+    if (options_.timeline) options_.timeline->add_ddp_backward(s, t1);
   }
 
  private:

@@ -2,9 +2,10 @@
 // data parallelism in PyTorch, named in bench/variants.h) in C++: five
 // hand-written data-parallel variants and ddp's
 // DistributedDataParallel (bench/variants.h) train the same model on the
-// same data, and each micro-batch's timeline (bench/timeline.h) gives the
-// blog's columns: compute %, non-compute %, idle %, overlap %, communication
-// overhead %, allreduce calls and ms per micro-batch.
+// same data, and each micro-batch's timeline (bench/timeline.h, rank 0's
+// in the JSON) gives the blog's columns (compute %, non-compute %, idle %,
+// overlap %, communication overhead %, allreduce calls and ms per
+// micro-batch: `bench/evaluate.py timeline RUN.json`).
 //
 // Method. Every variant trains its own copy of the model (same seed, so
 // the same initial weights; rank r's micro-batch m of each window uses data
@@ -14,8 +15,7 @@
 // start it together. A round runs --iters micro-batches of every variant,
 // the variants in order, reversed every other round; --warmup rounds first
 // are untimed. A sample is one window's time divided by --accum (ms per
-// micro-batch), the slowest rank's. The timeline metrics are rank 0's, over
-// all timed micro-batches. Afterwards every variant's final parameters are
+// micro-batch), the slowest rank's. Afterwards every variant's final parameters are
 // compared across ranks (checksums: sum, sum of squares and a
 // position-weighted sum per tensor, MAX against MIN allreduce: must be
 // equal) and, for the accumulating variants, against simple_ga's
@@ -27,7 +27,6 @@
 // variants_config.cpp's and the parameter check variants_check.cpp's (both
 // in variants_bench.h).
 #include "subcommands.h"
-#include "timeline.h"
 #include "variants.h"
 #include "variants_bench.h"
 
@@ -38,37 +37,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 namespace ddp_bench {
-namespace {
-
-// Every rank's `text`, on every rank (allgather of the lengths, then of the
-// bytes padded to the longest).
-std::vector<std::string> gather_strings(ddp::ProcessGroup& pg, const std::string& text) {
-  const int world = pg.size();
-  std::vector<at::Tensor> lengths;
-  for (int r = 0; r < world; ++r) lengths.push_back(torch::zeros({1}, torch::kLong));
-  pg.allgather(lengths, torch::full({1}, static_cast<int64_t>(text.size()), torch::kLong))->wait();
-  int64_t longest = 0;
-  for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
-  at::Tensor mine = torch::zeros({longest}, torch::kByte);
-  std::memcpy(mine.data_ptr<uint8_t>(), text.data(), text.size());
-  std::vector<at::Tensor> all;
-  for (int r = 0; r < world; ++r) all.push_back(torch::zeros({longest}, torch::kByte));
-  pg.allgather(all, mine)->wait();
-  std::vector<std::string> out;
-  for (int r = 0; r < world; ++r) {
-    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),
-                     static_cast<size_t>(lengths[r].item<int64_t>()));
-  }
-  return out;
-}
-
-std::string pct(double v) { return format_fixed(v, 1); }
-
-}  // namespace
 
 int run_variants(Args args) {
   const VariantsConfig cfg = parse_variants_config(args);
@@ -139,14 +109,7 @@ int run_variants(Args args) {
         run.optimizer->step();
         run.timeline.add("compute", "step", t0, Clock::now());
       }
-      if (timed) {
-        run.timeline.end_iteration();
-        if (sync && run.trace_iteration < 0) {
-          const auto its = run.timeline.iterations();
-          run.trace_iteration = static_cast<int64_t>(its.size()) - 1;
-          run.trace_offset_us = micros_between(w0, its.back().start);
-        }
-      }
+      if (timed) run.timeline.end_iteration();
     }
     if (timed) run.samples_ms.push_back(ms_between(w0, Clock::now()) / cfg.accum);
   };
@@ -182,26 +145,6 @@ int run_variants(Args args) {
   // against simple_ga.
   check_final_parameters(*pg, cfg.model, runs);
 
-  // --trace-dir: every rank's first timed synchronizing micro-batch.
-  std::vector<std::vector<RankIteration>> traces(runs.size());
-  if (!cfg.trace_dir.empty()) {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const VariantRun& run = *runs[i];
-      std::string text;
-      if (run.trace_iteration >= 0) {
-        TimelineIteration it = run.timeline.iterations()[static_cast<size_t>(run.trace_iteration)];
-        for (auto& e : it.events) {
-          e.start_us += run.trace_offset_us;
-          e.end_us += run.trace_offset_us;
-        }
-        text = serialize(it);
-      }
-      auto all = gather_strings(*pg, text);
-      for (int r = 0; r < world; ++r) {
-        if (!all[r].empty()) traces[i].push_back({r, 0.0, deserialize(all[r])});
-      }
-    }
-  }
   pg->barrier()->wait();
   if (rank != 0) return 0;
 
@@ -211,7 +154,6 @@ int run_variants(Args args) {
   Json rows = Json::array();
   for (const auto& run : runs) {
     const Stats st = summarize(run->samples_ms);
-    const TimelineMetrics m = timeline_metrics(run->timeline.iterations());
     // Summation order may differ (ranks > 2): a real difference is a
     // visible fraction of how far training moved the parameters.
     const bool diff_bad = run->diff_vs_ref > 1e-3 * run->ref_scale;
@@ -224,40 +166,33 @@ int run_variants(Args args) {
     }
     table.push_back({run->name, std::to_string(run->variant->accumulation_steps()),
                      format_fixed(st.median, 1),
-                     format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1), pct(m.compute_pct),
-                     pct(m.non_compute_pct), pct(m.idle_pct), pct(m.overlap_pct),
-                     pct(m.comm_overhead_pct), format_fixed(m.allreduce_calls_per_iteration, 1),
-                     format_fixed(m.allreduce_ms_per_iteration, 1), run->ranks_agree ? "yes" : "NO",
-                     diff_text + (diff_bad ? " DIFFERS" : "")});
+                     format_fixed(st.min, 1) + "–" + format_fixed(st.max, 1),
+                     run->ranks_agree ? "yes" : "NO", diff_text + (diff_bad ? " DIFFERS" : "")});
     Json row = Json::object();
     row.set("variant", run->name).set("accumulation_steps", run->variant->accumulation_steps());
     row.set("median_ms", st.median).set("min_ms", st.min).set("max_ms", st.max);
     Json samples = Json::array();
     for (double v : run->samples_ms) samples.push(v);
     row.set("samples_ms", std::move(samples));
-    row.set("metrics", to_json(m));
     row.set("ranks_agree", run->ranks_agree).set("checksum_spread", run->checksum_spread);
     if (run->diff_vs_ref >= 0) {
       row.set("max_abs_diff_vs_simple_ga", run->diff_vs_ref);
       row.set("simple_ga_max_update", run->ref_scale);  // the scale it is judged against
     }
-    row.set("timeline", run->timeline.to_json());
+    row.set("timeline", Json::raw(run->timeline.trace_events()));
     rows.push(std::move(row));
   }
 
   std::printf(
       "variants: %s, %zu parameter tensors (%.1f MiB), %d ranks, accum %lld, bucket cap %s MiB; "
-      "per micro-batch, slowest rank, %lld samples of %lld micro-batches; metrics: rank 0, "
-      "%lld timed micro-batches (bench/timeline.h); %s\n\n%s",
+      "per micro-batch, slowest rank, %lld samples of %lld micro-batches; %s\n\n%s",
       describe(cfg.model).c_str(), params0.size(), elements * 4 / 1048576.0, world,
       static_cast<long long>(cfg.accum), format_fixed(cfg.bucket_cap_mb, 1).c_str(),
       static_cast<long long>(cfg.rounds * windows), static_cast<long long>(cfg.accum),
-      static_cast<long long>(cfg.rounds * cfg.iters), machine_summary(torch_version).c_str(),
+      machine_summary(torch_version).c_str(),
       markdown_table(
-          {"variant", "accum", "median ms", "min–max ms", "compute %", "non-compute %", "idle %",
-           "overlap %", "comm overhead %", "allreduce calls", "allreduce ms", "ranks agree",
-           "max abs Δ vs simple_ga"},
-          table, {false, true, true, true, true, true, true, true, true, true, true, false, true})
+          {"variant", "accum", "median ms", "min–max ms", "ranks agree", "max abs Δ vs simple_ga"},
+          table, {false, true, true, true, false, true})
           .c_str());
   std::printf("\nfinal parameters: %s\n",
               failed
@@ -265,18 +200,6 @@ int run_variants(Args args) {
                   : "every variant's agree across ranks (checksums equal); the accumulating "
                     "variants match simple_ga's");
   std::fflush(stdout);
-
-  if (!cfg.trace_dir.empty()) {
-    std::filesystem::create_directories(cfg.trace_dir);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const std::string path = cfg.trace_dir + "/" + runs[i]->name + ".trace.json";
-      write_file(path, chrome_trace(traces[i], runs[i]->name +
-                                                   ": first timed synchronizing "
-                                                   "micro-batch, " +
-                                                   describe(cfg.model)));
-    }
-    std::fprintf(stderr, "variants: wrote %zu traces to %s\n", runs.size(), cfg.trace_dir.c_str());
-  }
 
   if (!cfg.json_path.empty()) {
     Json config = Json::object();
@@ -296,8 +219,7 @@ int run_variants(Args args) {
                "each variant its own model copy (same seed); a window = accum micro-batches after "
                "an untimed 1-element allreduce; rounds of iters micro-batches per variant, order "
                "reversed every other round, warmup rounds untimed; sample = window time / accum, "
-               "slowest rank; metrics from rank 0's timeline of the timed micro-batches, "
-               "definitions in bench/timeline.h");
+               "slowest rank; rank 0's timeline of the timed micro-batches (bench/timeline.h)");
     Json out = Json::object();
     out.set("benchmark", "variants");
     out.set("machine", describe_machine(torch_version));

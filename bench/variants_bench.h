@@ -25,7 +25,7 @@ struct VariantsConfig {
   int64_t iters = 8, rounds = 3, warmup = 1, accum = 2;
   double bucket_cap_mb = 25, lr = 0.01;
   int64_t threads = 1, gloo_threads = 1;
-  std::string json_path, trace_dir;
+  std::string json_path;
 };
 
 // The command line after `variants` (kVariantsUsage); UsageError when bad.
@@ -38,9 +38,6 @@ struct VariantRun {
   std::unique_ptr<DataParallelVariant> variant;
   std::unique_ptr<torch::optim::SGD> optimizer;
   std::vector<double> samples_ms;  // per window: ms per micro-batch (slowest rank after the run)
-  // The first timed synchronizing micro-batch, for --trace-dir.
-  int64_t trace_iteration = -1;
-  double trace_offset_us = 0;  // its start, from its window's start
   // Checks.
   bool ranks_agree = false;
   double checksum_spread = 0;

@@ -20,9 +20,10 @@ micro-batch:
   async_ga   + the hooks launch asynchronous allreduces, waited after backward
   bucket_ga  + gradients copied into flat buckets, an async allreduce per bucket
   ddp        ddp::DistributedDataParallel with no_sync() between syncs
-Rank 0 prints ms per micro-batch and compute / non-compute / idle / overlap /
-communication-overhead % with allreduce calls and ms per micro-batch
-(definitions in bench/timeline.h), then checks that every variant's final
+Rank 0 prints ms per micro-batch, writes each variant's timeline into the
+JSON (`bench/evaluate.py timeline` draws the blog's compute / non-compute /
+idle / overlap / communication-overhead % and allreduce calls and ms from
+it), and checks that every variant's final
 parameters agree across ranks (exit status 1 if not).
 
 options:
@@ -46,12 +47,8 @@ options:
   --threads T        intra-op threads per rank (default 1): torch::set_num_threads
                      and OpenBLAS's pool
   --gloo-threads G   worker threads of the Gloo group (default 1)
-  --json PATH        rank 0 writes results, metrics and rank 0's timelines of
-                     the timed micro-batches there
-  --trace-dir DIR    rank 0 writes DIR/<variant>.trace.json: every rank's first
-                     timed synchronizing micro-batch as a Chrome trace
-                     (chrome://tracing, ui.perfetto.dev; pid = rank, times in
-                     µs from the start of its window on each rank)
+  --json PATH        rank 0 writes results and rank 0's timelines of the
+                     timed micro-batches there (Chrome trace events)
 Every variant holds its own model, gradients and buffers at once: mind the
 memory with resnet50 and bert_base (or pass fewer --variants).
 )";
@@ -93,7 +90,6 @@ VariantsConfig parse_variants_config(Args& args) {
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.json_path = args.take("--json").value_or("");
-  c.trace_dir = args.take("--trace-dir").value_or("");
   args.expect_empty();
   return c;
 }

@@ -4,6 +4,7 @@ bucket sizes, scalability."""
 from collections import defaultdict
 
 import plots
+import timeline as tlmod
 from harness import md_table, median as med
 from report_base import LOCAL_IMPL, MAIN_IMPL, SIDE_NAME, SIDES, absent, change_pct, compare, \
     finish, fmt, fmt_ms, model_key, norm, panels_of, pool_train, section, stats, \
@@ -101,7 +102,7 @@ def timeline_comm(runs, impl):
     communication clock at the first bucket ready, not at the launch."""
     comm, overlap = [], []
     for _, rows in runs:
-        for it in rows.get(impl, {}).get("timeline") or []:
+        for it in tlmod.iterations(rows.get(impl, {}).get("timeline") or []):
             spans = [(e["start_us"], e["end_us"]) for e in it["events"] if e["lane"] == "comm"]
             bw = [(e["start_us"], e["end_us"]) for e in it["events"] if e["name"] == "backward"]
             if not spans:

@@ -175,11 +175,6 @@ def exp6_roundrobin(ctx):
 
 # --- experiment 7: the blog's variants ----------------------------------------------
 
-# timeline.metrics key -> C++ ("metrics" of a variant row) key candidates.
-CPP_KEYS = {"compute_pct": ("compute_pct",), "non_compute_pct": ("non_compute_pct",), "idle_pct": ("idle_pct",),
-            "overlap_pct": ("overlap_pct",), "comm_overhead_pct": ("comm_overhead_pct",),
-            "allreduce_calls": ("allreduce_calls", "allreduce_calls_per_iteration"),
-            "allreduce_ms": ("allreduce_ms", "allreduce_ms_per_iteration")}
 COLUMNS = (("compute_pct", "compute %"), ("non_compute_pct", "non-compute %"), ("idle_pct", "idle %"),
            ("overlap_pct", "overlap %"), ("comm_overhead_pct", "comm overhead %"),
            ("allreduce_calls", "allreduce calls"), ("allreduce_ms", "allreduce ms"))
@@ -187,7 +182,7 @@ VARIANT_ORDER = ("simple", "simple_ga", "hook_ga", "async_ga", "bucket_ga", "ddp
 
 
 def variant_rows(ctx):
-    """(link, model, variant) -> {"timelines", "samples", "cpp": [(json, metrics, timeline)]}."""
+    """(link, model, variant) -> {"timelines" (timeline.iterations()), "samples", "per"}."""
     acc = {}
     for e in ctx.ok(7):
         doc = e["_doc"]
@@ -196,32 +191,13 @@ def variant_rows(ctx):
             if e["side"] == "pytorch" and name != "pytorch_ddp":
                 continue
             a = acc.setdefault((e["link"], model_of(e), name),
-                               {"timelines": [], "samples": [], "cpp": [], "per": 1})
-            a["timelines"] += row.get("timeline") or []
+                               {"timelines": [], "samples": [], "per": 1})
+            a["timelines"] += tlmod.iterations(row.get("timeline") or [])
             # A train run's iteration is sync_every micro-batches (PyTorch's
             # row); the variants' are micro-batches already.
             a["per"] = int((doc.get("config") or {}).get("sync_every") or 1)
             a["samples"] += [x / a["per"] for x in row.get("samples_ms") or []]
-            if row.get("metrics") and row.get("timeline"):
-                a["cpp"].append((e.get("json"), row["metrics"], row["timeline"]))
     return acc
-
-
-def metric_disagreements(name, cpp):
-    """Where the C++ metrics of a row differ from timeline.py's on the same
-    timeline: > 0.5 points for %, > 0.5 for calls, > 0.5 % for ms."""
-    out = []
-    for path, m, timeline in cpp:
-        py = tlmod.metrics(timeline)
-        for key, cands in CPP_KEYS.items():
-            ck = next((c for c in cands if c in m), None)
-            if ck is None:
-                continue
-            a, b = py[key], float(m[ck])
-            limit = 0.5 if not key.endswith("_ms") else max(0.005 * abs(b), 0.01)
-            if abs(a - b) > limit:
-                out.append("%s (%s): %s C++ %.2f, timeline.py %.2f" % (name, path, key, b, a))
-    return out
 
 
 def closest_to_median(timelines):
@@ -252,7 +228,7 @@ def exp7_variants(ctx):
     acc = variant_rows(ctx)
     os.makedirs(os.path.join(ctx.dir, "traces"), exist_ok=True)
     multi = len({(k[0], k[1]) for k in acc}) > len({k[0] for k in acc})
-    rows, disagreements = [], []
+    rows = []
     for (link, model, name), a in sorted(acc.items(), key=lambda kv: (
             ctx.link_key(kv[0][0]), model_key(kv[0][1]),
             VARIANT_ORDER.index(kv[0][2]) if kv[0][2] in VARIANT_ORDER else 99, kv[0][2])):
@@ -262,31 +238,30 @@ def exp7_variants(ctx):
         traced = closest_to_median(a["timelines"])
         trace = "traces/%s-%s%s.trace.json" % (link, model + "-" if multi else "", name)
         write_json(os.path.join(ctx.dir, trace), tlmod.chrome_trace(traced, "%s %s (%s)" % (name, model, link)))
-        disagreements += metric_disagreements(name, a["cpp"])
         m = tlmod.metrics(a["timelines"])
         for key in ("allreduce_calls", "allreduce_ms", "iteration_ms"):  # per micro-batch
             m[key] /= a["per"]
         rows.append({"link": link, "model": model, "variant": name, "metrics": m,
                      "median_ms": med(a["samples"]), "samples": len(a["samples"]),
-                     "timed_iterations": len(a["timelines"]), "trace": trace, "traced_iteration": traced,
-                     "cpp_checked": len(a["cpp"])})
+                     "timed_iterations": len(a["timelines"]), "trace": trace,
+                     "traced_iteration": {k: traced[k] for k in ("iteration", "duration_us", "events")}})
     sec["tables"].append(md_table(
         ["link", "model", "variant"] + [c for _, c in COLUMNS] + ["iteration ms", "trace"],
         [[r["link"], r["model"], r["variant"]] +
          [fmt(r["metrics"][k], 1) for k, _ in COLUMNS] + [fmt(r["median_ms"]), os.path.basename(r["trace"])]
          for r in rows]))
-    sec["observations"] = variants_observations(ctx, rows, disagreements)
+    sec["observations"] = variants_observations(ctx, rows)
     sec["files"].append(("Chrome traces (one iteration per variant, the one closest to the median; open in "
                          "chrome://tracing or ui.perfetto.dev; written by the run, not kept in the tree)",
                          "traces"))
     data = {"title": "7. DDP variants: where the iteration goes", "panels": sorted(
         {(r["link"], r["model"]) for r in rows}, key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
-        "rows": rows, "metric_disagreements": disagreements}
+        "rows": rows}
     sec = finish(ctx, sec, data, plots_exp5_8.variants)
     return sec
 
 
-def variants_observations(ctx, rows, disagreements):
+def variants_observations(ctx, rows):
     obs = []
     for link, model in sorted({(r["link"], r["model"]) for r in rows}, key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))):
         rs = [r for r in rows if (r["link"], r["model"]) == (link, model) and r["median_ms"]]
@@ -302,15 +277,6 @@ def variants_observations(ctx, rows, disagreements):
             obs.append("%s at %s: ours (ddp) / PyTorch's DDP = %.3f; overlap %.0f %% vs %.0f %%." % (
                 model, link, d["ddp"]["median_ms"] / d["pytorch_ddp"]["median_ms"],
                 d["ddp"]["metrics"]["overlap_pct"], d["pytorch_ddp"]["metrics"]["overlap_pct"]))
-    checked = sum(r["cpp_checked"] for r in rows)
-    if disagreements:
-        obs.append("C++ metrics vs bench/eval/timeline.py: %d disagreement(s): %s." % (
-            len(disagreements), "; ".join(disagreements[:12]) + (" …" if len(disagreements) > 12 else "")))
-    elif checked:
-        obs.append("C++ metrics vs bench/eval/timeline.py: all %d variant rows agree (within 0.5 points, "
-                   "0.5 calls, 0.5 %% of ms)." % checked)
-    else:
-        obs.append("C++ metrics vs bench/eval/timeline.py: no row carried both metrics and a timeline: not checked.")
     return obs
 
 

@@ -1,18 +1,15 @@
 #!/usr/bin/python3
 """Timelines of training iterations: the blog's columns, and Chrome traces.
 
-A timeline is what `ddp_bench train --timeline`, `ddp_bench variants` and
-`bench/pytorch_ddp_train.py --timeline` write for each timed iteration
-(bench/timeline.h describes the format):
+A row's "timeline" in the JSON of `ddp_bench train --timeline`, `ddp_bench
+variants` and `bench/pytorch_ddp_train.py --timeline` is a list of the
+library's Chrome trace events (ddp/chrome_trace.h, as DDP_TIMELINE writes
+them; bench/timeline.h records them): "X" events with cat = lane
+("compute": the training thread; "comm": a collective from launch to
+completion, args.blocking where the training thread waited in it;
+"iteration": the iteration itself), ts/dur in µs, args.iteration.
 
-    {"iteration": k, "duration_us": T,
-     "events": [{"lane": "compute" | "comm", "name": ..., "start_us": a,
-                 "end_us": b, "blocking": bool}, ...]}
-
-times in µs after the iteration's start. The columns, exactly as
-bench/timeline.h defines them (bench/timeline.cpp prints them for the C++
-runs; the report checks that both agree). Events are clipped to the
-iteration [0, T]:
+The columns, per iteration of duration T, events clipped to it:
 
     C* = union of the compute events, minus the blocking communication
          events (the training thread waits in them)
@@ -25,18 +22,42 @@ iteration [0, T]:
     allreduce calls  communication events named "allreduce..." per iteration
     allreduce ms     their summed durations (unclipped) per iteration
 
-T and the lengths are summed over the iterations given.
+T and the lengths are summed over the iterations given. Other collectives
+(DDP's "broadcast buffers") count in M, not in the allreduce columns.
 
     bench/evaluate.py timeline RUN.json [--row NAME] [--iteration K] [--trace OUT.json]
 
 prints the columns of every row with a timeline in RUN.json and, with
---trace, writes iteration K (default 0) of the row as a Chrome trace (Trace
-Event Format; open in chrome://tracing or https://ui.perfetto.dev).
+--trace, writes iteration K (default 0) of the row as a Chrome trace (open
+in chrome://tracing or https://ui.perfetto.dev).
 """
 
 import argparse
 import json
 import sys
+
+
+def iterations(events):
+    """The iterations of a row's trace events, in order: {"iteration",
+    "duration_us", "events": [{"lane", "name", "start_us", "end_us",
+    "blocking"}] (times from the iteration's start), "trace": its own trace
+    events, "metadata": the rows' names}."""
+    metadata = [e for e in events if e.get("ph") == "M"]
+    by_k = {}
+    for e in events:
+        if e.get("ph") == "X":
+            by_k.setdefault(e["args"]["iteration"], []).append(e)
+    out = []
+    for k in sorted(by_k):
+        own = by_k[k]
+        it = next(e for e in own if e["cat"] == "iteration")
+        t0 = it["ts"]
+        out.append({"iteration": k, "duration_us": it["dur"], "trace": own, "metadata": metadata,
+                    "events": [{"lane": e["cat"], "name": e["name"], "start_us": e["ts"] - t0,
+                                "end_us": e["ts"] - t0 + e["dur"],
+                                "blocking": bool(e["args"].get("blocking"))}
+                               for e in own if e["cat"] != "iteration"]})
+    return out
 
 
 def union(intervals):
@@ -84,17 +105,17 @@ def subtract(x, y):
     return out
 
 
-def metrics(iterations):
-    """The columns over `iterations` (a list of timelines)."""
+def metrics(iters):
+    """The columns over `iters` (iterations() of one or more rows)."""
     total = comp = noncomp = overlap = comm = calls = call_us = 0.0
-    for it in iterations:
+    for it in iters:
         ev = it["events"]
         t = it["duration_us"]
         span = lambda e: (max(e["start_us"], 0.0), min(e["end_us"], t))  # noqa: E731
         m = union(span(e) for e in ev if e["lane"] == "comm")
-        blocking = union(span(e) for e in ev if e["lane"] == "comm" and e.get("blocking"))
+        blocking = union(span(e) for e in ev if e["lane"] == "comm" and e["blocking"])
         c = subtract(union(span(e) for e in ev if e["lane"] == "compute"), blocking)
-        total += it["duration_us"]
+        total += t
         comp += length(c)
         noncomp += length(subtract(m, c))
         overlap += length(intersect(c, m))
@@ -102,7 +123,7 @@ def metrics(iterations):
         calls_here = [e for e in ev if e["lane"] == "comm" and e["name"].startswith("allreduce")]
         calls += len(calls_here)
         call_us += sum(e["end_us"] - e["start_us"] for e in calls_here)
-    n = max(len(iterations), 1)
+    n = max(len(iters), 1)
     pct = lambda x: 100.0 * x / total if total else 0.0  # noqa: E731
     return {"compute_pct": pct(comp), "non_compute_pct": pct(noncomp),
             "idle_pct": 100.0 - pct(comp) - pct(noncomp),
@@ -111,38 +132,18 @@ def metrics(iterations):
             "allreduce_ms": call_us / n / 1e3, "iteration_ms": total / n / 1e3}
 
 
-def chrome_trace(iteration, process_name, rank=0):
-    """One iteration as a Chrome trace (a dict to json.dump), laid out as
-    bench/timeline.cpp's: compute on tid 0, communication on tids 1, 2, ...
-    (a new row whenever collectives overlap)."""
-    events = [{"ph": "M", "pid": rank, "name": "process_name", "args": {"name": process_name}},
-              {"ph": "M", "pid": rank, "tid": 0, "name": "thread_name",
-               "args": {"name": "compute"}}]
-    row_free = []  # per comm row: when its last event ends
-    for e in sorted(iteration["events"], key=lambda e: e["start_us"]):
-        dur = max(e["end_us"] - e["start_us"], 0)
-        tid = 0
-        if e["lane"] == "comm":
-            row = next((i for i, end in enumerate(row_free) if end <= e["start_us"]), None)
-            if row is None:
-                row = len(row_free)
-                row_free.append(0)
-                events.append({"ph": "M", "pid": rank, "tid": row + 1, "name": "thread_name",
-                               "args": {"name": "communication %d" % (row + 1)}})
-            row_free[row] = e["end_us"]
-            tid = row + 1
-        events.append({"ph": "X", "pid": rank, "tid": tid, "name": e["name"], "ts": e["start_us"],
-                       "dur": dur, "cat": e["lane"], "args": {"blocking": bool(e.get("blocking"))}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"iteration": iteration["iteration"],
-                          "duration_us": iteration["duration_us"]}}
+def chrome_trace(iteration, title):
+    """One of iterations() as a Chrome trace (a dict to json.dump): its own
+    events, as recorded, with the rows' names."""
+    return {"traceEvents": iteration["metadata"] + iteration["trace"], "displayTimeUnit": "ms",
+            "otherData": {"title": title, "iteration": iteration["iteration"]}}
 
 
 def rows_with_timelines(run):
-    """(name, timeline) of each row of a run's JSON that carries one."""
+    """(name, iterations) of each row of a run's JSON that carries a timeline."""
     for row in run.get("rows", []):
         if row.get("timeline"):
-            yield row.get("variant") or row.get("impl"), row["timeline"]
+            yield row.get("variant") or row.get("impl"), iterations(row["timeline"])
 
 
 def main(argv=None):
@@ -162,22 +163,22 @@ def main(argv=None):
     print("| row | compute % | non-compute % | idle % | overlap % | comm overhead % "
           "| allreduce calls | allreduce ms | iteration ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, tl in rows:
-        m = metrics(tl)
+    for name, its in rows:
+        m = metrics(its)
         print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |" % (
             name, m["compute_pct"], m["non_compute_pct"], m["idle_pct"], m["overlap_pct"],
             m["comm_overhead_pct"], m["allreduce_calls"], m["allreduce_ms"], m["iteration_ms"]))
     if args.trace:
-        name, tl = next(((n, t) for n, t in rows if args.row in (None, n)), (None, None))
-        if tl is None:
+        name, its = next(((n, t) for n, t in rows if args.row in (None, n)), (None, None))
+        if its is None:
             sys.exit("timeline.py: no row %r with a timeline (rows: %s)"
                      % (args.row, ", ".join(n for n, _ in rows)))
-        if not 0 <= args.iteration < len(tl):
+        if not 0 <= args.iteration < len(its):
             sys.exit("timeline.py: --iteration %d: the row has %d timed iterations"
-                     % (args.iteration, len(tl)))
+                     % (args.iteration, len(its)))
         side = run.get("side", run.get("benchmark", ""))
         with open(args.trace, "w") as f:
-            json.dump(chrome_trace(tl[args.iteration], "%s %s" % (side, name)), f)
+            json.dump(chrome_trace(its[args.iteration], "%s %s" % (side, name)), f)
         print("timeline.py: wrote %s (%s, iteration %d)" % (args.trace, name, args.iteration),
               file=sys.stderr)
 
