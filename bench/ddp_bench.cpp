@@ -46,8 +46,8 @@ const Subcommand kSubcommands[] = {
      &ddp_bench::run_split, &ddp_bench::kSplitUsage},
     {"variants", "the blog's six data-parallel variants with timelines: compute/comm/overlap %",
      &ddp_bench::run_variants, &ddp_bench::kVariantsUsage},
-    {"models", "the models alone: parameter list with checksums, local step time",
-     &ddp_bench::run_models, &ddp_bench::kModelsUsage},
+    {"models", "the models alone: parameter list with checksums", &ddp_bench::run_models,
+     &ddp_bench::kModelsUsage},
     {"converge", "loss per micro-batch on real digits, synchronized every K (no_sync)",
      &ddp_bench::run_converge, &ddp_bench::kConvergeUsage},
 };

@@ -38,7 +38,7 @@ int run_variants(Args args);
 extern const char* const kVariantsUsage;
 
 // models_bench.cpp: the models of bench/models/models.h alone (no launcher):
-// parameter lists with checksums (vs bench/models/models.py), local step time.
+// parameter lists with checksums (vs bench/models/models.py).
 int run_models(Args args);
 extern const char* const kModelsUsage;
 

@@ -11,8 +11,7 @@ so that the same seed gives the same weights in libtorch and PyTorch. `bench/eva
     build/bench/ddp_bench models --print NAME [--seed S]
 
 (one line per parameter: "index name [d0, d1, ...] checksum", the checksum
-the sum of its float64 values, then the total). `--time NAME` measures one
-local training step, as `ddp_bench models --time` does.
+the sum of its float64 values, then the total).
 
     mlp         16 x Linear(1024, 1024), ReLU between; MSE loss
     resnet18    ResNet-18, CIFAR stem (3x3 conv, no max-pool), 10 classes
@@ -39,8 +38,6 @@ ddp_bench links).
 
 import argparse
 import ctypes
-import statistics
-import time
 
 import torch
 import torch.nn as nn
@@ -203,74 +200,19 @@ def print_params(o):
         print("total %d parameters in %d tensors" % (total, index + 1))
 
 
-def time_step(o, iters, threads, lr):
-    net = make_model(o)
-    elements = sum(p.numel() for p in net.parameters())
-    x, y = make_batch(o, o.seed + 1)
-    opt = torch.optim.SGD(net.parameters(), lr=lr)
-    total, fwd, bwd, step, losses = [], [], [], [], []
-    for it in range(iters + 1):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        t = time.perf_counter()
-        loss = model_loss(o, net(x), y)
-        f = time.perf_counter() - t
-        t = time.perf_counter()
-        loss.backward()
-        b = time.perf_counter() - t
-        t = time.perf_counter()
-        opt.step()
-        s = time.perf_counter() - t
-        a = time.perf_counter() - t0
-        losses.append(loss.item())
-        if it == 0:
-            continue  # the warm-up
-        total.append(a * 1e3)
-        fwd.append(f * 1e3)
-        bwd.append(b * 1e3)
-        step.append(s * 1e3)
-    print("models.py --time: %s; %d parameters (%.1f MiB); %d thread(s); torch %s"
-          % (describe(o), elements, elements * 4 / 1048576, threads, torch.__version__))
-    print("step median %.1f ms (min %.1f, max %.1f; %d after 1 warm-up): forward+loss %.1f, "
-          "backward %.1f, SGD step %.1f ms; loss %.4f -> %.4f"
-          % (statistics.median(total), min(total), max(total), len(total),
-             statistics.median(fwd), statistics.median(bwd), statistics.median(step),
-             losses[0], losses[-1]))
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--print", dest="print_name", metavar="NAME",
+    p.add_argument("--print", dest="print_name", metavar="NAME", required=True,
                    help="one line per parameter: index name [shape] checksum, then the total")
-    g.add_argument("--time", dest="time_name", metavar="NAME",
-                   help="one local training step: median of --iters after 1 warm-up")
-    g.add_argument("--list", action="store_true", help="each model with its defaults")
-    p.add_argument("--seed", type=int, default=0, help="weights' seed (data: seed+1)")
-    p.add_argument("--batch", type=int, default=0)
-    p.add_argument("--image-size", type=int, default=0)
-    p.add_argument("--seq-len", type=int, default=0)
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch.set_num_threads and OpenBLAS's pool (default 1)")
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0, help="the weights' seed")
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    limit_openblas_threads(args.threads)
-    if args.list:
-        for name in MODEL_NAMES:
-            print(describe({"name": name}))
-        return
+    torch.set_num_threads(1)
+    limit_openblas_threads(1)
     try:
-        o = with_defaults({"name": args.print_name or args.time_name, "batch": args.batch,
-                           "image_size": args.image_size, "seq_len": args.seq_len,
-                           "seed": args.seed})
+        o = with_defaults({"name": args.print_name, "seed": args.seed})
     except ValueError as e:
         p.error(str(e))
-    if args.print_name:
-        print_params(o)
-    else:
-        time_step(o, args.iters, args.threads, args.lr)
+    print_params(o)
 
 
 if __name__ == "__main__":
