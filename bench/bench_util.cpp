@@ -60,6 +60,22 @@ bool Args::take_flag(const std::string& name) {
   return true;
 }
 
+std::vector<std::string> Args::take_names(const std::string& name, const std::string& fallback,
+                                          const std::vector<std::string>& known) {
+  std::string all;
+  for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+  std::vector<std::string> out;
+  std::stringstream list(take(name).value_or(fallback));
+  for (std::string item; std::getline(list, item, ',');) {
+    if (std::find(known.begin(), known.end(), item) == known.end()) {
+      throw UsageError(name + ": unknown '" + item + "' (known: " + all + ")");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (out.empty()) throw UsageError(name + " is empty (known: " + all + ")");
+  return out;
+}
+
 void Args::expect_empty() const {
   if (!args_.empty()) throw UsageError("unknown argument '" + args_.front() + "'");
 }

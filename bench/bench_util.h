@@ -34,6 +34,11 @@ class Args {
   std::optional<double> take_double(const std::string& name, double min);
   // --name without a value.
   bool take_flag(const std::string& name);
+  // --name's comma-separated names (`fallback` when absent), each one of
+  // `known`, in order, duplicates dropped; UsageError listing `known` for
+  // any other, or for none.
+  std::vector<std::string> take_names(const std::string& name, const std::string& fallback,
+                                      const std::vector<std::string>& known);
   // UsageError naming the first argument nobody took.
   void expect_empty() const;
 

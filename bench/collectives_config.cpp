@@ -5,7 +5,6 @@
 #include <ddp/backend.h>
 
 #include <algorithm>
-#include <sstream>
 
 namespace ddp_bench {
 
@@ -68,16 +67,7 @@ CollectivesConfig parse_collectives_config(Args& args) {
       known.push_back(std::string(b) + "-handoff");
     }
   }
-  std::stringstream impls(args.take("--impls").value_or("gloo,c10d"));
-  for (std::string name; std::getline(impls, name, ',');) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw UsageError("unknown implementation '" + name + "'; this build has: " + list);
-    }
-    if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
-  }
-  if (c.impls.empty()) throw UsageError("--impls is empty");
+  c.impls = args.take_names("--impls", "gloo,c10d", known);
   c.json_path = args.take("--json").value_or("");
   c.raw = args.take_flag("--raw");
   args.expect_empty();

@@ -43,6 +43,21 @@ int print_params(const ModelOptions& o) {
 
 }  // namespace
 
+ModelOptions take_model_options(Args& args, const std::string& default_name) {
+  ModelOptions o;
+  o.name = args.take("--model").value_or(default_name);
+  if (o.name.empty()) throw UsageError("--model is required, e.g. --model mlp");
+  o.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
+  o.image_size = args.take_int("--image-size", 8, 4096).value_or(0);
+  o.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
+  o.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(0);
+  try {
+    return with_defaults(o);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
 int run_models(Args args) {
   ModelOptions o;
   o.name = args.take("--print").value_or("");
@@ -52,11 +67,10 @@ int run_models(Args args) {
   torch::set_num_threads(1);
   limit_openblas_threads(1);
   try {
-    o = with_defaults(o);
+    return print_params(with_defaults(o));
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  return print_params(o);
 }
 
 }  // namespace ddp_bench

@@ -98,12 +98,7 @@ Config parse(Args& args) {
   c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
-  std::stringstream impls(args.take("--impls").value_or("ddp,c10d"));
-  for (std::string name; std::getline(impls, name, ',');) {
-    if (name != "ddp" && name != "c10d") throw UsageError("unknown implementation '" + name + "'");
-    if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
-  }
-  if (c.impls.empty()) throw UsageError("--impls is empty");
+  c.impls = args.take_names("--impls", "ddp,c10d", {"ddp", "c10d"});
   c.json_path = args.take("--json").value_or("");
   args.expect_empty();
   return c;

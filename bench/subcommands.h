@@ -12,6 +12,8 @@ struct InitOptions;
 
 namespace ddp_bench {
 
+struct ModelOptions;  // models/models.h
+
 // ddp's InitOptions for a benchmark (ddp_bench.cpp): the backend ddp would
 // choose ($DDP_BACKEND, else gloo), with `gloo_threads` worker threads when
 // that is gloo.
@@ -41,6 +43,10 @@ extern const char* const kVariantsUsage;
 // parameter lists with checksums (vs bench/models/models.py).
 int run_models(Args args);
 extern const char* const kModelsUsage;
+// Also there, for train and variants: --model (`default_name` when absent;
+// required when that is empty), --batch, --image-size, --seq-len and --seed,
+// the model's defaults filled in; UsageError when bad.
+ModelOptions take_model_options(Args& args, const std::string& default_name);
 
 // converge_bench.cpp: training loss per micro-batch on scikit-learn's digits,
 // gradients synchronized every K micro-batches (no_sync on the others);

@@ -5,7 +5,6 @@
 #include <ddp/init.h>
 
 #include <algorithm>
-#include <sstream>
 #include <stdexcept>
 
 namespace ddp_bench {
@@ -69,16 +68,10 @@ options:
   --json PATH          rank 0 writes the results there (with every sample)
 )";
 
-namespace {
-
-const char* const kImplNames[] = {"ddp", "local", "allreduce", "allreduce_buckets", "ddp_copying"};
-
-}  // namespace
-
 TrainConfig parse_train_config(Args& args) {
   TrainConfig c;
-  c.model.name = args.take("--model").value_or("");
-  if (c.model.name.empty()) throw UsageError("--model is required, e.g. --model mlp");
+  c.model = take_model_options(args, "");
+  c.seed = c.model.seed;
   auto ws = args.take_int("--world-size", 1, 1 << 20);
   if (!ws) throw UsageError("--world-size is required (the number of ranks, e.g. 2)");
   c.world_size = static_cast<int>(*ws);
@@ -96,33 +89,16 @@ TrainConfig parse_train_config(Args& args) {
       args.take_double("--first-bucket-cap-mb", 0.0).value_or(c.first_bucket_cap_mb);
   c.iters = args.take_int("--iters", 1, 1000000).value_or(c.iters);
   c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
-  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
-  c.model.image_size = args.take_int("--image-size", 8, 4096).value_or(0);
-  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
   c.process_groups = args.take_int("--process-groups", 1, 64).value_or(c.process_groups);
   c.sync_every = args.take_int("--sync-every", 1, 1 << 20).value_or(c.sync_every);
   c.timeline = args.take_flag("--timeline");
-  std::stringstream impls(args.take("--impls").value_or("ddp,local,allreduce,allreduce_buckets"));
-  for (std::string name; std::getline(impls, name, ',');) {
-    if (std::find(std::begin(kImplNames), std::end(kImplNames), name) == std::end(kImplNames)) {
-      throw UsageError("unknown measurement '" + name +
-                       "' (ddp, local, allreduce, allreduce_buckets, ddp_copying)");
-    }
-    if (std::find(c.impls.begin(), c.impls.end(), name) == c.impls.end()) c.impls.push_back(name);
-  }
-  if (c.impls.empty()) throw UsageError("--impls is empty");
+  c.impls = args.take_names("--impls", "ddp,local,allreduce,allreduce_buckets",
+                            {"ddp", "local", "allreduce", "allreduce_buckets", "ddp_copying"});
   const bool has_ddp = std::find(c.impls.begin(), c.impls.end(), "ddp") != c.impls.end();
   const bool has_buckets =
       std::find(c.impls.begin(), c.impls.end(), "allreduce_buckets") != c.impls.end();
   if (has_buckets && !has_ddp) throw UsageError("allreduce_buckets needs ddp in --impls");
   c.lr = args.take_double("--lr", 0.0).value_or(c.lr);
-  c.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(c.seed);
-  c.model.seed = c.seed;
-  try {
-    c.model = with_defaults(c.model);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");

@@ -2,10 +2,6 @@
 #include "subcommands.h"
 #include "variants_bench.h"
 
-#include <algorithm>
-#include <sstream>
-#include <stdexcept>
-
 namespace ddp_bench {
 
 const char* const kVariantsUsage = R"(usage: ddp_bench variants [options]
@@ -55,28 +51,9 @@ memory with resnet50 and bert_base (or pass fewer --variants).
 
 VariantsConfig parse_variants_config(Args& args) {
   VariantsConfig c;
-  c.model.name = args.take("--model").value_or("mlp");
-  c.model.batch = args.take_int("--batch", 1, 1 << 20).value_or(0);
-  c.model.image_size = args.take_int("--image-size", 1, 1 << 16).value_or(0);
-  c.model.seq_len = args.take_int("--seq-len", 1, 1 << 20).value_or(0);
-  c.model.seed = args.take_int("--seed", 0, int64_t{1} << 40).value_or(0);
-  try {
-    c.model = with_defaults(c.model);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-  std::stringstream list(
-      args.take("--variants").value_or("simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp"));
-  const auto& known = variant_names();
-  for (std::string name; std::getline(list, name, ',');) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError("unknown variant '" + name +
-                       "' (simple, simple_ga, hook_ga, async_ga, bucket_ga, ddp)");
-    }
-    if (std::find(c.variants.begin(), c.variants.end(), name) == c.variants.end())
-      c.variants.push_back(name);
-  }
-  if (c.variants.empty()) throw UsageError("--variants is empty");
+  c.model = take_model_options(args, "mlp");
+  c.variants = args.take_names("--variants", "simple,simple_ga,hook_ga,async_ga,bucket_ga,ddp",
+                               variant_names());
   c.accum = args.take_int("--accum", 1, 1 << 20).value_or(c.accum);
   c.iters = args.take_int("--iters", 1, 1 << 20).value_or(c.iters);
   if (c.iters % c.accum != 0) {
