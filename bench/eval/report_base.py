@@ -9,6 +9,7 @@ import statistics
 import sys
 from collections import defaultdict
 
+import plots
 from harness import md_table, median as med, paired_ratio, write_json
 
 MODEL_ORDER = ("mlp", "resnet18", "resnet50", "bert_small", "bert_base")
@@ -327,6 +328,19 @@ def sweep_observations(ctx, rows, pname, baseline=None):
         if parts:
             obs.append("%s at %s: %s." % (model, link, "; ".join(parts)))
     return obs
+
+
+def box_sweep(ctx, sec, pname, default, plot_title, xlabel, value_label=str):
+    """The section of latency against one parameter, boxes per value
+    (experiments 3 and 6)."""
+    n = sec["num"]
+    if not (ctx.ok(n) or ctx.failed(n)):
+        return absent(ctx, sec)
+    rows = sweep_rows(ctx, n, pool_train(ctx, n, pname, default), pname, default)
+    sec["tables"].append(sweep_table(rows, pname))
+    sec["observations"] = sweep_observations(ctx, rows, pname, baseline=default)
+    data = {"title": plot_title, "panels": panels_of(ctx, rows), "rows": rows}
+    return finish(ctx, sec, data, lambda d, path: plots.boxes(d, path, xlabel, value_label))
 
 
 # --- sections ------------------------------------------------------------------

@@ -6,9 +6,8 @@ from collections import defaultdict
 import plots
 import timeline as tlmod
 from harness import md_table, median as med
-from report_base import LOCAL_IMPL, MAIN_IMPL, SIDE_NAME, SIDES, absent, change_pct, compare, \
-    finish, fmt, fmt_ms, model_key, norm, panels_of, pool_train, section, stats, \
-    sweep_observations, sweep_rows, sweep_table
+from report_base import LOCAL_IMPL, MAIN_IMPL, SIDE_NAME, SIDES, absent, box_sweep, change_pct, compare, \
+    finish, fmt, fmt_ms, model_key, norm, panels_of, pool_train, section, stats, sweep_rows
 
 # --- experiment 1: split all-reduce ----------------------------------------------
 
@@ -209,13 +208,8 @@ def exp3_buckets(ctx):
                   "Per-iteration latency (slowest rank, every timed iteration of every round) for each "
                   "bucket_cap_mb; 0 MB puts every gradient in a bucket of its own. Box: quartiles, whiskers "
                   "1.5 IQR, dots beyond.")
-    if not (ctx.ok(3) or ctx.failed(3)):
-        return absent(ctx, sec)
-    rows = sweep_rows(ctx, 3, pool_train(ctx, 3, "bucket_cap_mb", 25), "bucket_cap_mb", 25)
-    sec["tables"].append(sweep_table(rows, "bucket_cap_mb"))
-    sec["observations"] = sweep_observations(ctx, rows, "bucket_cap_mb", baseline=25)
-    data = {"title": "3. per-iteration latency vs bucket size", "panels": panels_of(ctx, rows), "rows": rows}
-    return finish(ctx, sec, data, lambda d, path: plots.boxes(d, path, "bucket size, MB"))
+    return box_sweep(ctx, sec, "bucket_cap_mb", 25, "3. per-iteration latency vs bucket size",
+                     "bucket size, MB")
 
 
 # --- experiment 4: scalability ---------------------------------------------------

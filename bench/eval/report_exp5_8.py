@@ -6,12 +6,10 @@ import statistics
 from collections import defaultdict
 
 import plots
-import plots_exp5_8
 import timeline as tlmod
 from harness import md_table, median as med, write_json
-from report_base import MAIN_IMPL, SIDE_NAME, SIDES, absent, change_pct, finish, fmt, fmt_ms, \
-    model_key, model_of, norm, panels_of, pool_train, section, sweep_observations, sweep_rows, \
-    sweep_table, value_key
+from report_base import MAIN_IMPL, SIDE_NAME, SIDES, absent, box_sweep, change_pct, finish, fmt, fmt_ms, \
+    model_key, model_of, norm, panels_of, pool_train, section, sweep_rows, sweep_table, value_key
 
 # --- experiment 5: no_sync ----------------------------------------------------------
 
@@ -46,8 +44,8 @@ def exp5_nosync(ctx):
                             "as dots. Final loss = mean of the last %d raw losses." % (window, window))
     data = {"title": "5. no_sync: latency per micro-batch", "panels": panels_of(ctx, rows), "rows": rows,
             "loss_window": window, "curves": curves}
-    finish(ctx, sec, data, plots_exp5_8.nosync)
-    plots_exp5_8.loss({"title": "5. training loss per micro-batch, sync every K (smoothed: moving average of %d)"
+    finish(ctx, sec, data, plots.nosync)
+    plots.loss({"title": "5. training loss per micro-batch, sync every K (smoothed: moving average of %d)"
                 % window, "panels": sorted({(c["link"], c["model"]) for c in curves},
                                            key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
                 "curves": curves}, os.path.join(ctx.dir, "exp5-loss.png"))
@@ -162,15 +160,8 @@ def exp6_roundrobin(ctx):
     sec = section(6, "roundrobin", "Round-robin process groups (paper Fig. 12)",
                   "Per-iteration latency with DDP's collectives dispatched round-robin over g Gloo groups "
                   "(rr g: ours RoundRobinProcessGroup, PyTorch dist._round_robin_process_groups).")
-    if not (ctx.ok(6) or ctx.failed(6)):
-        return absent(ctx, sec)
-    rows = sweep_rows(ctx, 6, pool_train(ctx, 6, "process_groups", 1), "process_groups", 1)
-    sec["tables"].append(sweep_table(rows, "process_groups"))
-    sec["observations"] = sweep_observations(ctx, rows, "process_groups", baseline=1)
-    data = {"title": "6. per-iteration latency vs round-robin process groups", "panels": panels_of(ctx, rows),
-            "rows": rows}
-    return finish(ctx, sec, data, lambda d, path: plots.boxes(d, path, "Gloo groups (round-robin)",
-                                                              lambda v: "rr%s" % v))
+    return box_sweep(ctx, sec, "process_groups", 1, "6. per-iteration latency vs round-robin process groups",
+                     "Gloo groups (round-robin)", lambda v: "rr%s" % v)
 
 
 # --- experiment 7: the blog's variants ----------------------------------------------
@@ -257,7 +248,7 @@ def exp7_variants(ctx):
     data = {"title": "7. DDP variants: where the iteration goes", "panels": sorted(
         {(r["link"], r["model"]) for r in rows}, key=lambda k: (ctx.link_key(k[0]), model_key(k[1]))),
         "rows": rows}
-    sec = finish(ctx, sec, data, plots_exp5_8.variants)
+    sec = finish(ctx, sec, data, plots.variants)
     return sec
 
 
@@ -316,7 +307,7 @@ def exp8_hooks(ctx):
     hooks = sorted({r["value"] for r in rows}, key=lambda h: HOOK_ORDER.index(h) if h in HOOK_ORDER else 99)
     data = {"title": "8. communication hooks: latency and bytes per iteration", "hooks": hooks,
             "panels": panels_of(ctx, rows), "rows": rows}
-    return finish(ctx, sec, data, plots_exp5_8.hooks)
+    return finish(ctx, sec, data, plots.hooks)
 
 
 def hooks_observations(ctx, rows):
