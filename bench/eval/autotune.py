@@ -23,8 +23,8 @@ import json
 import os
 import statistics
 
-from harness import FIXED_MALLOC_NOTE, Log, Snapshot, die, md_table, paired_ratio, quick_out, results_dir, \
-    run_bounded, side_order
+from harness import FIXED_MALLOC_NOTE, die, Log, md_table, paired_ratio, results_dir, \
+    run_arguments, run_bounded, side_order, Snapshot
 
 SIZES = ("1", "2", "5", "10", "25", "50", "100")
 # The first iteration, at most 20 trials and the one that settles, and one
@@ -44,19 +44,13 @@ def add_parser(sub):
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed iterations of a fixed size first (default %%(default)s; "
                         "auto gets %d)" % AUTO_WARMUP)
-    p.add_argument("--timeout", type=int, default=900, help="seconds per run (default %(default)s)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out("autotune"))
-    p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__)))), "build"))
     p.add_argument("--add", action="store_true",
                    help="keep the runs already in --out's autotune.jsonl (e.g. a model run with "
                         "other --rounds) and report them with the new ones")
     p.add_argument("--report", action="store_true",
                    help="no runs: the table again from --out's autotune.jsonl")
-    p.add_argument("--quick", action="store_true",
-                   help="the MLP on loopback, 1 and 25 MiB and auto, 1 round of 2 iterations: "
-                        "checks the pipeline, not the numbers")
+    run_arguments(p, "autotune", 900, "the MLP on loopback, 1 and 25 MiB and auto, 1 round of 2 "
+                  "iterations")
     p.set_defaults(run=run_autotune)
 
 

@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 
-from harness import REPO, Log, Snapshot, die, free_port, quick_out, run_bounded
+from harness import run_arguments, REPO, Log, Snapshot, die, free_port, quick_out, run_bounded
 
 
 def add_parser(sub):
@@ -37,14 +37,9 @@ def add_parser(sub):
                    help="extra mpirun arguments, e.g. '--bind-to none'")
     p.add_argument("--name", help="result files' name (default collectives-LINK or "
                                   "collectives-mpirun)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out("collectives"))
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--timeout", type=int, default=900, help="seconds for the run (default 900)")
+    run_arguments(p, "collectives", 900, "sizes 4K and 1M, 5 samples each")
     p.add_argument("--plot", metavar="PNG", help="bus bandwidth against size, one line per impl")
     p.add_argument("--from-json", metavar="RUN", help="no run: plot this kept run's JSON")
-    p.add_argument("--quick", action="store_true",
-                   help="sizes 4K and 1M, 5 samples each: checks the pipeline, not the numbers")
     p.add_argument("bench_args", nargs="*", help="for ddp_bench collectives (after --)")
     p.set_defaults(run=run)
 

@@ -34,9 +34,9 @@ import time
 
 import hooks_table
 import train_table
-from harness import REPO, Log, Snapshot, die, git_description, md_table, \
-    paired_ratio, quick_out, reference_python, require_python, results_dir, run_bounded, \
-    alternated, torch_version, write_json
+from harness import REPO, alternated, die, git_description, Log, md_table, paired_ratio, \
+    reference_python, require_python, results_dir, run_arguments, run_bounded, Snapshot, \
+    torch_version, write_json
 
 PYTORCH_TRAIN = os.path.join(REPO, "bench", "pytorch_ddp_train.py")
 HOOKS = "none,fp16,bf16,powersgd1,powersgd2,powersgd4,batched_powersgd1"
@@ -51,14 +51,7 @@ def common_arguments(p, name, rounds, iters, warmup, timeout):
                    help="timed iterations per run (default %(default)s)")
     p.add_argument("--warmup", type=int, default=warmup,
                    help="untimed iterations per run first (default %(default)s)")
-    p.add_argument("--timeout", type=int, default=timeout,
-                   help="seconds per run before it counts as hung (default %(default)s)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out(name))
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--quick", action="store_true",
-                   help="1 round of 2 timed iterations on the MLP: checks the pipeline, "
-                        "not the numbers")
+    run_arguments(p, name, timeout, "1 round of 2 timed iterations on the MLP")
 
 
 def add_parsers(sub):

@@ -19,8 +19,8 @@ import re
 import shutil
 import statistics
 
-from harness import REPO, Log, Snapshot, built_program, die, md_table, quick_out, results_dir, \
-    run_bounded, side_order
+from harness import built_program, die, Log, md_table, results_dir, run_arguments, run_bounded, \
+    side_order, Snapshot
 
 # Fixed levels, the default ladder, and a ladder down to PowerSGD rank 1
 # (where Accordion's premise, aggressive compression only while training is
@@ -41,14 +41,9 @@ def add_parser(sub):
                    "separated by ';' (default %(default)s)")
     p.add_argument("--epochs", type=int, default=4, help="epochs per run (default %(default)s, "
                    "the main job's)")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per run (default %(default)s)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out("compression"))
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    run_arguments(p, "compression", 900, "one seed, one epoch")
     p.add_argument("--plot", action="store_true", help="also draw compression.png "
                    "(needs matplotlib: Debian's /usr/bin/python3)")
-    p.add_argument("--quick", action="store_true",
-                   help="one seed, one epoch: checks the pipeline, not the numbers")
     p.set_defaults(run=run_compression)
 
 

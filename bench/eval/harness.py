@@ -45,6 +45,18 @@ def quick_out(subcommand):
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddp-bench-quick", subcommand)
 
 
+def run_arguments(p, name, timeout, quick):
+    """--timeout, --out, --build and --quick (`quick`: what it runs), as every
+    subcommand that runs benchmarks takes them."""
+    p.add_argument("--timeout", type=int, default=timeout,
+                   help="seconds per run before it counts as hung (default %(default)s)")
+    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
+                   % quick_out(name))
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--quick", action="store_true",
+                   help=quick + ": checks the pipeline, not the numbers")
+
+
 def results_dir(args, subcommand):
     """args.out, else (with --quick) quick_out(subcommand), else
     bench/results: made if missing, and set as args.out."""

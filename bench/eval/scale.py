@@ -27,8 +27,8 @@ import json
 import os
 
 import scale_model as model
-from harness import Log, Snapshot, die, md_table, quick_out, results_dir, run_bounded, \
-    write_json, REPO
+from harness import die, Log, md_table, results_dir, run_arguments, run_bounded, Snapshot, \
+    write_json
 
 HOST_SIZES = "64K,1M,4M,16M,32M,64M"
 LINK_SIZES = "4K,1M,4M,16M,64M"
@@ -56,14 +56,9 @@ def add_parser(sub):
     p.add_argument("--nodes", type=int, default=4, help="largest node count measured (default 4)")
     p.add_argument("--model", default="mlp", help="bench model (default mlp)")
     p.add_argument("--iters", type=int, default=8, help="timed iterations per run (default 8)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per run (default 600)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out("scale"))
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    run_arguments(p, "scale", 600, "1 Gbit/s, 2 nodes, 2 iterations")
     p.add_argument("--plot", metavar="PNG", help="draw the check and the projection")
     p.add_argument("--from-json", metavar="RUN", help="no runs: tables and plot from a kept run")
-    p.add_argument("--quick", action="store_true",
-                   help="1 Gbit/s, 2 nodes, 2 iterations: checks the pipeline, not the numbers")
     p.set_defaults(run=run)
 
 

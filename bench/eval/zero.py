@@ -14,8 +14,8 @@ import os
 import shutil
 import statistics
 
-from harness import REPO, Log, Snapshot, built_program, die, md_table, quick_out, \
-    reference_python, require_python, results_dir, run_bounded, side_order
+from harness import REPO, built_program, die, Log, md_table, reference_python, require_python, \
+    results_dir, run_arguments, run_bounded, side_order, Snapshot
 
 PYTORCH_ZERO = os.path.join(REPO, "bench", "pytorch_zero.py")
 RUNS = ("ddp adam", "ddp zero", "ddp zero-overlap", "pytorch adam", "pytorch zero")
@@ -26,12 +26,7 @@ def add_parser(sub):
     p.add_argument("--worlds", default="2,4", help="world sizes (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="rounds (default %(default)s)")
     p.add_argument("--iters", type=int, default=10, help="timed iterations (default %(default)s)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per run (default %(default)s)")
-    p.add_argument("--out", help="results directory (default bench/results; with --quick %s)"
-                   % quick_out("zero"))
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--quick", action="store_true",
-                   help="world 2, 1 round of 2 iterations: checks the pipeline, not the numbers")
+    run_arguments(p, "zero", 600, "world 2, 1 round of 2 iterations")
     p.set_defaults(run=run_zero)
 
 
