@@ -14,7 +14,7 @@
 // each backend over its baseline (c10d; mpi-raw for mpi) both as a ratio of
 // medians and as the median of per-pair ratios.
 // Unless --iters fixes the count, the warm-up's duration decides how many
-// pairs fit in --budget-s per size (between --min-iters and --max-iters), and
+// pairs fit in --budget-s per size (between 5 and 500), and
 // rank 0 tells the others.
 //
 // This file measures; the command line is collectives_config.cpp's and the

@@ -14,7 +14,7 @@ namespace ddp_bench {
 struct CollectivesConfig {
   std::vector<int64_t> sizes;
   int64_t fixed_iters = 0;  // 0: scale by budget
-  int64_t min_iters = 5;
+  int64_t min_iters = 5;    // samples when scaled by the budget
   int64_t max_iters = 500;
   double budget_s = 10.0;
   int64_t warmup = 2;

@@ -22,9 +22,7 @@ options:
   --sizes LIST      byte sizes, e.g. 4K,64K,1M,16M,256M
                     (default: 4K,16K,64K,256K,1M,4M,16M,64M,256M)
   --iters N         samples per implementation and size (default: as many as
-                    fit in --budget-s, between --min-iters and --max-iters)
-  --min-iters N     default 5
-  --max-iters N     default 500
+                    fit in --budget-s, between 5 and 500)
   --budget-s S      seconds of timed samples per size, both implementations
                     together, when --iters is not given (default 10)
   --warmup W        untimed samples per implementation and size (default 2)
@@ -51,9 +49,6 @@ CollectivesConfig parse_collectives_config(Args& args) {
     }
   }
   c.fixed_iters = args.take_int("--iters", 1, 1000000).value_or(0);
-  c.min_iters = args.take_int("--min-iters", 1, 1000000).value_or(c.min_iters);
-  c.max_iters = args.take_int("--max-iters", 1, 1000000).value_or(c.max_iters);
-  if (c.max_iters < c.min_iters) throw UsageError("--max-iters is below --min-iters");
   c.budget_s = args.take_double("--budget-s", 0.0).value_or(c.budget_s);
   c.warmup = args.take_int("--warmup", 0, 1000000).value_or(c.warmup);
   c.threads = args.take_int("--threads", 1, 1024).value_or(c.threads);

@@ -150,7 +150,6 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads and OpenBLAS's own pool (default 1)")
-    p.add_argument("--print-params", action="store_true")
     p.add_argument("--hook", default="none", choices=HOOKS,
                    help="communication hook (PowerSGD: start_powerSGD_iter=2, error feedback "
                         "and warm start on; use --warmup >= 3)")
@@ -205,9 +204,6 @@ def main():
               "gradients); %d ranks; torch %s, python %s"
               % (bench_models.describe(opts), len(named), elements, elements * 4 / 1048576, world,
                  torch.__version__, sys.version.split()[0]), file=sys.stderr, flush=True)
-        if args.print_params:
-            for i, (n, t) in enumerate(named):
-                print("param %d %s [%s]" % (i, n, ", ".join(str(d) for d in t.shape)))
 
     ddp = None
     timeline = Timeline() if args.timeline else None

@@ -125,13 +125,6 @@ int run_train(Args args) {
                  "%d ranks; %s\n",
                  describe(cfg.model).c_str(), names.size(), static_cast<long long>(elements),
                  grad_bytes / 1048576.0, world, machine_summary(torch_version).c_str());
-    if (cfg.print_params) {
-      for (size_t i = 0; i < names.size(); ++i) {
-        std::string s;
-        for (int64_t d : shapes[i]) s += (s.empty() ? "" : ", ") + std::to_string(d);
-        std::printf("param %zu %s [%s]\n", i, names[i].c_str(), s.c_str());
-      }
-    }
   }
 
   auto make_ddp = [&](torch::nn::AnyModule net, bool zero_copy) {

@@ -34,7 +34,6 @@ struct TrainConfig {
   int64_t gloo_threads = 1;
   bool overlap = true;
   bool gradient_as_bucket_view = false;
-  bool print_params = false;
   std::string hook = "none";
   std::string device = "cpu";  // or "cuda": LOCAL_RANK's GPU
   std::string tag;

@@ -63,7 +63,6 @@ options:
   --timeline           keep each timed DDP iteration's timeline in the JSON
                        (events with timestamps: forward, backward compute,
                        step; each bucket's launch to completion)
-  --print-params       rank 0 prints every parameter's name and shape
   --tag TEXT           recorded in the JSON (e.g. the round of a comparison)
   --json PATH          rank 0 writes the results there (with every sample)
 )";
@@ -103,7 +102,6 @@ TrainConfig parse_train_config(Args& args) {
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");
   c.gradient_as_bucket_view = args.take_flag("--gradient-as-bucket-view");
-  c.print_params = args.take_flag("--print-params");
   c.hook = args.take("--hook").value_or(c.hook);
   c.device = args.take("--device").value_or(c.device);
   if (c.device != "cpu" && c.device != "cuda") {
