@@ -8,6 +8,25 @@ namespace ddp_bench {
 
 // --- arguments --------------------------------------------------------------
 
+int run_main(const std::string& program, std::vector<std::string> arguments, const char* usage,
+             int (*run)(Args)) {
+  for (const auto& a : arguments) {
+    if (a == "-h" || a == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+  }
+  try {
+    return run(Args(std::move(arguments)));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), e.what(), usage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return 1;
+  }
+}
+
 Args::Args(std::vector<std::string> args) {
   // Split "--name=value" so that take() sees one form.
   for (auto& a : args) {

@@ -46,6 +46,12 @@ class Args {
   std::vector<std::string> args_;
 };
 
+// A program's main() around `run(Args(arguments))`: -h or --help prints
+// `usage`; a UsageError is printed with the usage (exit status 2), any other
+// exception as an error (status 1); `program` names it in the messages.
+int run_main(const std::string& program, std::vector<std::string> arguments, const char* usage,
+             int (*run)(Args));
+
 // A positive integer with an optional suffix k/K, m/M or g/G worth `k`,
 // k^2, k^3; at most 2^40 in all. nullopt for anything else.
 std::optional<int64_t> parse_scaled(const std::string& text, int64_t k);

@@ -11,7 +11,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -69,22 +68,8 @@ int main(int argc, char** argv) {
   }
   for (const auto& s : kSubcommands) {
     if (std::strcmp(argv[1], s.name) != 0) continue;
-    std::vector<std::string> args(argv + 2, argv + argc);
-    for (const auto& a : args) {
-      if (a == "-h" || a == "--help") {
-        std::fputs(*s.usage, stdout);
-        return 0;
-      }
-    }
-    try {
-      return s.run(ddp_bench::Args(std::move(args)));
-    } catch (const ddp_bench::UsageError& e) {
-      std::fprintf(stderr, "ddp_bench %s: %s\n\n%s", s.name, e.what(), *s.usage);
-      return 2;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ddp_bench %s: error: %s\n", s.name, e.what());
-      return 1;
-    }
+    return ddp_bench::run_main(std::string("ddp_bench ") + s.name, {argv + 2, argv + argc},
+                               *s.usage, s.run);
   }
   std::fprintf(stderr, "ddp_bench: unknown subcommand '%s'\n\n", argv[1]);
   print_usage(stderr);

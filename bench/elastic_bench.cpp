@@ -15,13 +15,13 @@
 // compare: it carries elastic mode's full copy every commit_every (100)
 // steps, when N reaches it.
 // bench/elastic_bench.sh alternates the modes and reports their ratio.
+#include "bench_util.h"
 #include "models/models.h"
 
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -35,45 +35,20 @@ struct Config {
   bool zero = false;
 };
 
-Config parse(int argc, char** argv) {
+const char* const kUsage =
+    "usage: elastic_bench [--mode plain|elastic] [--model M] [--steps N] [--warmup W] "
+    "[--zero 0|1]   (under ddprun)\n";
+
+int run(ddp_bench::Args args) {
   Config c;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--mode")
-      c.mode = v;
-    else if (k == "--model")
-      c.model = v;
-    else if (k == "--steps")
-      c.steps = std::stoll(v);
-    else if (k == "--warmup")
-      c.warmup = std::stoll(v);
-    else if (k == "--zero")
-      c.zero = v == "1";
-    else
-      throw std::invalid_argument("elastic_bench: unknown flag " + k +
-                                  " (--mode, --model, --steps, --warmup, --zero)");
-  }
-  if (c.mode != "plain" && c.mode != "elastic")
-    throw std::invalid_argument("elastic_bench: --mode plain|elastic");
-  return c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  try {
-    const Config c = parse(argc, argv);
+  c.mode = args.take("--mode").value_or(c.mode);
+  if (c.mode != "plain" && c.mode != "elastic") throw ddp_bench::UsageError("--mode plain|elastic");
+  c.model = args.take("--model").value_or(c.model);
+  c.steps = args.take_int("--steps", 1, 1 << 30).value_or(c.steps);
+  c.warmup = args.take_int("--warmup", 0, 1 << 30).value_or(c.warmup);
+  c.zero = args.take("--zero").value_or("0") == "1";
+  args.expect_empty();
+  {
     torch::set_num_threads(1);
     ddp_bench::ModelOptions mo;
     mo.name = c.model;
@@ -133,14 +108,18 @@ int main(int argc, char** argv) {
       });
     }
     if (rank == 0) {
+      const ddp_bench::Stats st = ddp_bench::summarize(times);
       std::printf("elastic_bench: %s %s%s: mean %.2f ms/step, median %.2f, over %zu steps\n",
-                  c.mode.c_str(), c.model.c_str(), c.zero ? " zero" : "", mean(times),
-                  median(times), times.size());
+                  c.mode.c_str(), c.model.c_str(), c.zero ? " zero" : "", st.mean, st.median,
+                  st.count);
     }
     if (c.mode == "plain") ddp::destroy_process_group();
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "elastic_bench: %s\n", e.what());
-    return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddp_bench::run_main("elastic_bench", {argv + 1, argv + argc}, kUsage, run);
 }

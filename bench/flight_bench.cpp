@@ -11,16 +11,15 @@
 // pays for the recorder, clocks included. Public API only: the recorder's
 // parts (the ring's records, the hand-over of a record to a Work) are
 // timed by nothing here.
+#include "bench_util.h"
+
 #include <ddp/flight_recorder.h>
 #include <ddp/process_group.h>
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -61,19 +60,14 @@ double ns_per_op(int ops, const std::function<void()>& op) {
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / ops;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double median(const std::vector<double>& v) { return ddp_bench::summarize(v).median; }
 
-}  // namespace
+const char* const kUsage = "usage: flight_bench [--rounds R] [--ops N]   (one process)\n";
 
-int main(int argc, char** argv) {
-  int rounds = 11, ops = 200000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--ops")) ops = std::atoi(argv[i + 1]);
-  }
+int run(ddp_bench::Args args) {
+  const int rounds = static_cast<int>(args.take_int("--rounds", 1, 100000).value_or(11));
+  const int ops = static_cast<int>(args.take_int("--ops", 1, 1 << 30).value_or(200000));
+  args.expect_empty();
   InstantGroup recorded, plain;
   recorded.record_flights("bench");
   at::Tensor tensor = at::ones({1024});
@@ -96,4 +90,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) diff.push_back(on[r] - off[r]);
   std::printf("| recording − not, paired by round | %.1f |\n", median(diff));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddp_bench::run_main("flight_bench", {argv + 1, argv + argc}, kUsage, run);
 }

@@ -16,62 +16,23 @@
 // rank 0's iterations: forward, backward's compute, and what follows it:
 // the rest of communication) and, with --json, one line per configuration.
 // Public API only.
+#include "bench_util.h"
+
 #include <ddp/ddp.h>
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// "--name value" pairs; each name taken once, leftovers an error.
-class Args {
- public:
-  Args(int argc, char** argv) : args_(argv + 1, argv + argc) {}
-  double take(const std::string& name, double fallback, double min, double max) {
-    for (size_t i = 0; i + 1 < args_.size(); ++i) {
-      if (args_[i] != name) continue;
-      char* end = nullptr;
-      const double v = std::strtod(args_[i + 1].c_str(), &end);
-      if (*end != '\0' || v < min || v > max) {
-        throw UsageError(name + " must be a number in [" + std::to_string(min) + ", " +
-                         std::to_string(max) + "], got " + args_[i + 1]);
-      }
-      args_.erase(args_.begin() + static_cast<long>(i), args_.begin() + static_cast<long>(i) + 2);
-      return v;
-    }
-    return fallback;
-  }
-  std::string take(const std::string& name) {
-    for (size_t i = 0; i + 1 < args_.size(); ++i) {
-      if (args_[i] != name) continue;
-      std::string v = args_[i + 1];
-      args_.erase(args_.begin() + static_cast<long>(i), args_.begin() + static_cast<long>(i) + 2);
-      return v;
-    }
-    return "";
-  }
-  void expect_empty() const {
-    if (!args_.empty()) throw UsageError("unknown argument " + args_[0]);
-  }
-
- private:
-  std::vector<std::string> args_;
-};
 
 const char* const kUsage = R"(usage: layer_drop_bench [options]   (under ddprun)
   --blocks N   residual blocks, each Linear-ReLU-Linear (default 24)
@@ -144,15 +105,16 @@ double percentile(std::vector<double> v, double q) {
 
 using Clock = std::chrono::steady_clock;
 
-int run(Args args) {
-  const int blocks = static_cast<int>(args.take("--blocks", 24, 1, 62));
-  const double drop = args.take("--drop", 0.5, 0, 0.99);
-  const int64_t width = static_cast<int64_t>(args.take("--width", 512, 1, 1 << 16));
-  const int64_t batch = static_cast<int64_t>(args.take("--batch", 16, 1, 1 << 20));
-  const int rounds = static_cast<int>(args.take("--rounds", 5, 1, 10000));
-  const int iters = static_cast<int>(args.take("--iters", 10, 1, 100000));
-  const int warmup = static_cast<int>(args.take("--warmup", 3, 0, 100000));
-  const std::string json = args.take("--json");
+int run(ddp_bench::Args args) {
+  const int blocks = static_cast<int>(args.take_int("--blocks", 1, 62).value_or(24));
+  const double drop = args.take_double("--drop", 0).value_or(0.5);
+  if (drop > 0.99) throw ddp_bench::UsageError("--drop must be at most 0.99");
+  const int64_t width = args.take_int("--width", 1, 1 << 16).value_or(512);
+  const int64_t batch = args.take_int("--batch", 1, 1 << 20).value_or(16);
+  const int rounds = static_cast<int>(args.take_int("--rounds", 1, 10000).value_or(5));
+  const int iters = static_cast<int>(args.take_int("--iters", 1, 100000).value_or(10));
+  const int warmup = static_cast<int>(args.take_int("--warmup", 0, 100000).value_or(3));
+  const std::string json = args.take("--json").value_or("");
   args.expect_empty();
   const int dropped = static_cast<int>(blocks * drop + 0.5);
 
@@ -253,10 +215,5 @@ int run(Args args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(Args(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "layer_drop_bench: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
+  return ddp_bench::run_main("layer_drop_bench", {argv + 1, argv + argc}, kUsage, run);
 }

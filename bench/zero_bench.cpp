@@ -7,6 +7,7 @@
 // median iteration time, an iteration's time being the slowest rank's (each
 // preceded by an untimed 1-element allreduce). `bench/evaluate.py zero` runs it
 // interleaved with PyTorch's twin, bench/pytorch_zero.py.
+#include "bench_util.h"
 #include "models/mlp.h"
 
 #include <ddp/ddp.h>
@@ -14,8 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,40 +31,24 @@ int64_t plain_state_bytes(const torch::optim::Optimizer& opt) {
   return bytes;
 }
 
-}  // namespace
+const char* const kUsage =
+    "usage: zero_bench [--optimizer zero|zero-overlap|adam] [--iters N] [--warmup N] "
+    "[--batch N] [--layers N]   (under ddprun)\n";
 
-int main(int argc, char** argv) {
-  std::string optimizer = "zero";
-  int iters = 10, warmup = 2, batch = 32, layers = 16;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--optimizer")
-      optimizer = argv[i + 1];
-    else if (a == "--iters")
-      iters = std::atoi(argv[i + 1]);
-    else if (a == "--warmup")
-      warmup = std::atoi(argv[i + 1]);
-    else if (a == "--batch")
-      batch = std::atoi(argv[i + 1]);
-    else if (a == "--layers")
-      layers = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(
-          stderr,
-          "usage: zero_bench [--optimizer zero|zero-overlap|adam] [--iters N] [--warmup N] "
-          "[--batch N] [--layers N]\n");
-      return 2;
-    }
-  }
+int run(ddp_bench::Args args) {
+  const std::string optimizer = args.take("--optimizer").value_or("zero");
   if (optimizer != "zero" && optimizer != "zero-overlap" && optimizer != "adam") {
-    std::fprintf(stderr, "zero_bench: --optimizer is zero, zero-overlap or adam, got %s\n",
-                 optimizer.c_str());
-    return 2;
+    throw ddp_bench::UsageError("--optimizer is zero, zero-overlap or adam, got " + optimizer);
   }
+  const int64_t iters = args.take_int("--iters", 1, 1000000).value_or(10);
+  const int64_t warmup = args.take_int("--warmup", 0, 1000000).value_or(2);
+  const int64_t batch = args.take_int("--batch", 1, 1 << 20).value_or(32);
+  const int64_t layers = args.take_int("--layers", 1, 1024).value_or(16);
+  args.expect_empty();
   torch::set_num_threads(1);  // as PyTorch's side; OPENBLAS_NUM_THREADS=1 from the script
   auto pg = ddp::init_process_group();
   torch::manual_seed(0);
-  ddp_bench::models::Mlp net(layers);
+  ddp_bench::models::Mlp net(static_cast<int>(layers));
   ddp::DistributedDataParallel model(net);
   std::unique_ptr<torch::optim::Optimizer> opt;
   ddp::ZeroRedundancyOptimizer* zero = nullptr;
@@ -87,7 +70,7 @@ int main(int argc, char** argv) {
 
   std::vector<double> times;
   at::Tensor sync = at::zeros({1});
-  for (int i = 0; i < warmup + iters; ++i) {
+  for (int64_t i = 0; i < warmup + iters; ++i) {
     pg->allreduce(sync)->wait();
     const auto t0 = std::chrono::steady_clock::now();
     opt->zero_grad();
@@ -114,4 +97,10 @@ int main(int argc, char** argv) {
         times[times.size() / 2]);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddp_bench::run_main("zero_bench", {argv + 1, argv + argc}, kUsage, run);
 }
