@@ -8,8 +8,6 @@
 #       NODES network namespaces x 2 ranks, one mpirun across them
 #       (bench/netem --mpirun); exits 77 (skipped) without `ip netns`, or
 #       when bench/netem cannot build the namespaces
-# ddp_equivalence does not print its backend; it runs in the same layout and
-# environment as the collectives program, which does.
 set -uo pipefail
 usage="usage: $0 BUILD_DIR MPIRUN loopback NP HOSTS | BUILD_DIR MPIRUN netns NODES"
 build=${1:?$usage} mpirun=${2:?$usage} mode=${3:?$usage}
@@ -64,14 +62,16 @@ else
   failed=1
 fi
 
-launch "$build/tests/multiprocess/ddp_equivalence" >"$out" 2>&1
+launch "$build/tests/multiprocess/ddp_equivalence" --gtest_filter='DdpEquivalence.*' >"$out" 2>&1
 status=$?
 cat "$out"
-passed=$(grep -c "all checks passed" "$out")
-if [ "$status" -eq 0 ] && [ "$passed" -eq "$ranks" ] && ! grep -q "not ok" "$out"; then
+# Each rank names its world first, then GoogleTest its verdict.
+worlds=$(grep -c -E "rank [0-9]+ of $ranks on cpu over hierarchical\(shm\+mpi\)" "$out")
+passed=$(grep -c "PASSED  \]" "$out")
+if [ "$status" -eq 0 ] && [ "$worlds" -eq "$ranks" ] && [ "$passed" -eq "$ranks" ]; then
   echo "ok - $what: DDP equals local training on hierarchical(shm+mpi)"
 else
-  echo "not ok - $what: DDP equivalence (exit $status, $passed of $ranks ranks passed)"
+  echo "not ok - $what: DDP equivalence (exit $status, $worlds of $ranks ranks on hierarchical(shm+mpi), $passed passed)"
   failed=1
 fi
 exit "$failed"
