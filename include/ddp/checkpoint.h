@@ -130,7 +130,8 @@ class ResumingSampler : public torch::data::samplers::Sampler<> {
  public:
   ResumingSampler(Inner inner, int64_t skip) : inner_(std::move(inner)), skip_(skip) {
     if (skip < 0) {
-      throw InvalidArgument("ddp: ResumingSampler: skip must be >= 0, got " + std::to_string(skip));
+      throw InvalidArgument(ErrorContext{-1, 0, "", "ResumingSampler", {}},
+                            "skip must be >= 0, got " + std::to_string(skip));
     }
   }
 

@@ -25,6 +25,7 @@
 //   caller must make every rank issue them in the same order.
 #pragma once
 
+#include <ddp/errors.h>
 #include <ddp/mutex.h>
 #include <ddp/work.h>
 
@@ -130,6 +131,10 @@ class ProcessGroup {
   // At most once per group.
   void record_flights(const std::string& name);
 
+  // This rank, the group's size and backend, and `operation`: the context of
+  // the errors raised about this group (ddp/errors.h).
+  ErrorContext error_context(std::string operation = {}) const;
+
  protected:
   // Backends implement these; arguments are already validated.
   virtual WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) = 0;
@@ -140,7 +145,8 @@ class ProcessGroup {
                                     ReduceOp op) = 0;
   virtual WorkPtr do_barrier() = 0;
 
-  // "rank 1 of 4 [gloo]" — how errors name this process.
+  // "rank 1 of 4 [gloo]" — how errors name this process
+  // (format_context(error_context())).
   std::string where() const;
 
  private:

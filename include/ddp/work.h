@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <ddp/errors.h>
 #include <ddp/mutex.h>
 
 #include <chrono>
@@ -30,8 +31,13 @@ namespace ddp {
 
 class Work {
  public:
-  // `description` names the operation in errors, e.g. "allreduce #12 (SUM,
-  // float32, 4096 elements) on rank 1 of 2 [gloo]".
+  // `context` is the issuing group's (ProcessGroup::error_context) with the
+  // operation named, e.g. "allreduce #12 (SUM, Float, 4096 elements)": the
+  // errors about this Work carry it.
+  Work(ErrorContext context, std::chrono::milliseconds default_timeout,
+       std::vector<at::Tensor> outputs = {});
+  // A Work known by a description alone (a custom backend's): its errors'
+  // context has the description as its operation.
   Work(std::string description, std::chrono::milliseconds default_timeout,
        std::vector<at::Tensor> outputs = {});
   Work(const Work&) = delete;
@@ -47,7 +53,10 @@ class Work {
   std::chrono::steady_clock::time_point completion_time() const;
   // The tensors the operation wrote (in-place inputs or outputs).
   const std::vector<at::Tensor>& result() const { return outputs_; }
+  // "allreduce #12 (SUM, Float, 4096 elements) on rank 1 of 2 [gloo]".
   const std::string& description() const { return description_; }
+  // The context of the errors about this Work (ddp/errors.h).
+  const ErrorContext& context() const { return context_; }
 
   void on_complete(std::function<void()> callback);
 
@@ -63,6 +72,7 @@ class Work {
                                          std::vector<at::Tensor> outputs = {});
 
  private:
+  const ErrorContext context_;
   const std::string description_;
   const std::chrono::milliseconds default_timeout_;
   const std::vector<at::Tensor> outputs_;

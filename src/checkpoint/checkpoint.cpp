@@ -14,14 +14,19 @@
 
 #include <cstring>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace ddp {
 namespace {
 
 using checkpoint_detail::FileRead;
 
-std::string where(const ProcessGroup& pg) {
-  return "ddp: rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.size()) + ": ";
+// The group's context (rank, size, backend), `operation` and the ranks the
+// error is about.
+ErrorContext context_of(const ProcessGroup& pg, std::string operation = {},
+                        std::vector<int> peers = {}) {
+  return pg.error_context(std::move(operation)).about(std::move(peers));
 }
 
 // [world size, state bytes]: every rank's default CPU generator state.
@@ -40,11 +45,12 @@ at::Tensor gather_rng_states(ProcessGroup& pg) {
   pg.allgather(sizes, size)->wait();
   for (int r = 0; r < pg.size(); ++r) {
     if (sizes[r].item<int64_t>() != mine.numel()) {
-      throw CheckpointError(where(pg) + "save_checkpoint: rank " + std::to_string(r) +
-                            "'s RNG state has " + std::to_string(sizes[r].item<int64_t>()) +
-                            " bytes, this rank's " + std::to_string(mine.numel()) +
-                            " (different libtorch versions?); set "
-                            "CheckpointOptions::rng_state(false) to save without them");
+      throw CheckpointError(context_of(pg, "save_checkpoint", {r}),
+                            "rank " + std::to_string(r) + "'s RNG state has " +
+                                std::to_string(sizes[r].item<int64_t>()) + " bytes, this rank's " +
+                                std::to_string(mine.numel()) +
+                                " (different libtorch versions?); set "
+                                "CheckpointOptions::rng_state(false) to save without them");
     }
   }
   at::Tensor all = at::empty({pg.size(), mine.numel()}, at::kByte);
@@ -55,6 +61,9 @@ at::Tensor gather_rng_states(ProcessGroup& pg) {
 }
 
 std::string message_of(const std::exception& e) {
+  if (auto* error = dynamic_cast<const Error*>(&e)) {  // its sentence, without "ddp: "
+    return error->remedy().empty() ? error->problem() : error->problem() + " " + error->remedy();
+  }
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
     return c10_error->what_without_backtrace();  // libtorch's what() carries a backtrace
   }
@@ -79,8 +88,9 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
   }
   failure = checkpoint_detail::broadcast_bytes(*pg, 0, failure);
   if (!failure.empty()) {
-    throw CheckpointError(where(*pg) + "save_checkpoint failed on rank 0: " + failure +
-                          ". The previous checkpoint, if any, is unchanged.");
+    throw CheckpointError(context_of(*pg, "", {0}),
+                          "save_checkpoint failed on rank 0: " + failure +
+                              ". The previous checkpoint, if any, is unchanged.");
   }
 }
 
@@ -96,9 +106,10 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   const auto outcome = static_cast<FileRead::Status>(status.item<int64_t>());
   if (outcome == FileRead::Status::kMissing) return std::nullopt;
   if (outcome == FileRead::Status::kError) {
-    throw CheckpointError(where(*pg) + "load_checkpoint failed on rank 0: " +
-                          checkpoint_detail::broadcast_bytes(*pg, 0, file.error) +
-                          ". Fix or remove the file (no file: the job starts afresh).");
+    throw CheckpointError(context_of(*pg, "", {0}),
+                          "load_checkpoint failed on rank 0: " +
+                              checkpoint_detail::broadcast_bytes(*pg, 0, file.error) +
+                              ". Fix or remove the file (no file: the job starts afresh).");
   }
   const std::string payload = checkpoint_detail::broadcast_bytes(*pg, 0, file.payload);
   file.payload.clear();
@@ -121,18 +132,21 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   const std::string source =
       "the checkpoint rank 0 read" + (pg->rank() == 0 ? " ('" + path + "')" : std::string());
   if (!failure.empty()) {
-    throw CheckpointError(where(*pg) + "load_checkpoint: " + source + " does not load: " + failure);
+    throw CheckpointError(context_of(*pg, "load_checkpoint"),
+                          source + " does not load: " + failure);
   }
   std::string failed_ranks;
+  std::vector<int> failed_peers;
   for (int r = 0; r < pg->size(); ++r) {
     if (all_failed[r].item<int64_t>() != 0) {
       failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+      failed_peers.push_back(r);
     }
   }
   if (!failed_ranks.empty()) {
-    throw CheckpointError(where(*pg) + "load_checkpoint: " + source +
-                          " loads here but not on rank(s) " + failed_ranks +
-                          " (see their errors): do the ranks build different models?");
+    throw CheckpointError(context_of(*pg, "load_checkpoint", failed_peers),
+                          source + " loads here but not on rank(s) " + failed_ranks +
+                              " (see their errors): do the ranks build different models?");
   }
   pending->apply();
   return pending->state;

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
 namespace ddp::detail {
 namespace {
 
@@ -69,12 +71,28 @@ void CheckedProcessGroup::check(Fingerprint mine) {
         static_cast<int>(v[5]), mine.number};
     report += "\n  rank " + std::to_string(r) + ": " + describe(f);
   }
-  CollectiveMismatch mismatch("ddp: " + where() +
-                              ": the ranks issued different collectives "
+  // The error is about the ranks that differ from the most common
+  // collective (the lowest rank's among equally common ones): the same
+  // ranks on every rank.
+  int common = 0, most = 0;
+  for (int r = 0; r < size(); ++r) {
+    int n = 0;
+    for (int q = 0; q < size(); ++q) n += all[q].equal(all[r]) ? 1 : 0;
+    if (n > most) {
+      most = n;
+      common = r;
+    }
+  }
+  ErrorContext context = error_context();
+  for (int r = 0; r < size(); ++r) {
+    if (!all[r].equal(all[common])) context.peers.push_back(r);
+  }
+  CollectiveMismatch mismatch(std::move(context),
+                              "the ranks issued different collectives "
                               "(DDP_DEBUG=detail check):" +
-                              report +
-                              "\nEvery rank must issue the same collectives, in the same order, "
-                              "on tensors of the same dtype and size.");
+                                  report +
+                                  "\nEvery rank must issue the same collectives, in the same "
+                                  "order, on tensors of the same dtype and size.");
   detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
   throw mismatch;
 }

@@ -54,15 +54,15 @@ const char* to_string(OpKind kind) {
 ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), timeout_(timeout) {
   if (size < 1) {
-    throw InvalidArgument("ddp: process group size must be >= 1, got " + std::to_string(size));
+    throw InvalidArgument("process group size must be >= 1, got " + std::to_string(size));
   }
   if (rank < 0 || rank >= size) {
-    throw InvalidArgument("ddp: rank " + std::to_string(rank) + " is outside [0, " +
+    throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
                           std::to_string(size) + ") for a group of " + std::to_string(size) +
                           " ranks");
   }
   if (timeout.count() <= 0) {
-    throw InvalidArgument("ddp: process group timeout must be positive, got " +
+    throw InvalidArgument("process group timeout must be positive, got " +
                           std::to_string(timeout.count()) + " ms");
   }
 }
@@ -79,21 +79,20 @@ c10::Device ProcessGroup::staging_device() const { return c10::Device(c10::Devic
 
 at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
 
-std::string ProcessGroup::where() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " [" + backend_name() +
-         "]";
+ErrorContext ProcessGroup::error_context(std::string operation) const {
+  return ErrorContext{rank_, size_, backend_name(), std::move(operation), {}};
 }
+
+std::string ProcessGroup::where() const { return format_context(error_context()); }
 
 namespace {
 
 class Checker {
  public:
-  Checker(const ProcessGroup& group, std::string where, const char* op)
-      : group_(group), where_(std::move(where)), op_(op) {}
+  Checker(const ProcessGroup& group, const char* op)
+      : group_(group), context_(group.error_context(op)) {}
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgument("ddp: " + where_ + ": " + op_ + ": " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw InvalidArgument(context_, what); }
 
   void tensor(const at::Tensor& t, const std::string& name) const {
     if (!t.defined()) fail(name + " is an undefined tensor");
@@ -145,8 +144,7 @@ class Checker {
 
  private:
   const ProcessGroup& group_;
-  std::string where_;
-  const char* op_;
+  const ErrorContext context_;
 };
 
 std::string nth(const char* name, size_t i) {
@@ -156,7 +154,7 @@ std::string nth(const char* name, size_t i) {
 }  // namespace
 
 WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
-  Checker check(*this, where(), "allreduce");
+  Checker check(*this, "allreduce");
   check.tensor(tensor, "tensor");
   check.op(op, tensor);
   const Issued issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
@@ -175,7 +173,7 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
 }
 
 WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, ReduceOp op) {
-  Checker check(*this, where(), "allreduce_coalesced");
+  Checker check(*this, "allreduce_coalesced");
   if (tensors.empty()) check.fail("no tensors given");
   for (size_t i = 0; i < tensors.size(); ++i) {
     check.tensor(tensors[i], nth("tensors", i));
@@ -206,7 +204,7 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
-  Checker check(*this, where(), "broadcast");
+  Checker check(*this, "broadcast");
   check.tensor(tensor, "tensor");
   if (root < 0 || root >= size()) {
     check.fail("root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
@@ -228,7 +226,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
 }
 
 WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor input) {
-  Checker check(*this, where(), "allgather");
+  Checker check(*this, "allgather");
   check.tensor(input, "input");
   check.count(outputs.size(), size(), "outputs");
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -254,7 +252,7 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
 
 WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                                      ReduceOp op) {
-  Checker check(*this, where(), "reduce_scatter");
+  Checker check(*this, "reduce_scatter");
   check.tensor(output, "output");
   check.count(inputs.size(), size(), "inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -322,8 +320,8 @@ uint64_t ProcessGroup::record_flight(const Issued& c) {
 
 void ProcessGroup::record_flights(const std::string& name) {
   if (flight_group_.load() >= 0) {
-    throw InvalidArgument("ddp: " + where() + ": record_flights('" + name +
-                          "'): this group is already recorded");
+    throw InvalidArgument(error_context("record_flights('" + name + "')"),
+                          "this group is already recorded");
   }
   flight_group_.store(detail::flight::add_group(name, rank(), size(), backend_name()));
 }

@@ -35,19 +35,20 @@ struct Registry {
 };
 
 void add(Registry& registry, Backend backend) {
-  if (backend.name.empty()) throw InvalidArgument("ddp: register_backend: the name is empty");
-  if (!backend.create) {
-    throw InvalidArgument("ddp: register_backend('" + backend.name + "'): no create function");
+  if (backend.name.empty()) {
+    throw InvalidArgument(ErrorContext{-1, 0, "", "register_backend", {}}, "the name is empty");
   }
+  // register_backend('<name>'): which registration is refused.
+  const ErrorContext named{-1, 0, "", "register_backend('" + backend.name + "')", {}};
+  if (!backend.create) throw InvalidArgument(named, "no create function");
   if (!backend.needs_store && !backend.world) {
-    throw InvalidArgument("ddp: register_backend('" + backend.name +
-                          "'): a backend that needs no store must say its world");
+    throw InvalidArgument(named, "a backend that needs no store must say its world");
   }
   MutexLock lock(registry.mutex);
   auto name = backend.name;
   if (!registry.backends.emplace(name, std::move(backend)).second) {
-    throw InvalidArgument("ddp: register_backend: a backend named '" + name +
-                          "' is already registered");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "register_backend", {}},
+                          "a backend named '" + name + "' is already registered");
   }
 }
 
@@ -86,7 +87,7 @@ const Backend& find_backend(const std::string& name, const std::string& chosen_b
     auto it = r.backends.find(name);
     if (it != r.backends.end()) return it->second;  // entries are never removed
   }
-  std::string message = "ddp: backend '" + name + "' is not available in this build";
+  std::string message = "backend '" + name + "' is not available in this build";
   auto known = known_optional_backends().find(name);
   if (known != known_optional_backends().end()) message += ": " + known->second;
   throw InvalidArgument(message + ". Available: " + joined(backend_names()) + " (chosen by " +
@@ -105,10 +106,10 @@ namespace detail {
 
 void refuse_options(const BackendSetup& setup, const std::string& backend, const char* expected) {
   const BackendOptions& given = *setup.options;
-  throw InvalidArgument(
-      "ddp: rank " + std::to_string(setup.rank) + ": InitOptions::backend_options are " +
-      c10::demangle(typeid(given).name()) + ", not " + expected + ", but the backend is " +
-      backend + "; pass std::make_shared<ddp::" + expected + ">(...)");
+  throw InvalidArgument(ErrorContext{setup.rank, setup.world_size, "", "", {}},
+                        "InitOptions::backend_options are " + c10::demangle(typeid(given).name()) +
+                            ", not " + expected + ", but the backend is " + backend +
+                            "; pass std::make_shared<ddp::" + expected + ">(...)");
 }
 
 }  // namespace detail

@@ -13,7 +13,7 @@ namespace {
 
 const ProcessGroup& first_of(const std::vector<ProcessGroupPtr>& groups) {
   if (groups.empty() || !groups[0]) {
-    throw InvalidArgument("ddp: RoundRobinProcessGroup needs at least one group");
+    throw InvalidArgument("RoundRobinProcessGroup needs at least one group");
   }
   return *groups[0];
 }
@@ -35,11 +35,12 @@ RoundRobinProcessGroup::RoundRobinProcessGroup(std::vector<ProcessGroupPtr> grou
     const auto& g = groups_[i];
     if (!g || g->rank() != rank() || g->size() != size()) {
       throw InvalidArgument(
-          "ddp: RoundRobinProcessGroup: group " + std::to_string(i) +
-          (g ? " is rank " + std::to_string(g->rank()) + " of " + std::to_string(g->size())
-             : std::string(" is null")) +
-          " but group 0 is rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
-          "; compose groups of the same ranks");
+          ErrorContext{-1, 0, "", "RoundRobinProcessGroup", {}},
+          "group " + std::to_string(i) +
+              (g ? " is rank " + std::to_string(g->rank()) + " of " + std::to_string(g->size())
+                 : std::string(" is null")) +
+              " but group 0 is rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+              "; compose groups of the same ranks");
     }
   }
 }
@@ -57,7 +58,7 @@ WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
   MutexLock lock(mutex_);
   WorkPtr inner = issue(*groups_[next_]);
   next_ = (next_ + 1) % groups_.size();
-  auto outer = std::make_shared<Work>(inner->description(), timeout(), inner->result());
+  auto outer = std::make_shared<Work>(inner->context(), timeout(), inner->result());
   outer->mark_started();  // handed to its member
   // Complete `outer` once `inner` and every earlier Work have completed.
   inner->on_complete([inner, outer, previous = last_] {
@@ -94,7 +95,7 @@ WorkPtr RoundRobinProcessGroup::do_barrier() {
   MutexLock lock(mutex_);
   std::vector<WorkPtr> inner;
   for (auto& g : groups_) inner.push_back(g->barrier());
-  auto outer = std::make_shared<Work>(inner[0]->description(), timeout());
+  auto outer = std::make_shared<Work>(inner[0]->context(), timeout());
   outer->mark_started();  // handed to every member
   auto remaining = std::make_shared<std::atomic<size_t>>(inner.size());
   auto previous = last_;

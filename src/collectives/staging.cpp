@@ -24,7 +24,7 @@ std::vector<at::Tensor> staged_copies(const std::vector<at::Tensor>& tensors,
 WorkPtr copy_back_on_completion(const WorkPtr& staged_work, std::vector<at::Tensor> originals,
                                 std::vector<at::Tensor> results,
                                 std::chrono::milliseconds timeout) {
-  auto work = std::make_shared<Work>(staged_work->description(), timeout, originals);
+  auto work = std::make_shared<Work>(staged_work->context(), timeout, originals);
   // The callback holds staged_work until it has run (Work drops its callbacks then).
   staged_work->on_complete(
       [work, staged_work, originals = std::move(originals), results = std::move(results)]() {

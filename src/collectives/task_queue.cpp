@@ -1,5 +1,6 @@
 #include "collectives/task_queue.h"
 
+#include "collectives/error_text.h"
 #include "collectives/issue_order.h"
 #include "collectives/no_sigpipe.h"
 
@@ -10,8 +11,8 @@
 
 namespace ddp::detail {
 
-TaskQueue::TaskQueue(std::string where, std::chrono::milliseconds timeout, int threads)
-    : where_(std::move(where)), timeout_(timeout) {
+TaskQueue::TaskQueue(ErrorContext group, std::chrono::milliseconds timeout, int threads)
+    : group_(std::move(group)), timeout_(timeout) {
   SigpipeBlockedForNewThreads workers_write_to_sockets;
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work_loop(); });
 }
@@ -32,10 +33,10 @@ void TaskQueue::stop() {
 WorkPtr TaskQueue::issue(const char* kind, const std::string& detail,
                          std::vector<at::Tensor> outputs, uint32_t* tag, WorkPtr* previous) {
   *tag = next_tag_++;
-  auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(*tag) +
-                                         (detail.empty() ? "" : " (" + detail + ")") + " on " +
-                                         where_,
-                                     timeout_, std::move(outputs));
+  ErrorContext context = group_;
+  context.operation =
+      std::string(kind) + " #" + std::to_string(*tag) + (detail.empty() ? "" : " (" + detail + ")");
+  auto work = std::make_shared<Work>(std::move(context), timeout_, std::move(outputs));
   *previous = std::exchange(last_, work);
   return work;
 }
@@ -58,8 +59,8 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
     }
   }
   if (refused) {  // say so now, not at its timeout (outside the lock: callbacks run)
-    work->finish(std::make_exception_ptr(CommunicationError(
-        "ddp: " + work->description() + " not run: the group is being destroyed")));
+    work->finish(std::make_exception_ptr(
+        CommunicationError(work->context(), "not run: the group is being destroyed")));
     return work;
   }
   queue_cv_.notify_one();  // outside the lock: the worker can take it at once
@@ -137,9 +138,11 @@ std::exception_ptr TaskQueue::run(Task& task) {
   {
     MutexLock lock(mutex_);
     if (!broken_reason_.empty()) {
-      return std::make_exception_ptr(CommunicationError(
-          "ddp: " + task.work->description() +
-          " not run: the group is broken by an earlier failure: " + broken_reason_));
+      // About the ranks the first failure named.
+      return std::make_exception_ptr(
+          CommunicationError(task.work->context().about(broken_peers_),
+                             "not run: the group is broken by an earlier failure: " +
+                                 broken_reason_));
     }
   }
   if (!task.started) task.work->mark_started();
@@ -154,7 +157,10 @@ void TaskQueue::note(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   } catch (const CommunicationError& e) {
     MutexLock lock(mutex_);
-    if (broken_reason_.empty()) broken_reason_ = e.what();
+    if (broken_reason_.empty()) {
+      broken_reason_ = cited(e);
+      broken_peers_ = e.context().peers;
+    }
   } catch (...) {}
 }
 

@@ -39,16 +39,17 @@ class TaskQueue {
   // completes with. Must not throw.
   using Body = std::function<std::exception_ptr(uint32_t tag, const Work& work)>;
 
-  // `where` names this process in Work descriptions ("rank 1 of 2 [gloo]");
-  // `timeout` is every Work's default wait timeout.
-  TaskQueue(std::string where, std::chrono::milliseconds timeout, int threads);
+  // `group` is the group's error context (ProcessGroup::error_context()):
+  // each Work's context is it with the operation named; `timeout` is every
+  // Work's default wait timeout.
+  TaskQueue(ErrorContext group, std::chrono::milliseconds timeout, int threads);
   // Runs what is queued, then joins the workers (see stop()).
   ~TaskQueue();
   TaskQueue(const TaskQueue&) = delete;
   TaskQueue& operator=(const TaskQueue&) = delete;
 
-  // Queues `body` and returns its Work, described as
-  // "<kind> #<tag> (<detail>) on <where>".
+  // Queues `body` and returns its Work, whose operation is
+  // "<kind> #<tag> (<detail>)".
   WorkPtr enqueue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                   Body body);
 
@@ -72,7 +73,8 @@ class TaskQueue {
   // bodies use its members calls this first in its destructor. Idempotent.
   void stop();
 
-  // "" while healthy; else the message of the failure that broke the queue.
+  // "" while healthy; else the failure that broke the queue, as later
+  // errors cite it (without its "ddp: ", collectives/error_text.h).
   std::string broken_reason() const;
 
  private:
@@ -91,7 +93,7 @@ class TaskQueue {
   // A body's result: a CommunicationError breaks the queue.
   void note(const std::exception_ptr& error);
 
-  const std::string where_;
+  const ErrorContext group_;
   const std::chrono::milliseconds timeout_;
 
   mutable Mutex mutex_;
@@ -103,6 +105,8 @@ class TaskQueue {
   int running_ DDP_GUARDED_BY(mutex_) = 0;       // bodies running on workers
   bool claimed_ DDP_GUARDED_BY(mutex_) = false;  // a caller runs one; workers wait
   std::string broken_reason_ DDP_GUARDED_BY(mutex_);  // "" while healthy
+  // The ranks the error that broke the queue is about (ErrorContext::peers).
+  std::vector<int> broken_peers_ DDP_GUARDED_BY(mutex_);
   std::vector<std::thread> workers_;  // started in the constructor, joined by stop()
 };
 

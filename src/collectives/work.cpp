@@ -8,25 +8,42 @@
 
 namespace ddp {
 
-Work::Work(std::string description, std::chrono::milliseconds default_timeout,
+namespace {
+
+// "allreduce #12 (...) on rank 1 of 2 [gloo]": the operation, then the rest.
+std::string describe(const ErrorContext& context) {
+  ErrorContext group = context;
+  group.operation.clear();
+  const std::string where = format_context(group);
+  return where.empty() ? context.operation : context.operation + " on " + where;
+}
+
+}  // namespace
+
+Work::Work(ErrorContext context, std::chrono::milliseconds default_timeout,
            std::vector<at::Tensor> outputs)
-    : description_(std::move(description)),
+    : context_(std::move(context)),
+      description_(describe(context_)),
       default_timeout_(default_timeout),
       outputs_(std::move(outputs)),
       flight_record_(detail::flight::take_pending_record()) {}
+
+Work::Work(std::string description, std::chrono::milliseconds default_timeout,
+           std::vector<at::Tensor> outputs)
+    : Work(ErrorContext{-1, 0, "", std::move(description), {}}, default_timeout,
+           std::move(outputs)) {}
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
   MutexLock lock(mutex_);
   if (!done_cv_.wait_for(mutex_, timeout, [&]() DDP_REQUIRES(mutex_) { return settled_; })) {
-    const std::string message = description_ + ": not complete after " +
-                                std::to_string(timeout.count()) +
-                                " ms (Work::wait timeout). A peer may be stuck or "
-                                "issuing a different collective; run with "
-                                "DDP_DEBUG=detail to compare collectives across ranks.";
+    TimeoutError error(context_, "not complete after " + std::to_string(timeout.count()) +
+                                    " ms (Work::wait timeout). A peer may be stuck or "
+                                    "issuing a different collective; run with "
+                                    "DDP_DEBUG=detail to compare collectives across ranks.");
     lock.unlock();
-    detail::flight::dump_after_error("timeout: " + message);
-    throw TimeoutError(message);
+    detail::flight::dump_after_error(std::string("timeout: ") + error.what());
+    throw error;
   }
   if (error_) std::rethrow_exception(error_);
 }

@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace ddp::detail::elastic {
 namespace {
@@ -27,7 +29,10 @@ using Clock = std::chrono::steady_clock;
 using detail::store_bytes;
 using detail::store_text;
 
-std::string where(int id) { return "ddp: elastic member " + std::to_string(id) + ": "; }
+// "ddp: elastic member 3: ...": the member's id is no rank of a group.
+ErrorContext member(int id, std::vector<int> peers = {}) {
+  return ErrorContext{-1, 0, "", "elastic member " + std::to_string(id), std::move(peers)};
+}
 
 // The member's process, as published at start: host, PID namespace, pid.
 struct ProcessInfo {
@@ -69,7 +74,7 @@ Membership::Membership(const ElasticOptions& options)
   const auto rank = env_int("RANK", 0, kFirstFreshId - 1);
   if (!addr || !port) {
     throw InvalidArgument(
-        "ddp: elastic training needs the store that outlives its members: set MASTER_ADDR and "
+        "elastic training needs the store that outlives its members: set MASTER_ADDR and "
         "MASTER_PORT to a running ddp-store (ddprun --elastic starts one; by hand: ddp-store "
         "--port P)");
   }
@@ -87,10 +92,11 @@ Membership::Membership(const ElasticOptions& options)
     const bool alive = other.host != host_ || other.pid_namespace != pid_namespace_ ||
                        shm::process_state(other.pid) != shm::ProcessState::DEAD;
     if (alive) {
-      throw InvalidArgument(where(id_) + "member id " + std::to_string(id_) +
-                            " is held by process " + std::to_string(other.pid) + " on " +
-                            (other.host == host_ ? "this host" : "another host") +
-                            ": give every process of an elastic job its own RANK, or none");
+      throw InvalidArgument(member(id_),
+                            "member id " + std::to_string(id_) + " is held by process " +
+                                std::to_string(other.pid) + " on " +
+                                (other.host == host_ ? "this host" : "another host") +
+                                ": give every process of an elastic job its own RANK, or none");
     }
     store_->set(key("member/" + std::to_string(id_)), store_bytes(me));  // the id of a dead process
   }
@@ -115,10 +121,13 @@ StorePtr Membership::connect(std::chrono::milliseconds patience) const {
   opts.waitWorkers = false;
   opts.timeout = std::chrono::milliseconds(30000);
   compat::use_classic_tcp_store(opts);
-  const std::string who = "ddp: elastic: the store at " + address_ + ":" + std::to_string(port_);
-  wait_until_listening(address_, port_, who + " (is ddp-store running?)", Clock::now() + patience);
+  const ErrorContext elastic{-1, 0, "", "elastic", {}};
+  const std::string who = "the store at " + address_ + ":" + std::to_string(port_);
+  wait_until_listening(address_, port_, elastic, who + " (is ddp-store running?)",
+                       Clock::now() + patience);
   return handshake(
-      [host = address_, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); }, who);
+      [host = address_, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); }, elastic,
+      who);
 }
 
 void Membership::watch(const ElasticWorld& now) {
@@ -208,10 +217,11 @@ std::optional<GenerationRecord> Membership::decision(int64_t n) const {
   if (!store_->check({generation_key(n, "decided")})) return std::nullopt;
   auto record = GenerationRecord::decode(store_text(store_->get(generation_key(n, "decided"))));
   if (!record) {
-    throw CommunicationError(where(id_) + "generation " + std::to_string(n) +
-                             "'s record on the store is unreadable: is another program using "
-                             "the store at " +
-                             address_ + ":" + std::to_string(port_) + "?");
+    throw CommunicationError(member(id_),
+                             "generation " + std::to_string(n) +
+                                 "'s record on the store is unreadable: is another program using "
+                                 "the store at " +
+                                 address_ + ":" + std::to_string(port_) + "?");
   }
   return record;
 }
@@ -234,9 +244,10 @@ ElasticWorld Membership::form(const ElasticWorld& previous) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // libtorch's store: the connection broke
-    throw CommunicationError(where(id_) + "the store at " + address_ + ":" + std::to_string(port_) +
-                             " failed while the members formed a generation: " + e.what() +
-                             ". The store (ddp-store) must outlive every member.");
+    throw CommunicationError(member(id_),
+                             "the store at " + address_ + ":" + std::to_string(port_) +
+                                 " failed while the members formed a generation: " + e.what() +
+                                 ". The store (ddp-store) must outlive every member.");
   }
 }
 
@@ -294,15 +305,20 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
         for (int m : before) {
           if (!contains(arrived, m) && !contains(awaited, m)) lost.push_back(m);
         }
+        std::vector<int> missing = awaited;
+        missing.insert(missing.end(), lost.begin(), lost.end());
+        std::sort(missing.begin(), missing.end());
         throw TimeoutError(
-            where(id_) + "generation " + std::to_string(n) + " was not formed within " +
-            std::to_string(options_.reform_timeout().count()) +
-            " ms: " + std::to_string(arrived.size()) + " member(s) here (" + list(arrived) + "), " +
-            std::to_string(needed) + " needed" +
-            (awaited.empty() ? "" : ", still waiting for " + list(awaited)) +
-            (n > 0 ? "; gone since generation " + std::to_string(n - 1) + ": " + list(lost) : "") +
-            ". The job ends here; an on-disk checkpoint, if any, is untouched: restart from it, "
-            "or lower min_world_size.");
+            member(id_, missing),
+            "generation " + std::to_string(n) + " was not formed within " +
+                std::to_string(options_.reform_timeout().count()) +
+                " ms: " + std::to_string(arrived.size()) + " member(s) here (" + list(arrived) +
+                "), " + std::to_string(needed) + " needed" +
+                (awaited.empty() ? "" : ", still waiting for " + list(awaited)) +
+                (n > 0 ? "; gone since generation " + std::to_string(n - 1) + ": " + list(lost)
+                       : "") +
+                ". The job ends here; an on-disk checkpoint, if any, is untouched: restart "
+                "from it, or lower min_world_size.");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }

@@ -21,9 +21,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string where(const ElasticWorld& w, int id) {
-  return "ddp: elastic member " + std::to_string(id) + " (rank " + std::to_string(w.rank) + " of " +
-         std::to_string(w.world_size) + ", generation " + std::to_string(w.generation) + "): ";
+// "elastic member 3 (rank 1 of 2, generation 4)": the operation of this
+// member's errors in a generation (its rank is the generation's, said
+// within it, not the rank of a group the error is raised about).
+std::string member(const ElasticWorld& w, int id) {
+  return "elastic member " + std::to_string(id) + " (rank " + std::to_string(w.rank) + " of " +
+         std::to_string(w.world_size) + ", generation " + std::to_string(w.generation) + ")";
 }
 
 }  // namespace
@@ -50,7 +53,7 @@ ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Im
   const std::string backend = resolve_backend_name(options.init().backend());
   if (!find_backend(backend).needs_store || backend == "nccl") {
     throw InvalidArgument(
-        "ddp: elastic training needs a backend that forms its groups on a store "
+        "elastic training needs a backend that forms its groups on a store "
         "and takes CPU tensors; " +
         backend +
         (backend == "nccl" ? " takes CUDA tensors only"
@@ -61,11 +64,12 @@ ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Im
             initial = options.initial_world_size();
   if (lo < 1 || options.commit_every() < 1 || (hi > 0 && hi < lo) ||
       (initial > 0 && (initial < lo || (hi > 0 && initial > hi)))) {
-    throw InvalidArgument(
-        "ddp: ElasticOptions: need 1 <= min_world_size <= initial_world_size (or -1) <= "
-        "max_world_size (or 0) and commit_every >= 1, got min " +
-        std::to_string(lo) + ", initial " + std::to_string(initial) + ", max " +
-        std::to_string(hi) + ", commit_every " + std::to_string(options.commit_every()));
+    throw InvalidArgument(ErrorContext{-1, 0, "", "ElasticOptions", {}},
+                          "need 1 <= min_world_size <= initial_world_size (or -1) <= "
+                          "max_world_size (or 0) and commit_every >= 1, got min " +
+                              std::to_string(lo) + ", initial " + std::to_string(initial) +
+                              ", max " + std::to_string(hi) + ", commit_every " +
+                              std::to_string(options.commit_every()));
   }
   impl_->options = std::move(options);
 }
@@ -91,8 +95,8 @@ ElasticWorld ElasticRunner::run(ElasticState& state,
         return world;
       }
     } catch (const CommunicationError& e) {
-      std::fprintf(stderr, "%sa collective failed, re-forming: %s\n",
-                   where(world, membership.id()).c_str(), e.what());
+      std::fprintf(stderr, "ddp: %s: a collective failed, re-forming: %s\n",
+                   member(world, membership.id()).c_str(), e.what());
       state.restore();
     }
     previous = world;
@@ -112,7 +116,7 @@ bool ElasticRunner::run_generation(ElasticState& state,
           detail::elastic::generation_key(world.generation, "group"), membership.connect()),
       world.rank, world.world_size, o.init());
   membership.watch(world);
-  state.synchronize(group, where(world, membership.id()));
+  state.synchronize(group, member(world, membership.id()));
   if (impl_->on_world_change) impl_->on_world_change(previous, world);
   auto ddp_options = o.ddp();
   DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
@@ -139,9 +143,10 @@ bool ElasticRunner::run_generation(ElasticState& state,
     const int64_t change = flags[0].item<int64_t>(), done = flags[1].item<int64_t>();
     if (done == world.world_size) return true;
     if (done != 0) {
-      throw InvalidArgument(where(world, membership.id()) + "the step returned false on " +
-                            std::to_string(done) + " of " + std::to_string(world.world_size) +
-                            " members: every member must end at the same step");
+      throw InvalidArgument(ErrorContext{-1, 0, "", member(world, membership.id()), {}},
+                            "the step returned false on " + std::to_string(done) + " of " +
+                                std::to_string(world.world_size) +
+                                " members: every member must end at the same step");
     }
     if (change) return false;
   }

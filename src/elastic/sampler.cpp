@@ -13,8 +13,9 @@ ElasticSampler::ElasticSampler(int64_t dataset_size, int64_t batch_size, bool sh
                                uint64_t seed)
     : size_(dataset_size), batch_(batch_size), shuffle_(shuffle), seed_(seed) {
   if (dataset_size < 1 || batch_size < 1) {
-    throw InvalidArgument("ddp: ElasticSampler: dataset_size and batch_size must be >= 1, got " +
-                          std::to_string(dataset_size) + " and " + std::to_string(batch_size));
+    throw InvalidArgument(ErrorContext{-1, 0, "", "ElasticSampler", {}},
+                          "dataset_size and batch_size must be >= 1, got " +
+                              std::to_string(dataset_size) + " and " + std::to_string(batch_size));
   }
 }
 

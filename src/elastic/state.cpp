@@ -87,10 +87,11 @@ bool with_known_type(OptimizerParamState& state, F&& f) {
 }
 
 [[noreturn]] void refuse(const OptimizerParamState& state) {
-  throw InvalidArgument("ddp: ElasticState::commit: cannot copy an optimizer state of type " +
-                        c10::demangle(typeid(state).name()) +
-                        "; elastic training supports libtorch's SGD, Adam, AdamW, Adagrad and "
-                        "RMSprop");
+  throw InvalidArgument(ErrorContext{-1, 0, "", "ElasticState::commit", {}},
+                        "cannot copy an optimizer state of type " +
+                            c10::demangle(typeid(state).name()) +
+                            "; elastic training supports libtorch's SGD, Adam, AdamW, Adagrad and "
+                            "RMSprop");
 }
 
 // `into` holding a copy of `from`, field by field (into's tensors reused).
@@ -259,7 +260,8 @@ ElasticState::ElasticState(std::shared_ptr<torch::nn::Module> module,
   zero_ = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer);
   if (zero_ && !detail::ZeroAccess::of(*zero_).elastic) {
     throw InvalidArgument(
-        "ddp: ElasticState: this ZeroRedundancyOptimizer is bound to one process group; make it "
+        ErrorContext{-1, 0, "", "ElasticState", {}},
+        "this ZeroRedundancyOptimizer is bound to one process group; make it "
         "with ZeroOptions().elastic(true) so that the runner re-shards it over each generation");
   }
 }
@@ -317,7 +319,8 @@ void ElasticState::restore_full() {
   const FullCopy& c = s.copy;
   if (c.boundary.iteration < 0) {
     throw InvalidArgument(
-        "ddp: ElasticState::restore: the optimizer stepped since the last commit, which was not "
+        ErrorContext{-1, 0, "", "ElasticState::restore", {}},
+        "the optimizer stepped since the last commit, which was not "
         "a full copy, and there is none older: commit(/*full=*/true) at least once");
   }
   at::NoGradGuard no_grad;

@@ -187,7 +187,11 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
       break;
     }
   }
-  if (at == -2) throw Error(where + nothing_to_hand_over(offers, steps, count));
+  if (at == -2) {
+    // `where`: the runner's name of this member ("elastic member 3 (rank 1
+    // of 2, generation 4)"), the operation of its errors.
+    throw Error(ErrorContext{-1, 0, "", where, {}}, nothing_to_hand_over(offers, steps, count));
+  }
   if (at >= 0 && mine.now != at && mine.copy == at) restore_full();  // now at `at`
 
   // The states this member holds at `at` (kept as the next handover's), as

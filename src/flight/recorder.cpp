@@ -79,8 +79,8 @@ int64_t ticks_to_ns(const Recorder& r, int64_t ticks, int64_t now_ticks, int64_t
   if (now_ticks == r.origin_ticks) return r.origin_ns;
   const double ns_per_tick =
       static_cast<double>(now_ns - r.origin_ns) / static_cast<double>(now_ticks - r.origin_ticks);
-  return r.origin_ns + static_cast<int64_t>(static_cast<double>(ticks - r.origin_ticks) *
-                                            ns_per_tick);
+  return r.origin_ns +
+         static_cast<int64_t>(static_cast<double>(ticks - r.origin_ticks) * ns_per_tick);
 }
 
 const char* kind_name(uint8_t kind) { return to_string(static_cast<OpKind>(kind)); }
@@ -259,13 +259,14 @@ std::string dump_flight_recorder(const std::string& reason, const std::string& d
   const Recorder& r = recorder();
   const std::string where = dir.empty() ? std::string(r.dir) : dir;
   if (where.empty()) {
-    throw InvalidArgument(
-        "ddp: dump_flight_recorder: no directory given and DDP_FLIGHT_RECORDER_DIR is not set");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "dump_flight_recorder", {}},
+                          "no directory given and DDP_FLIGHT_RECORDER_DIR is not set");
   }
   char path[kPathSize];
   if (int err = write_dump(r, where.c_str(), reason.c_str(), path, sizeof(path))) {
-    throw Error(std::string("ddp: dump_flight_recorder: cannot write ") + path + ": " +
-                std::strerror(err) + "; choose a directory this process can write");
+    throw Error(ErrorContext{-1, 0, "", "dump_flight_recorder", {}},
+                std::string("cannot write ") + path + ": " + std::strerror(err) +
+                    "; choose a directory this process can write");
   }
   return path;
 }

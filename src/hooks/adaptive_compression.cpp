@@ -54,7 +54,7 @@ class AdaptiveCompression {
  public:
   explicit AdaptiveCompression(AdaptiveCompressionOptions options) : options_(std::move(options)) {
     auto bad = [](const std::string& what) {
-      throw InvalidArgument("ddp: AdaptiveCompressionOptions: " + what);
+      throw InvalidArgument(ErrorContext{-1, 0, "", "AdaptiveCompressionOptions", {}}, what);
     };
     if (options_.levels().empty()) bad("levels is empty: give at least one level");
     for (size_t i = 0; i < options_.levels().size(); ++i) {
@@ -126,7 +126,8 @@ class AdaptiveCompression {
       const int64_t before = powersgd.compression_stats().numel_after;
       at::Tensor input_copy;
       if (options_.error_feedback()) {
-        if (state.error.defined() && state.error.numel() == buffer.numel()) buffer.add_(state.error);
+        if (state.error.defined() && state.error.numel() == buffer.numel())
+          buffer.add_(state.error);
         input_copy = buffer.clone();
       }
       // Never the last bucket to PowerSGD: this hook counts the iterations,
@@ -172,13 +173,13 @@ class AdaptiveCompression {
   struct Bucket {
     size_t level = 0;
     int64_t decided_at = 0;  // the iteration of the last decision
-    at::Tensor error;  // what PowerSGD lost last time (error feedback)
+    at::Tensor error;        // what PowerSGD lost last time (error feedback)
     // Rank 0: the gradient summed over the current window, and the norm of
     // the previous window's sum (negative: none yet).
     at::Tensor window_sum;
     double previous_norm = -1;
     uint64_t marks_seen = 0;  // rank 0: mark_critical() calls already judged
-    int64_t last_seen = 0;  // the last iteration that reduced this index
+    int64_t last_seen = 0;    // the last iteration that reduced this index
     // The current level's run, for the timeline.
     TraceClock::time_point run_start;
     int64_t run_start_iteration = 0;
@@ -214,9 +215,8 @@ class AdaptiveCompression {
     at::Tensor mine = at::tensor({fingerprint_, fingerprint_ * fingerprint_}, at::kDouble);
     const auto sums = allreduce_doubles(mine, device);
     if (group_->size() * sums[1] != sums[0] * sums[0]) {
-      throw InvalidArgument("ddp: adaptive_compression_hook: rank " +
-                            std::to_string(group_->rank()) +
-                            ": the ranks' AdaptiveCompressionOptions differ (levels, window, "
+      throw InvalidArgument(group_->error_context("adaptive_compression_hook"),
+                            "the ranks' AdaptiveCompressionOptions differ (levels, window, "
                             "critical_threshold, min_compression_rate, error_feedback or "
                             "random_seed): give every rank the same options");
     }
@@ -261,10 +261,11 @@ class AdaptiveCompression {
     const auto values = allreduce_doubles(decision, device);
     const auto to = static_cast<size_t>(values[0]);
     if (to >= options_.levels().size()) {  // the options were checked: a broken peer
-      throw CommunicationError("ddp: adaptive_compression_hook: rank " +
-                               std::to_string(group_->rank()) + " received level " +
-                               std::to_string(to) + " for bucket " + std::to_string(index) +
-                               " from rank 0, of " + std::to_string(options_.levels().size()));
+      // About rank 0, the rank that decides.
+      throw CommunicationError(group_->error_context("adaptive_compression_hook").about({0}),
+                               "received level " + std::to_string(to) + " for bucket " +
+                                   std::to_string(index) + " from rank 0, of " +
+                                   std::to_string(options_.levels().size()));
     }
     if (to == state.level) return;
     AdaptiveCompressionStats::Switch change;
@@ -297,8 +298,8 @@ class AdaptiveCompression {
     // Error feedback and warm start off at construction: PowerSGDState then
     // allows starting at once, which is safe here because its memories are
     // dropped when DDP rebuilds its buckets (forget_bucket_memories).
-    PowerSGDState powersgd(group_, rank, /*start_powerSGD_iter=*/0,
-                           options_.min_compression_rate(), /*use_error_feedback=*/false,
+    PowerSGDState powersgd(group_, rank, /*start_powerSGD_iter=*/0, options_.min_compression_rate(),
+                           /*use_error_feedback=*/false,
                            /*warm_start=*/false, /*orthogonalization_epsilon=*/0,
                            options_.random_seed() + static_cast<uint64_t>(rank));
     powersgd.warm_start = true;

@@ -26,9 +26,10 @@ std::vector<at::Tensor> GradBucket::gradients() const {
 
 void GradBucket::set_buffer(at::Tensor buffer) {
   if (buffer.dim() != 1 || buffer.numel() != buffer_.numel()) {
-    throw InvalidArgument("ddp: GradBucket::set_buffer: bucket " + std::to_string(index_) +
-                          " holds a 1-D buffer of " + std::to_string(buffer_.numel()) +
-                          " elements; got one of shape " + c10::str(buffer.sizes()));
+    throw InvalidArgument(ErrorContext{-1, 0, "", "GradBucket::set_buffer", {}},
+                          "bucket " + std::to_string(index_) + " holds a 1-D buffer of " +
+                              std::to_string(buffer_.numel()) + " elements; got one of shape " +
+                              c10::str(buffer.sizes()));
   }
   buffer_ = std::move(buffer);
 }

@@ -53,8 +53,8 @@ void HookRunner::loop() {
   }
 }
 
-at::Tensor wait_for(const FuturePtr& future, std::chrono::milliseconds timeout,
-                    const std::string& what) {
+at::Tensor wait_for(const FuturePtr& future, const ProcessGroup& group, const std::string& what) {
+  const std::chrono::milliseconds timeout = group.timeout();
   auto signal = std::make_shared<std::pair<Mutex, CondVar>>();
   future->addCallback([signal](c10::ivalue::Future&) {
     MutexLock lock(signal->first);
@@ -62,8 +62,8 @@ at::Tensor wait_for(const FuturePtr& future, std::chrono::milliseconds timeout,
   });
   MutexLock lock(signal->first);
   if (!signal->second.wait_for(signal->first, timeout, [&] { return future->completed(); })) {
-    throw TimeoutError("ddp: " + what + " not complete after " + std::to_string(timeout.count()) +
-                       " ms");
+    throw TimeoutError(group.error_context(),
+                       what + " not complete after " + std::to_string(timeout.count()) + " ms");
   }
   if (future->hasError()) std::rethrow_exception(future->exception_ptr());
   return future->value().toTensor();

@@ -35,9 +35,8 @@ class HookRunner {
   std::thread thread_;
 };
 
-// Waits for `future` at most `timeout`: TimeoutError naming `what` after
-// that; rethrows the future's error.
-at::Tensor wait_for(const FuturePtr& future, std::chrono::milliseconds timeout,
-                    const std::string& what);
+// Waits for `future` at most `group`'s timeout: TimeoutError naming `what`
+// (on this rank of `group`) after that; rethrows the future's error.
+at::Tensor wait_for(const FuturePtr& future, const ProcessGroup& group, const std::string& what);
 
 }  // namespace ddp::detail

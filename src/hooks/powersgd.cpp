@@ -84,7 +84,9 @@ PowerSGDState::PowerSGDState(ProcessGroupPtr process_group_, int64_t rank, int64
       random_seed(seed),
       compression_stats_logging_frequency(logging_frequency),
       rng_(static_cast<std::mt19937::result_type>(seed)) {
-  auto bad = [](const std::string& what) { throw InvalidArgument("ddp: PowerSGDState: " + what); };
+  auto bad = [](const std::string& what) {
+    throw InvalidArgument(ErrorContext{-1, 0, "", "PowerSGDState", {}}, what);
+  };
   if (rank < 1) bad("matrix_approximation_rank must be >= 1, got " + std::to_string(rank));
   if (min_rate <= 0) bad("min_compression_rate must be > 0, got " + std::to_string(min_rate));
   if (epsilon < 0) bad("orthogonalization_epsilon must be >= 0, got " + std::to_string(epsilon));

@@ -22,10 +22,10 @@ bool parse(const std::string& text, const std::string& what, double& mib) {
   char* end = nullptr;
   const double value = plain ? std::strtod(text.c_str(), &end) : NAN;
   if (!std::isfinite(value) || end != text.c_str() + text.size()) {
-    throw InvalidArgument("ddp: " + what + " is '" + text +
+    throw InvalidArgument(what + " is '" + text +
                           "': give a bucket size in MiB (e.g. 25) or \"auto\"");
   }
-  if (value < 0) throw InvalidArgument("ddp: " + what + " is " + text + ": must be >= 0");
+  if (value < 0) throw InvalidArgument(what + " is " + text + ": must be >= 0");
   mib = value;
   return false;
 }

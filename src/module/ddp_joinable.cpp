@@ -76,8 +76,8 @@ void DistributedDataParallelImpl::replay_join_shadow_batch() {
     // Nothing more is issued: the replay's forward collectives are out, and
     // zeros in DDP's order would meet the others' backward out of step. The
     // others fail at their timeout, or when this rank's group closes.
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": Join: the forward of set_join_shadow_batch's arguments returned no "
+    throw InvalidArgument(group_->error_context("Join"),
+                          "the forward of set_join_shadow_batch's arguments returned no "
                           "tensor that requires grad, so this rank, out of inputs, cannot replay "
                           "the backward of the ranks that train; give it the arguments of a "
                           "training forward (an empty batch will do)");
@@ -96,12 +96,13 @@ void DistributedDataParallelImpl::check_forward_can_be_shadowed() const {
   const std::string layer = first_sync_batchnorm(*wrapped_, /*training=*/true);
   if (layer.empty()) return;
   throw InvalidArgument(
-      "ddp: rank " + std::to_string(group_->rank()) + ": Join: a forward " +
-      (require_backward_grad_sync_ ? "with grad disabled" : "under no_sync") +
-      " of a model whose SyncBatchNorm '" + layer +
-      "' is in training mode: its collectives run outside the iterations that a rank out of "
-      "inputs replays, so they could not be shadowed. Inside a Join with SyncBatchNorm, "
-      "synchronize every step (no no_sync) and evaluate in eval() mode.");
+      group_->error_context("Join"),
+      std::string("a forward ") +
+          (require_backward_grad_sync_ ? "with grad disabled" : "under no_sync") +
+          " of a model whose SyncBatchNorm '" + layer +
+          "' is in training mode: its collectives run outside the iterations that a rank out of "
+          "inputs replays, so they could not be shadowed. Inside a Join with SyncBatchNorm, "
+          "synchronize every step (no no_sync) and evaluate in eval() mode.");
 }
 
 void DistributedDataParallelImpl::finish_join(int last_rank) {
@@ -112,10 +113,9 @@ void DistributedDataParallelImpl::finish_join(int last_rank) {
 }
 
 void DistributedDataParallelImpl::check_join_options(const JoinOptions& options) const {
-  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": Join";
   if (!options.divide_by_initial_world_size() && reducer_->has_comm_hook()) {
-    throw InvalidArgument(where +
-                          "(divide_by_initial_world_size(false)) with a communication "
+    throw InvalidArgument(group_->error_context(),
+                          "Join(divide_by_initial_world_size(false)) with a communication "
                           "hook: the hook averages over the whole group, so gradients cannot "
                           "be divided by the ranks that contributed; use the default (true)");
   }
@@ -123,11 +123,12 @@ void DistributedDataParallelImpl::check_join_options(const JoinOptions& options)
   const std::string layer = first_sync_batchnorm(*wrapped_);
   if (!layer.empty()) {
     throw InvalidArgument(
-        where + ": the model holds SyncBatchNorm '" + layer +
-        "', whose collectives a rank out of inputs must issue too, in the order the others "
-        "do; give the DDP module a batch to replay before the Join, e.g. "
-        "model->set_join_shadow_batch(torch::zeros({0, C, H, W})) (an empty batch of the "
-        "model's input shape)");
+        group_->error_context("Join"),
+        "the model holds SyncBatchNorm '" + layer +
+            "', whose collectives a rank out of inputs must issue too, in the order the others "
+            "do; give the DDP module a batch to replay before the Join, e.g. "
+            "model->set_join_shadow_batch(torch::zeros({0, C, H, W})) (an empty batch of the "
+            "model's input shape)");
   }
 }
 

@@ -19,7 +19,7 @@ constexpr const char* kModuleName = "module";
 
 int64_t mib_to_bytes(double mib, const char* option) {
   if (mib < 0) {
-    throw InvalidArgument(std::string("ddp: DistributedDataParallelOptions::") + option +
+    throw InvalidArgument(std::string("DistributedDataParallelOptions::") + option +
                           " must be >= 0, got " + std::to_string(mib));
   }
   return static_cast<int64_t>(mib * 1024 * 1024);
@@ -71,10 +71,10 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     names.push_back(item.key());
   }
   if (!ignored.empty()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": parameters_to_ignore names '" + *ignored.begin() +
-                          "', which the module does not have (names are as in the wrapped "
-                          "module's named_parameters(), e.g. 'fc1.weight')");
+    throw InvalidArgument(group_->error_context(),
+                          "parameters_to_ignore names '" + *ignored.begin() +
+                              "', which the module does not have (names are as in the wrapped "
+                              "module's named_parameters(), e.g. 'fc1.weight')");
   }
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
   // Before any collective: a rank that cannot write its file stops here.

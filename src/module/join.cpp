@@ -12,6 +12,7 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 namespace ddp {
 namespace {
@@ -26,13 +27,18 @@ std::string ranks_where(const JoinIteration& it, bool training) {
   return (count == 1 ? "rank " : "ranks ") + out;
 }
 
-EarlyTermination early_termination(const JoinIteration& it, int rank) {
+EarlyTermination early_termination(const JoinIteration& it, const ProcessGroup& group) {
+  // About the ranks out of inputs.
+  ErrorContext context = group.error_context("Join(throw_on_early_termination)");
+  for (size_t r = 0; r < it.training.size(); ++r) {
+    if (!it.training[r]) context.peers.push_back(static_cast<int>(r));
+  }
   return EarlyTermination(
-      "ddp: rank " + std::to_string(rank) + ": Join(throw_on_early_termination): " +
+      std::move(context),
       ranks_where(it, false) + " ran out of inputs while " + ranks_where(it, true) +
-      " still had some; every rank raises this in the same iteration. To let the others "
-      "finish their inputs, use a Join without throw_on_early_termination (the ranks out of "
-      "inputs then shadow their collectives).");
+          " still had some; every rank raises this in the same iteration. To let the others "
+          "finish their inputs, use a Join without throw_on_early_termination (the ranks out of "
+          "inputs then shadow their collectives).");
 }
 
 }  // namespace
@@ -52,12 +58,11 @@ Join::Join(std::vector<std::reference_wrapper<Joinable>> joinables, JoinOptions 
       group_(joinables_.empty() ? nullptr : joinables_.front().get().join_process_group()),
       exceptions_at_start_(std::uncaught_exceptions()) {
   if (joinables_.empty()) {
-    throw InvalidArgument(
-        "ddp: Join: no joinable given; pass the DDP module, e.g. "
-        "ddp::Join join({*model})");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "Join", {}},
+                          "no joinable given; pass the DDP module, e.g. "
+                          "ddp::Join join({*model})");
   }
   if (!options_.enable()) return;
-  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": Join: ";
   // Every check before any registration: a refused Join leaves no joinable
   // pointing at it.
   for (size_t i = 0; i < joinables_.size(); ++i) {
@@ -65,7 +70,7 @@ Join::Join(std::vector<std::reference_wrapper<Joinable>> joinables, JoinOptions 
     bool twice = false;
     for (size_t k = 0; k < i; ++k) twice = twice || &joinables_[k].get() == &j;
     if (j.join_ || twice) {
-      throw InvalidArgument(where +
+      throw InvalidArgument(group_->error_context("Join"),
                             "a joinable is already in another Join (or listed twice); "
                             "a joinable takes part in one Join at a time");
     }
@@ -99,7 +104,7 @@ void Join::join() {
   while (true) {
     const JoinIteration it = exchange(/*training=*/false);
     if (it.training_ranks == 0) break;
-    if (options_.throw_on_early_termination()) throw early_termination(it, group_->rank());
+    if (options_.throw_on_early_termination()) throw early_termination(it, *group_);
     for (auto& j : joinables_) j.get().shadow_iteration(it);
   }
   const int last = last_rank_ >= 0 ? last_rank_ : 0;  // none trained: any rank's state will do
@@ -111,15 +116,15 @@ JoinIteration Join::notify(Joinable& joinable) {
     // Another joinable's iteration starts before the first's has: the first
     // does not start iterations (an optimizer listed before the module).
     if (current_.training.empty()) {
-      throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                            ": Join: list the DDP module first (ddp::Join join({*model, "
+      throw InvalidArgument(group_->error_context("Join"),
+                            "list the DDP module first (ddp::Join join({*model, "
                             "...})): its forward starts each iteration of the Join");
     }
     return current_;
   }
   const JoinIteration it = exchange(/*training=*/true);
   if (options_.throw_on_early_termination() && it.training_ranks < group_->size()) {
-    throw early_termination(it, group_->rank());
+    throw early_termination(it, *group_);
   }
   return it;
 }

@@ -8,7 +8,9 @@
 #include <c10/core/GradMode.h>
 
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <utility>
 
 namespace ddp::detail {
 namespace {
@@ -57,18 +59,20 @@ std::vector<at::Tensor> allgather(ProcessGroup& group, const at::Tensor& mine) {
 
 void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
                          const std::vector<std::string>& names, const std::string& what) {
-  const std::string where = "ddp: rank " + std::to_string(group.rank()) + ": ";
+  ErrorContext context = group.error_context();  // peers: the ranks that differ from this one
   auto counts = allgather(group, at::tensor({static_cast<int64_t>(tensors.size())}, at::kLong));
   std::string listing;
   bool same_count = true;
   for (int r = 0; r < group.size(); ++r) {
     int64_t c = counts[r].item<int64_t>();
+    if (c != static_cast<int64_t>(tensors.size())) context.peers.push_back(r);
     same_count = same_count && c == static_cast<int64_t>(tensors.size());
     listing += "\n  rank " + std::to_string(r) + ": " + std::to_string(c) + " " + what;
   }
   if (!same_count) {
-    throw InvalidArgument(where + "the ranks hold different numbers of " + what + ":" + listing +
-                          "\nEvery rank must build the same model.");
+    throw InvalidArgument(std::move(context), "the ranks hold different numbers of " + what + ":" +
+                                                  listing +
+                                                  "\nEvery rank must build the same model.");
   }
   std::vector<int64_t> flat;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -89,15 +93,20 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
     std::copy(name.begin(), name.end(), mine_name.data_ptr<uint8_t>());
     auto all_names = allgather(group, mine_name);
     std::string detail;
+    const int64_t* here = all[group.rank()].data_ptr<int64_t>() + i * kFields;
     for (int r = 0; r < group.size(); ++r) {
+      if (!std::equal(here, here + kFields, all[r].data_ptr<int64_t>() + i * kFields)) {
+        context.peers.push_back(r);
+      }
       const char* chars = reinterpret_cast<const char*>(all_names[r].data_ptr<uint8_t>());
       detail += "\n  rank " + std::to_string(r) + ": " +
                 describe(all[r].data_ptr<int64_t>() + i * kFields) + " '" +
                 std::string(chars, strnlen(chars, kMaxNameBytes)) + "'";
     }
-    throw InvalidArgument(where + what + " #" + std::to_string(i) + " ('" + names.at(i) +
-                          "' here) differs across ranks:" + detail +
-                          "\nEvery rank must build the same model.");
+    throw InvalidArgument(std::move(context), what + " #" + std::to_string(i) + " ('" +
+                                                  names.at(i) +
+                                                  "' here) differs across ranks:" + detail +
+                                                  "\nEvery rank must build the same model.");
   }
 }
 

@@ -27,11 +27,12 @@ class LambdaPreHook : public torch::autograd::FunctionPreHook {
 const at::Tensor& leaf_requiring_grad(const at::Tensor& param) {
   if (!param.defined() || !param.requires_grad() || !param.is_leaf()) {
     throw InvalidArgument(
-        "ddp: GradReadyHook: the tensor must be a leaf that requires grad (a module's "
+        ErrorContext{-1, 0, "", "GradReadyHook", {}},
+        "the tensor must be a leaf that requires grad (a module's "
         "parameter); got " +
-        std::string(!param.defined()         ? "an undefined tensor"
-                    : !param.requires_grad() ? "one that does not require grad"
-                                             : "a non-leaf (the result of an operation)"));
+            std::string(!param.defined()         ? "an undefined tensor"
+                        : !param.requires_grad() ? "one that does not require grad"
+                                                 : "a non-leaf (the result of an operation)"));
   }
   return param;
 }

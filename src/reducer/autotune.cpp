@@ -35,16 +35,18 @@ std::vector<int64_t> candidate_caps(const ReducerOptions& options) {
 
 void Reducer::Impl::check_autotune_options() const {
   if (!autotuning()) return;
-  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": ReducerOptions: ";
+  const ErrorContext context = group_->error_context("ReducerOptions");
   const std::vector<int64_t> caps = candidate_caps(options_);
   if (caps.front() < 0) {
-    throw InvalidArgument(where + "bucket sizes must be >= 0, got " + std::to_string(caps.front()));
+    throw InvalidArgument(context,
+                          "bucket sizes must be >= 0, got " + std::to_string(caps.front()));
   }
   if (options_.autotune_iterations() < 2 * static_cast<int>(caps.size())) {
-    throw InvalidArgument(
-        where + "autotune_iterations " + std::to_string(options_.autotune_iterations()) +
-        " cannot try " + std::to_string(caps.size()) +
-        " bucket sizes (two iterations each); allow at least " + std::to_string(2 * caps.size()));
+    throw InvalidArgument(context, "autotune_iterations " +
+                                       std::to_string(options_.autotune_iterations()) +
+                                       " cannot try " + std::to_string(caps.size()) +
+                                       " bucket sizes (two iterations each); allow at least " +
+                                       std::to_string(2 * caps.size()));
   }
 }
 

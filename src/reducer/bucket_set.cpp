@@ -122,7 +122,7 @@ bool BucketSet::in_buffer(size_t param, const at::Tensor& t) const {
 void BucketSet::begin_iteration(const ProcessGroup& group) {
   for (auto& b : buckets_) {
     if (b.work && !b.work->is_completed()) b.work->wait();
-    if (b.future) wait_for(b.future, group.timeout(), "communication hook");
+    if (b.future) wait_for(b.future, group, "communication hook");
     b.pending = b.params.size();
     b.live_numel = b.flat.numel();
     b.work.reset();
@@ -162,16 +162,16 @@ std::chrono::steady_clock::time_point BucketSet::wait_all(
       last = std::max(last, b.done);
       continue;
     }
-    at::Tensor reduced = wait_for(b.future, group.timeout(),
-                                  "the communication hook of bucket " + std::to_string(k));
+    at::Tensor reduced =
+        wait_for(b.future, group, "the communication hook of bucket " + std::to_string(k));
     b.done = std::chrono::steady_clock::now();
     last = std::max(last, b.done);
     if (!reduced.defined() || reduced.numel() != b.flat.numel()) {
-      throw InvalidArgument("ddp: rank " + std::to_string(group.rank()) +
-                            ": the communication hook returned a tensor of " +
-                            (reduced.defined() ? std::to_string(reduced.numel()) : "no") +
-                            " elements for bucket " + std::to_string(k) + " of " +
-                            std::to_string(b.flat.numel()));
+      throw InvalidArgument(group.error_context(),
+                            "the communication hook returned a tensor of " +
+                                (reduced.defined() ? std::to_string(reduced.numel()) : "no") +
+                                " elements for bucket " + std::to_string(k) + " of " +
+                                std::to_string(b.flat.numel()));
     }
     if (reduced.data_ptr() != b.flat.data_ptr()) b.flat.copy_(reduced.reshape(-1));
   }

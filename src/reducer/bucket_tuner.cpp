@@ -10,13 +10,14 @@ namespace ddp::detail {
 BucketTuner::BucketTuner(std::vector<int64_t> caps, int64_t preferred, int budget, double margin)
     : preferred_(preferred), budget_(budget), margin_(margin) {
   if (std::find(caps.begin(), caps.end(), preferred) == caps.end()) {
-    throw InvalidArgument("ddp: BucketTuner: the preferred cap " + std::to_string(preferred) +
-                          " is not a candidate");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "BucketTuner", {}},
+                          "the preferred cap " + std::to_string(preferred) + " is not a candidate");
   }
   if (budget < 2 * static_cast<int>(caps.size())) {
-    throw InvalidArgument("ddp: BucketTuner: a budget of " + std::to_string(budget) +
-                          " trial iterations cannot try " + std::to_string(caps.size()) +
-                          " caps (two iterations each)");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "BucketTuner", {}},
+                          "a budget of " + std::to_string(budget) +
+                              " trial iterations cannot try " + std::to_string(caps.size()) +
+                              " caps (two iterations each)");
   }
   if (caps.size() == 1) {
     settled_ = true;

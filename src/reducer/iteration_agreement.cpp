@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <utility>
 
 namespace ddp::detail {
 namespace {
@@ -63,6 +64,38 @@ std::string ranks_and_parameters(const std::vector<RankReport>& reports, int32_t
   return ranks + ". On this rank:" + params;
 }
 
+// The ranks whose `count` is not zero, in rank order.
+std::vector<int> ranks_with(const std::vector<RankReport>& reports, int32_t RankReport::*count) {
+  std::vector<int> out;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (reports[r].*count != 0) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
+// The ranks outside the largest group of equal tallies (on a tie, the group
+// of the lowest rank): the ranks whose collectives differ from the most.
+std::vector<int> tally_outliers(const std::vector<RankReport>& reports) {
+  auto same = [&](size_t a, size_t b) {
+    return reports[a].tally.count == reports[b].tally.count &&
+           reports[a].tally.hash == reports[b].tally.hash;
+  };
+  size_t best = 0, best_size = 0;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    size_t n = 0;
+    for (size_t s = 0; s < reports.size(); ++s) n += same(r, s) ? 1 : 0;
+    if (n > best_size) {
+      best = r;
+      best_size = n;
+    }
+  }
+  std::vector<int> out;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (!same(r, best)) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
 std::string hex(uint64_t h) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -81,7 +114,7 @@ size_t first_training(const std::vector<RankReport>& reports) {
 // micro-step), a backward no forward prepared (backward() twice), or
 // different collectives. Missing gradients are reported apart, naming the
 // parameters.
-void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
+void check_same_iteration(const std::vector<RankReport>& reports, const ErrorContext& here) {
   // A rank that joined (Join) shadows the others: its count of forward
   // passes is its own, and it runs no backward.
   int32_t fewest = reports[first_training(reports)].forwards;
@@ -100,20 +133,20 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
                  r.tally.hash == reports[0].tally.hash;
   }
   if (ahead.empty() && stray.empty() && same_tally) return;  // the usual case: no strings built
-  const std::string where = "ddp: rank " + std::to_string(rank) + ": ";
   const std::string nothing_written = "\nNo gradient was averaged or written in this iteration.";
   if (!ahead.empty()) {
     throw InvalidArgument(
-        where + "the ranks reached this backward after different numbers of forward passes:" +
-        grouped(
-            reports, [](const RankReport& r) { return r.forwards; },
-            [](int32_t v) { return std::to_string(v) + " forward passes"; }) +
-        "\n" + rank_list(ahead) +
-        " ran a forward whose backward() was skipped, or an extra "
-        "(micro-)step, so this backward is paired with another iteration on the other ranks." +
-        nothing_written +
-        " Every rank must run the same forward and backward passes; a forward that no "
-        "backward() follows (evaluation) belongs under torch::NoGradGuard.");
+        here.about(ahead),
+        "the ranks reached this backward after different numbers of forward passes:" +
+            grouped(
+                reports, [](const RankReport& r) { return r.forwards; },
+                [](int32_t v) { return std::to_string(v) + " forward passes"; }) +
+            "\n" + rank_list(ahead) +
+            " ran a forward whose backward() was skipped, or an extra "
+            "(micro-)step, so this backward is paired with another iteration on the other ranks." +
+            nothing_written +
+            " Every rank must run the same forward and backward passes; a forward that no "
+            "backward() follows (evaluation) belongs under torch::NoGradGuard.");
   }
   if (!stray.empty()) {
     std::string detail;
@@ -122,27 +155,30 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
                 std::to_string(reports[r].stray_after);
     }
     throw InvalidArgument(
-        where + rank_list(stray) +
-        " ran a backward() that no DDP forward prepared "
-        "(backward() twice after one forward, or a backward through the parameters outside "
-        "the DDP forward):" +
-        detail + "\nThose gradients were not averaged: that replica now differs from the others." +
-        nothing_written + " Run one backward() per DDP forward.");
+        here.about(stray),
+        rank_list(stray) +
+            " ran a backward() that no DDP forward prepared "
+            "(backward() twice after one forward, or a backward through the parameters outside "
+            "the DDP forward):" +
+            detail +
+            "\nThose gradients were not averaged: that replica now differs from the others." +
+            nothing_written + " Run one backward() per DDP forward.");
   }
   // Only the tallies differ.
   CollectiveMismatch mismatch(
-      where +
+      here.about(tally_outliers(reports)),
       "the ranks issued different collectives since the previous iteration's check "
       "(kind, reduce op, dtype, element count and order are hashed):" +
-      grouped(
-          reports, [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
-          [](const std::pair<uint64_t, uint64_t>& v) {
-            return std::to_string(v.first) + " collectives, hash " + hex(v.second);
-          }) +
-      "\nTheir results were wrong or paired across ranks." + nothing_written +
-      " Every rank must issue the same collectives in the same order; rerun with "
-      "DDP_DEBUG=detail to see the first that differs, or read the flight recorder's dumps "
-      "(DDP_FLIGHT_RECORDER_DIR, ddp-flight).");
+          grouped(
+              reports,
+              [](const RankReport& r) { return std::make_pair(r.tally.count, r.tally.hash); },
+              [](const std::pair<uint64_t, uint64_t>& v) {
+                return std::to_string(v.first) + " collectives, hash " + hex(v.second);
+              }) +
+          "\nTheir results were wrong or paired across ranks." + nothing_written +
+          " Every rank must issue the same collectives in the same order; rerun with "
+          "DDP_DEBUG=detail to see the first that differs, or read the flight recorder's dumps "
+          "(DDP_FLIGHT_RECORDER_DIR, ddp-flight).");
   detail::flight::dump_after_error(std::string("collective mismatch: ") + mismatch.what());
   throw mismatch;
 }
@@ -151,28 +187,28 @@ void check_same_iteration(const std::vector<RankReport>& reports, int rank) {
 // parameters (`missing`, indices into `names`).
 void check_no_missing_gradient(const std::vector<RankReport>& reports,
                                const std::vector<size_t>& missing,
-                               const std::vector<std::string>& names, int rank) {
+                               const std::vector<std::string>& names, const ErrorContext& here) {
   const std::string where = ranks_and_parameters(reports, &RankReport::missing, missing, names);
   if (where.empty()) return;
   throw InvalidArgument(
-      "ddp: rank " + std::to_string(rank) +
-      ": backward finished but some parameters got no gradient on rank(s) " + where +
-      "\nNo gradient was averaged or written. If some parameters are unused in some "
-      "iterations, construct DistributedDataParallel with find_unused_parameters(true); "
-      "otherwise make the loss depend on every parameter, or list the parameter in "
-      "parameters_to_ignore.");
+      here.about(ranks_with(reports, &RankReport::missing)),
+      "backward finished but some parameters got no gradient on rank(s) " + where +
+          "\nNo gradient was averaged or written. If some parameters are unused in some "
+          "iterations, construct DistributedDataParallel with find_unused_parameters(true); "
+          "otherwise make the loss depend on every parameter, or list the parameter in "
+          "parameters_to_ignore.");
 }
 
 // The same for parameters hinted unused (layer_drop.h) that got a gradient.
 void check_hints_kept(const std::vector<RankReport>& reports, const std::vector<size_t>& broken,
-                      const std::vector<std::string>& names, int rank) {
+                      const std::vector<std::string>& names, const ErrorContext& here) {
   const std::string where = ranks_and_parameters(reports, &RankReport::hints_broken, broken, names);
   if (where.empty()) return;
   throw InvalidArgument(
-      "ddp: rank " + std::to_string(rank) +
-      ": parameters hinted unused (hint_unused_parameters) got a gradient on rank(s) " + where +
-      "\nNo gradient was averaged or written. A hint says that the next forward uses the "
-      "parameter on no rank: hint only the layers that forward skips.");
+      here.about(ranks_with(reports, &RankReport::hints_broken)),
+      "parameters hinted unused (hint_unused_parameters) got a gradient on rank(s) " + where +
+          "\nNo gradient was averaged or written. A hint says that the next forward uses the "
+          "parameter on no rank: hint only the layers that forward skips.");
 }
 
 }  // namespace
@@ -196,7 +232,7 @@ void IterationStatus::write(const RankReport& mine) {
   slot[8] = mine.hints_broken;
 }
 
-std::vector<RankReport> IterationStatus::read() const {
+std::vector<RankReport> IterationStatus::read(const ErrorContext& context) const {
   std::vector<RankReport> out(size_);
   std::vector<int> garbled;
   for (int r = 0; r < size_; ++r) {
@@ -214,19 +250,20 @@ std::vector<RankReport> IterationStatus::read() const {
   }
   if (!garbled.empty()) {
     throw CommunicationError(
-        "ddp: rank " + std::to_string(rank_) +
-        ": the end-of-backward status exchange came "
+        context.about(garbled),
+        "the end-of-backward status exchange came "
         "back garbled (" +
-        rank_list(garbled) +
-        "): on some rank it met a different collective, "
-        "so the ranks' collectives are out of step (a rank issued a collective the others did "
-        "not, or skipped one). No gradient was written; the group's later results cannot be "
-        "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
+            rank_list(garbled) +
+            "): on some rank it met a different collective, "
+            "so the ranks' collectives are out of step (a rank issued a collective the others did "
+            "not, or skipped one). No gradient was written; the group's later results cannot be "
+            "trusted: restart the job, with DDP_DEBUG=detail to find the first difference.");
   }
   return out;
 }
 
-IterationAgreement::IterationAgreement(int rank, int size) : rank_(rank), size_(size) {}
+IterationAgreement::IterationAgreement(int rank, int size, std::string backend)
+    : rank_(rank), size_(size), context_{rank, size, std::move(backend), "", {}} {}
 
 IterationStatus IterationAgreement::status(int64_t bitmap_len, const IterationOutcome& mine) const {
   IterationStatus status(bitmap_len, rank_, size_);
@@ -243,14 +280,14 @@ IterationStatus IterationAgreement::status(int64_t bitmap_len, const IterationOu
 
 void IterationAgreement::decide(const IterationStatus& status, const IterationOutcome& mine,
                                 const std::vector<std::string>& names) {
-  const std::vector<RankReport> reports = status.read();
+  const std::vector<RankReport> reports = status.read(context_);
   stray_after_ = -1;
   // Equal among the ranks that train, unless this raises; a rank that
   // joined catches up, so it is in step when it trains again.
   forwards_ = reports[first_training(reports)].forwards;
-  check_same_iteration(reports, rank_);
-  check_hints_kept(reports, mine.hints_broken, names, rank_);
-  check_no_missing_gradient(reports, mine.missing, names, rank_);
+  check_same_iteration(reports, context_);
+  check_hints_kept(reports, mine.hints_broken, names, context_);
+  check_no_missing_gradient(reports, mine.missing, names, context_);
 }
 
 }  // namespace ddp::detail

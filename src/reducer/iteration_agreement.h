@@ -14,6 +14,7 @@
 // Not thread-safe: the Reducer calls it with its mutex held.
 #pragma once
 
+#include <ddp/errors.h>
 #include <ddp/process_group.h>
 
 #include <ATen/core/Tensor.h>
@@ -43,10 +44,11 @@ class IterationStatus {
   // The first bitmap_len entries: 1 where a parameter was used.
   at::Tensor bitmap() const { return tensor_.narrow(0, 0, bitmap_len_); }
   void write(const RankReport& mine);
-  // Every rank's report, after the allreduce. CommunicationError when some
-  // slot lacks its marker: the status met a different collective on some
-  // rank, so the ranks' collectives are out of step.
-  std::vector<RankReport> read() const;
+  // Every rank's report, after the allreduce. CommunicationError (in
+  // `context`, naming the ranks) when some slot lacks its marker: the status
+  // met a different collective on some rank, so the ranks' collectives are
+  // out of step.
+  std::vector<RankReport> read(const ErrorContext& context) const;
 
  private:
   const int64_t bitmap_len_;
@@ -65,7 +67,8 @@ struct IterationOutcome {
 
 class IterationAgreement {
  public:
-  IterationAgreement(int rank, int size);
+  // `backend` (ProcessGroup::backend_name()) only names the group in errors.
+  IterationAgreement(int rank, int size, std::string backend = {});
 
   // A forward pass that counts: every synchronized one, and the no_sync ones
   // unless inputs are uneven (Join), where ranks legitimately differ.
@@ -94,6 +97,7 @@ class IterationAgreement {
 
  private:
   const int rank_, size_;
+  const ErrorContext context_;  // this rank's, for the errors decide() raises
   int64_t forwards_ = 0;
   int64_t stray_after_ = -1;
 };

@@ -12,12 +12,10 @@ namespace {
 constexpr int64_t kSlots = 3;            // per rank: marker, joined, count
 constexpr int32_t kMarker = 0x4444524c;  // "DDRL"
 
-std::string where(int rank) { return "ddp: rank " + std::to_string(rank) + ": "; }
-
 }  // namespace
 
 void LayerDrop::hint_next(const std::vector<at::Tensor>& unused,
-                          const std::vector<std::string>& names, int rank) {
+                          const std::vector<std::string>& names, const ProcessGroup& group) {
   std::vector<bool> hint(params_.size(), false);
   for (size_t k = 0; k < unused.size(); ++k) {
     // Frozen ones (a block's parameters()) get no gradient anyway.
@@ -26,14 +24,14 @@ void LayerDrop::hint_next(const std::vector<at::Tensor>& unused,
     while (i < params_.size() && !params_[i].is_same(unused[k])) ++i;
     if (i == params_.size()) {
       throw InvalidArgument(
-          where(rank) + "hint_unused_parameters: tensor #" + std::to_string(k) + " of " +
-          std::to_string(unused.size()) +
-          (unused[k].defined() ? " (shape " + std::string(c10::str(unused[k].sizes())) + ")"
-                               : " (undefined)") +
-          " is not a parameter that DDP synchronizes (not the wrapped module's, or in "
-          "parameters_to_ignore): hint only the module's own trainable parameters (" +
-          std::to_string(names.size()) + " of them, e.g. '" + (names.empty() ? "" : names[0]) +
-          "')");
+          group.error_context("hint_unused_parameters"),
+          "tensor #" + std::to_string(k) + " of " + std::to_string(unused.size()) +
+              (unused[k].defined() ? " (shape " + std::string(c10::str(unused[k].sizes())) + ")"
+                                   : " (undefined)") +
+              " is not a parameter that DDP synchronizes (not the wrapped module's, or in "
+              "parameters_to_ignore): hint only the module's own trainable parameters (" +
+              std::to_string(names.size()) + " of them, e.g. '" + (names.empty() ? "" : names[0]) +
+              "')");
     }
     hint[i] = true;
   }
@@ -79,10 +77,10 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
     const int32_t* s = t + n + kSlots * r;
     if (s[0] != kMarker) {
       throw CommunicationError(
-          where(rank) + "the layer-drop hints' exchange came back garbled (rank " +
-          std::to_string(r) +
-          "'s part): on some rank it met a different collective, so the ranks' collectives are "
-          "out of step. Restart the job, with DDP_DEBUG=detail to find the first difference.");
+          group.error_context().about({r}),
+          "the layer-drop hints' exchange came back garbled (rank " + std::to_string(r) +
+              "'s part): on some rank it met a different collective, so the ranks' collectives are "
+              "out of step. Restart the job, with DDP_DEBUG=detail to find the first difference.");
     }
     if (s[1]) continue;
     ++training;
@@ -93,12 +91,13 @@ void LayerDrop::agree(ProcessGroup& group, bool joined, const std::vector<std::s
     if (t[i] == 0) continue;
     if (t[i] != training) {
       throw InvalidArgument(
-          where(rank) + "the layer-drop hints differ across ranks: parameter #" +
-          std::to_string(i) + " '" + names[i] + "' is hinted unused on " + std::to_string(t[i]) +
-          " of " + std::to_string(training) + " training ranks. Hinted per rank:" + counts +
-          "\nNo bucket of this iteration was sent. Every rank must hint the same parameters "
-          "before the same forward (draw dropped layers from a seed every rank shares, or "
-          "broadcast the decision).");
+          group.error_context(),
+          "the layer-drop hints differ across ranks: parameter #" + std::to_string(i) + " '" +
+              names[i] + "' is hinted unused on " + std::to_string(t[i]) + " of " +
+              std::to_string(training) + " training ranks. Hinted per rank:" + counts +
+              "\nNo bucket of this iteration was sent. Every rank must hint the same parameters "
+              "before the same forward (draw dropped layers from a seed every rank shares, or "
+              "broadcast the decision).");
     }
     dropped[i] = true;
   }

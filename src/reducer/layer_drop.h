@@ -34,7 +34,7 @@ class LayerDrop {
   // The parameters (each one of `params`, by identity) that the next pass
   // leaves without gradient. InvalidArgument names a tensor that is not one.
   void hint_next(const std::vector<at::Tensor>& unused, const std::vector<std::string>& names,
-                 int rank);
+                 const ProcessGroup& group);
   // A forward pass begins: the last hint (or none) is its hint.
   void begin_pass();
   // Parameter i got a gradient in this pass; true when it was hinted

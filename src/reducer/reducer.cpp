@@ -40,21 +40,27 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
       options_(options),
       debug_(detail::debug_level_from_env()),
       gradient_order_(!options_.find_unused_parameters() && !options_.layer_drop_hints()),
-      agreement_(group_ ? group_->rank() : 0, group_ ? group_->size() : 1) {
-  if (!group_) throw InvalidArgument("ddp: Reducer: no process group given");
+      agreement_(group_ ? group_->rank() : 0, group_ ? group_->size() : 1,
+                 group_ ? group_->backend_name() : std::string()) {
+  if (!group_) {
+    throw InvalidArgument(ErrorContext{-1, 0, "", "Reducer", {}}, "no process group given");
+  }
   if (names_.size() != params_.size()) {
-    throw InvalidArgument("ddp: Reducer: " + std::to_string(params_.size()) + " parameters but " +
-                          std::to_string(names_.size()) + " names");
+    throw InvalidArgument(group_->error_context("Reducer"),
+                          std::to_string(params_.size()) + " parameters but " +
+                              std::to_string(names_.size()) + " names");
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].requires_grad()) {
-      throw InvalidArgument("ddp: Reducer: parameter #" + std::to_string(i) + " '" + names_[i] +
-                            "' does not require grad; leave it out");
+      throw InvalidArgument(group_->error_context("Reducer"),
+                            "parameter #" + std::to_string(i) + " '" + names_[i] +
+                                "' does not require grad; leave it out");
     }
   }
   if (options_.static_graph() && options_.layer_drop_hints()) {
     throw InvalidArgument(
-        "ddp: Reducer: static_graph and layer_drop_hints together: static_graph declares "
+        group_->error_context("Reducer"),
+        "static_graph and layer_drop_hints together: static_graph declares "
         "that the same parameters get gradients every iteration, hints that they change; "
         "choose one");
   }
@@ -62,8 +68,8 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   check_same_collective_options();
   check_autotune_options();  // the same on every rank by now
   if (params_.empty()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": the model has no parameter that requires grad: there is "
+    throw InvalidArgument(group_->error_context(),
+                          "the model has no parameter that requires grad: there is "
                           "nothing to synchronize (check requires_grad and "
                           "parameters_to_ignore)");
   }
@@ -85,7 +91,7 @@ void Reducer::Impl::check_same_collective_options() {
   const bool mine[] = {options_.zero_copy_buckets(), autotuning(), options_.layer_drop_hints()};
   at::Tensor votes = at::tensor({mine[0] ? 1 : 0, mine[1] ? 1 : 0, mine[2] ? 1 : 0}, at::kInt);
   group_->allreduce(votes)->wait();
-  const std::string where = "ddp: rank " + std::to_string(group_->rank()) + ": ";
+  const ErrorContext context = group_->error_context();
   const std::string fix =
       "; give every rank the same DistributedDataParallelOptions (and $DDP_BUCKET_CAP_MB)";
   const char* what[] = {"zero_copy_buckets", "bucket autotuning (bucket_cap_mb \"auto\")",
@@ -93,9 +99,9 @@ void Reducer::Impl::check_same_collective_options() {
   for (int k = 0; k < 3; ++k) {
     const int yes = votes.data_ptr<int>()[k];
     if (yes == 0 || yes == group_->size()) continue;
-    throw InvalidArgument(where + what[k] + " is " + (mine[k] ? "on" : "off") +
-                          " here but on for " + std::to_string(yes) + " of " +
-                          std::to_string(group_->size()) + " ranks" + fix);
+    throw InvalidArgument(context, what[k] + std::string(" is ") + (mine[k] ? "on" : "off") +
+                                       " here but on for " + std::to_string(yes) + " of " +
+                                       std::to_string(group_->size()) + " ranks" + fix);
   }
   // The bucket sizes' fingerprint (< 2^20, exact in a double): its largest
   // and smallest value across ranks are equal when every rank's is.
@@ -107,12 +113,13 @@ void Reducer::Impl::check_same_collective_options() {
   at::Tensor range = at::tensor({fingerprint, -fingerprint}, at::kDouble);
   group_->allreduce(range, ReduceOp::MAX)->wait();
   if (range.data_ptr<double>()[0] != -range.data_ptr<double>()[1]) {
-    throw InvalidArgument(where + "the bucket sizes differ across ranks (here bucket_cap " +
-                          std::to_string(options_.bucket_cap_bytes()) + " bytes, first bucket " +
-                          std::to_string(options_.first_bucket_cap_bytes()) + " bytes, " +
-                          std::to_string(options_.autotune_caps_bytes().size()) +
-                          " sizes to autotune in " +
-                          std::to_string(options_.autotune_iterations()) + " iterations)" + fix);
+    throw InvalidArgument(
+        context, "the bucket sizes differ across ranks (here bucket_cap " +
+                     std::to_string(options_.bucket_cap_bytes()) + " bytes, first bucket " +
+                     std::to_string(options_.first_bucket_cap_bytes()) + " bytes, " +
+                     std::to_string(options_.autotune_caps_bytes().size()) +
+                     " sizes to autotune in " + std::to_string(options_.autotune_iterations()) +
+                     " iterations)" + fix);
   }
 }
 
@@ -171,15 +178,15 @@ void Reducer::Impl::watch_outputs(const std::vector<at::Tensor>& outputs) {
 void Reducer::Impl::set_divisor(int64_t ranks) {
   MutexLock lock(mutex_);
   if (ranks < 1 || ranks > group_->size()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": Reducer::set_divisor(" + std::to_string(ranks) + "): must be in [1, " +
-                          std::to_string(group_->size()) + "]");
+    throw InvalidArgument(
+        group_->error_context("Reducer::set_divisor(" + std::to_string(ranks) + ")"),
+        "must be in [1, " + std::to_string(group_->size()) + "]");
   }
   if (hook_runner_ && ranks != group_->size()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": gradients cannot be divided by " + std::to_string(ranks) +
-                          " ranks with a communication hook: the hook averages over the whole "
-                          "group (use Join's divide_by_initial_world_size(true))");
+    throw InvalidArgument(group_->error_context(),
+                          "gradients cannot be divided by " + std::to_string(ranks) +
+                              " ranks with a communication hook: the hook averages over the whole "
+                              "group (use Join's divide_by_initial_world_size(true))");
   }
   divisor_.fill_(static_cast<double>(ranks));
 }
@@ -196,18 +203,17 @@ bool Reducer::Impl::has_comm_hook() const {
 
 void Reducer::Impl::set_comm_hook(CommHook hook) {
   MutexLock lock(mutex_);
-  const std::string where =
-      "ddp: rank " + std::to_string(group_->rank()) + ": register_comm_hook: ";
-  if (!hook) throw InvalidArgument(where + "the hook is empty");
-  if (hook_runner_) throw InvalidArgument(where + "a hook is already registered; register once");
+  const ErrorContext context = group_->error_context("register_comm_hook");
+  if (!hook) throw InvalidArgument(context, "the hook is empty");
+  if (hook_runner_) throw InvalidArgument(context, "a hook is already registered; register once");
   if (divisor_.item<double>() != group_->size()) {
-    throw InvalidArgument(where + "gradients are divided by " +
-                          std::to_string(divisor_.item<double>()) +
-                          " ranks (Join's divide_by_initial_world_size(false)); a hook "
-                          "averages over the whole group");
+    throw InvalidArgument(context,
+                          "gradients are divided by " + std::to_string(divisor_.item<double>()) +
+                              " ranks (Join's divide_by_initial_world_size(false)); a hook "
+                              "averages over the whole group");
   }
   if (iterations_ > 0 || it_.phase != Phase::IDLE) {
-    throw InvalidArgument(where +
+    throw InvalidArgument(context,
                           "training has started; register the hook before the first "
                           "forward/backward");
   }
@@ -217,11 +223,11 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
 void Reducer::Impl::hint_unused(const std::vector<at::Tensor>& params) {
   MutexLock lock(mutex_);
   if (!options_.layer_drop_hints()) {
-    throw InvalidArgument("ddp: rank " + std::to_string(group_->rank()) +
-                          ": hint_unused_parameters needs layer_drop_hints(true) in the options "
+    throw InvalidArgument(group_->error_context(),
+                          "hint_unused_parameters needs layer_drop_hints(true) in the options "
                           "every rank constructs DistributedDataParallel (or the Reducer) with");
   }
-  layer_drop_.hint_next(params, names_, group_->rank());
+  layer_drop_.hint_next(params, names_, *group_);
 }
 
 void Reducer::Impl::record_forward_time(double forward_ms) {
@@ -351,14 +357,14 @@ void Reducer::Impl::autograd_hook(size_t i) {
   const int arrivals = ++it_.arrivals[i];
   if (options_.static_graph()) {
     if (!static_graph_.learned()) return static_graph_.observe(i, arrivals);
-    if (!static_graph_.complete(i, arrivals, names_[i], group_->rank())) return;
+    if (!static_graph_.complete(i, arrivals, names_[i], *group_)) return;
   } else if (it_.ready[i]) {
     throw InvalidArgument(
-        "ddp: rank " + std::to_string(group_->rank()) + ": parameter #" + std::to_string(i) + " '" +
-        names_[i] +
-        "' got its gradient twice in one backward pass (reentrant "
-        "backward or activation checkpointing). Construct DistributedDataParallel with "
-        "static_graph(true) so that the arrivals are counted.");
+        group_->error_context(),
+        "parameter #" + std::to_string(i) + " '" + names_[i] +
+            "' got its gradient twice in one backward pass (reentrant "
+            "backward or activation checkpointing). Construct DistributedDataParallel with "
+            "static_graph(true) so that the arrivals are counted.");
   }
   mark_ready(i);
 }

@@ -1,6 +1,7 @@
 #include "reducer/static_graph.h"
 
 #include <ddp/errors.h>
+#include <ddp/process_group.h>
 
 namespace ddp::detail {
 
@@ -12,15 +13,16 @@ void StaticGraph::learn(const std::vector<int>& arrivals) {
   }
 }
 
-bool StaticGraph::complete(size_t i, int arrivals, const std::string& name, int rank) const {
+bool StaticGraph::complete(size_t i, int arrivals, const std::string& name,
+                           const ProcessGroup& group) const {
   if (arrivals < expected_arrivals_[i]) return false;  // more to come
   if (arrivals > expected_arrivals_[i]) {
     throw InvalidArgument(
-        "ddp: rank " + std::to_string(rank) + ": parameter #" + std::to_string(i) + " '" + name +
-        "' got " + std::to_string(arrivals) + " gradients in this backward pass but " +
-        std::to_string(expected_arrivals_[i]) +
-        " in the first one: the graph is not static; construct DistributedDataParallel "
-        "without static_graph");
+        group.error_context(),
+        "parameter #" + std::to_string(i) + " '" + name + "' got " + std::to_string(arrivals) +
+            " gradients in this backward pass but " + std::to_string(expected_arrivals_[i]) +
+            " in the first one: the graph is not static; construct DistributedDataParallel "
+            "without static_graph");
   }
   return true;
 }

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace ddp {
+class ProcessGroup;
+}  // namespace ddp
+
 namespace ddp::detail {
 
 class StaticGraph {
@@ -27,9 +31,10 @@ class StaticGraph {
   const std::vector<size_t>& arrival_order() const { return arrival_order_; }
   const std::vector<size_t>& unused() const { return unused_; }
 
-  // After learning: whether parameter i (named `name`, on `rank`) got all
-  // its gradients with this arrival; InvalidArgument on one too many.
-  bool complete(size_t i, int arrivals, const std::string& name, int rank) const;
+  // After learning: whether parameter i (named `name`, on this rank of
+  // `group`) got all its gradients with this arrival; InvalidArgument on one
+  // too many.
+  bool complete(size_t i, int arrivals, const std::string& name, const ProcessGroup& group) const;
 
  private:
   bool learned_ = false;

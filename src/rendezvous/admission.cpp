@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace ddp::detail {
 namespace {
@@ -23,27 +25,34 @@ std::string this_process() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
-std::string who(int rank) { return "ddp: rank " + std::to_string(rank) + ": "; }
+// The errors of admission name the rank alone ("ddp: rank 1: this rank has
+// no job secret ..."), as tests/multiprocess/secret_test.sh reads them;
+// `peers`: rank 0 where its answer (or its silence) is the cause.
+ErrorContext who(int rank, std::vector<int> peers = {}) {
+  return ErrorContext{rank, 0, "", "", std::move(peers)};
+}
 
 // This rank fails before asking: it leaves why for the others' errors.
 [[noreturn]] void refuse_myself(const StorePtr& store, int rank, const std::string& why) {
   const std::string sentence = why + ". " + std::string(admission::kSameSecretAdvice);
   store->set(admission::refused_key(rank),
              store_bytes("rank " + std::to_string(rank) + " (" + this_process() + ") " + sentence));
-  throw InvalidArgument(who(rank) + "this rank " + sentence);
+  throw InvalidArgument(who(rank, {0}), "this rank " + sentence);
 }
 
 std::string wait_for_value(const StorePtr& store, const std::string& key, int rank,
                            Clock::time_point deadline, const std::string& what_is_late) {
   if (!wait_for_key(store, key, deadline)) {
-    throw TimeoutError(who(rank) + what_is_late + " before the rendezvous timeout. Check that "
-                       "rank 0 runs and that every rank has the same MASTER_ADDR and MASTER_PORT.");
+    throw TimeoutError(who(rank, {0}), what_is_late +
+                                           " before the rendezvous timeout. Check that rank 0 runs "
+                                           "and that every rank has the same MASTER_ADDR and "
+                                           "MASTER_PORT.");
   }
   return store_text(store->get(key));
 }
 
-StorePtr open_job(const StorePtr& store, const std::function<StorePtr()>& reconnect,
-                  int world_size, const std::optional<JobSecret>& secret) {
+StorePtr open_job(const StorePtr& store, const std::function<StorePtr()>& reconnect, int world_size,
+                  const std::optional<JobSecret>& secret) {
   if (!secret) {
     store->set(admission::kChallengeKey, store_bytes(admission::kNoSecret));
     return store;
@@ -53,8 +62,10 @@ StorePtr open_job(const StorePtr& store, const std::function<StorePtr()>& reconn
   try {
     own = reconnect();
   } catch (const std::exception& e) {
-    throw CommunicationError(who(0) + "cannot open a second connection to the job's store "
-                             "(rank 0 answers admissions on it): " + std::string(e.what()));
+    throw CommunicationError(who(0),
+                             "cannot open a second connection to the job's store "
+                             "(rank 0 answers admissions on it): " +
+                                 std::string(e.what()));
   }
   auto doorman = std::make_unique<Doorman>(own, *secret, challenge, world_size);
   store->set(admission::kChallengeKey,
@@ -76,9 +87,9 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
   }
   const std::string scheme_prefix = std::string(admission::kScheme) + " ";
   if (opened.rfind(scheme_prefix, 0) != 0) {
-    throw InvalidArgument(who(rank) + "rank 0 asks for an admission scheme this build does not "
-                          "know ('" + opened.substr(0, 40) + "'): build every rank from the "
-                          "same ddp");
+    throw InvalidArgument(who(rank, {0}),
+                          "rank 0 asks for an admission scheme this build does not know ('" +
+                              opened.substr(0, 40) + "'): build every rank from the same ddp");
   }
   if (!secret) {
     refuse_myself(store, rank,
@@ -93,19 +104,20 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
   store->set(admission::hello_key(ticket),
              store_bytes(std::to_string(rank) + " " + std::to_string(world_size) + " " + nonce +
                          " " + proof + " " + origin));
-  const std::string verdict = wait_for_value(store, admission::verdict_key(ticket), rank,
-                                             deadline, "rank 0 did not answer this rank's request "
+  const std::string verdict = wait_for_value(store, admission::verdict_key(ticket), rank, deadline,
+                                             "rank 0 did not answer this rank's request "
                                              "to join");
   const std::string refused = "refused ";
   if (verdict.rfind(refused, 0) == 0) {
-    throw InvalidArgument(who(rank) + "rank 0 refused this process (" + origin + "): " +
-                          verdict.substr(refused.size()));
+    throw InvalidArgument(who(rank, {0}), "rank 0 refused this process (" + origin +
+                                              "): " + verdict.substr(refused.size()));
   }
   const std::string expected =
       "admitted " + secret->mac(admission::admission_message(admission::kAnswerLabel, challenge,
                                                              ticket, rank, world_size, nonce));
   if (!equal_in_constant_time(verdict, expected)) {
-    throw InvalidArgument(who(rank) + "the store's answer does not prove that it holds this "
+    throw InvalidArgument(who(rank),
+                          "the store's answer does not prove that it holds this "
                           "job's secret: the store at MASTER_ADDR:MASTER_PORT belongs to another "
                           "job, or something other than rank 0 answers there. Check MASTER_ADDR, "
                           "MASTER_PORT and DDP_JOB_SECRET.");
@@ -116,8 +128,7 @@ StorePtr join_job(const StorePtr& store, int rank, int world_size,
 }  // namespace
 
 StorePtr admit(const StorePtr& store, const std::function<StorePtr()>& reconnect, int rank,
-               int world_size, const std::optional<JobSecret>& secret,
-               Clock::time_point deadline) {
+               int world_size, const std::optional<JobSecret>& secret, Clock::time_point deadline) {
   if (rank == 0) return open_job(store, reconnect, world_size, secret);
   return join_job(store, rank, world_size, secret, deadline);
 }

@@ -23,25 +23,25 @@ class Backoff {
   std::chrono::milliseconds pause_{1};
 };
 
-// "ddp: rank R: <what> timed out after T ms: A of N ranks arrived
-// (missing: ...)<after>", the missing ranks being those without a key
-// `key_prefix`<r> in `store`.
+// "ddp: rank R of N: <what>: timed out after T ms: A of N ranks arrived
+// (missing: ...)<after>", the missing ranks (its peers) being those without
+// a key `key_prefix`<r> in `store`.
 TimeoutError arrival_timeout(const StorePtr& store, const std::string& key_prefix, int rank,
                              int size, std::chrono::milliseconds timeout, const std::string& what,
                              const std::string& after) {
   std::string missing;
-  int arrived = 0;
+  std::vector<int> peers;
   for (int r = 0; r < size; ++r) {
-    if (store->check({key_prefix + std::to_string(r)})) {
-      ++arrived;
-    } else {
+    if (!store->check({key_prefix + std::to_string(r)})) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      peers.push_back(r);
     }
   }
-  return TimeoutError("ddp: rank " + std::to_string(rank) + ": " + what + " timed out after " +
-                      std::to_string(timeout.count()) + " ms: " + std::to_string(arrived) +
-                      " of " + std::to_string(size) + " ranks arrived (missing: " + missing + ")" +
-                      after);
+  const int arrived = size - static_cast<int>(peers.size());
+  return TimeoutError(ErrorContext{rank, size, "", what, peers},
+                      "timed out after " + std::to_string(timeout.count()) +
+                          " ms: " + std::to_string(arrived) + " of " + std::to_string(size) +
+                          " ranks arrived (missing: " + missing + ")" + after);
 }
 
 }  // namespace

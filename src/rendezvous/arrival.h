@@ -15,13 +15,15 @@ namespace ddp::detail {
 bool wait_for_key(const StorePtr& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline);
 
-// `label` names the rendezvous in keys and errors ("rendezvous", "gloo").
+// `label` names the rendezvous in keys and errors ("rendezvous", "gloo"):
+// the operation of its TimeoutError, whose peers are the missing ranks.
 void wait_for_all_ranks(const StorePtr& store, int rank, int size,
                         std::chrono::milliseconds timeout, const std::string& label);
 
 // Every rank's `mine`, gathered through `store` under keys `prefix`<rank>.
-// After `timeout`, TimeoutError: "ddp: rank R: <what> timed out after T ms:
-// A of N ranks arrived (missing: ...)<why_missing>".
+// After `timeout`, TimeoutError: "ddp: rank R of N: <what>: timed out after
+// T ms: A of N ranks arrived (missing: ...)<why_missing>", its operation
+// `what` and its peers the missing ranks.
 std::vector<std::string> allgather_on_store(const StorePtr& store, const std::string& prefix,
                                             int rank, int size, const std::string& mine,
                                             std::chrono::milliseconds timeout,

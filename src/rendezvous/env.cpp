@@ -22,7 +22,7 @@ std::optional<long> env_int(const char* name, long min, long max) {
   char* end = nullptr;
   long value = std::strtol(text->c_str(), &end, 10);
   if (errno != 0 || end == text->c_str() || *end != '\0' || value < min || value > max) {
-    throw InvalidArgument("ddp: environment variable " + std::string(name) + "='" + *text +
+    throw InvalidArgument("environment variable " + std::string(name) + "='" + *text +
                           "' is not an integer in [" + std::to_string(min) + ", " +
                           std::to_string(max) + "]");
   }
@@ -37,7 +37,7 @@ DebugLevel debug_level_from_env() {
   if (v == "off") return DebugLevel::OFF;
   if (v == "info") return DebugLevel::INFO;
   if (v == "detail") return DebugLevel::DETAIL;
-  throw InvalidArgument("ddp: environment variable DDP_DEBUG='" + *text +
+  throw InvalidArgument("environment variable DDP_DEBUG='" + *text +
                         "' is not one of off, info, detail");
 }
 

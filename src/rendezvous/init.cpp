@@ -44,11 +44,16 @@ struct Endpoint {
   std::string source;  // where the host came from, for errors ("MASTER_ADDR")
 };
 
+// The context of this rank's errors while it meets the others.
+ErrorContext rendezvous_context(const InitOptions& o) {
+  return ErrorContext{o.rank(), o.world_size(), "", "rendezvous", {}};
+}
+
 // "host:port" (the host may be [v6]); `what` names the source in errors.
 Endpoint parse_endpoint(const std::string& text, const std::string& what) {
   auto colon = text.rfind(':');
   std::string expected = what + "='" + text + "' is not of the form host:port (port 1-65535)";
-  if (colon == std::string::npos || colon == 0) throw InvalidArgument("ddp: " + expected);
+  if (colon == std::string::npos || colon == 0) throw InvalidArgument(expected);
   Endpoint e{text.substr(0, colon), -1, what};
   if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
     e.host = e.host.substr(1, e.host.size() - 2);
@@ -58,7 +63,7 @@ Endpoint parse_endpoint(const std::string& text, const std::string& what) {
     e.port = std::stoi(text.substr(colon + 1), &used);
     if (used != text.size() - colon - 1 || e.port < 1 || e.port > 65535) throw 0;
   } catch (...) {
-    throw InvalidArgument("ddp: " + expected);
+    throw InvalidArgument(expected);
   }
   return e;
 }
@@ -70,13 +75,14 @@ Endpoint master_from_env() {
   const bool srun = info.source == "slurm";
   if (info.master_addr.empty()) {
     throw InvalidArgument(
-        "ddp: init_process_group(env://): MASTER_ADDR is not set; expected the host name "
-        "or address of rank 0, e.g. MASTER_ADDR=10.0.0.1 (ddprun and torchrun set it)");
+        ErrorContext{-1, 0, "", "init_process_group(env://)", {}},
+        "MASTER_ADDR is not set; expected the host name or address of rank 0, e.g. "
+        "MASTER_ADDR=10.0.0.1 (ddprun and torchrun set it)");
   }
   if (info.master_port < 0) {
-    throw InvalidArgument(
-        "ddp: init_process_group(env://): MASTER_PORT is not set; expected a free TCP "
-        "port on rank 0's host, e.g. MASTER_PORT=29500 (ddprun and torchrun set it)");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "init_process_group(env://)", {}},
+                          "MASTER_PORT is not set; expected a free TCP port on rank 0's host, e.g. "
+                          "MASTER_PORT=29500 (ddprun and torchrun set it)");
   }
   const bool addr_given = detail::env_string("MASTER_ADDR").has_value();
   return {info.master_addr, info.master_port,
@@ -87,7 +93,7 @@ Endpoint master_from_env() {
 // resolve is reported as such at once (TCPStore would retry it until the
 // rendezvous timeout and then blame the connection). A temporary resolver
 // failure is retried until `deadline`.
-void resolve_master(const Endpoint& master, int rank,
+void resolve_master(const Endpoint& master, int rank, int world_size,
                     std::chrono::steady_clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -98,11 +104,11 @@ void resolve_master(const Endpoint& master, int rank,
     if (rc == 0) return;
     const bool temporary = rc == EAI_AGAIN;
     if (!temporary || std::chrono::steady_clock::now() >= deadline) {
-      throw CommunicationError("ddp: rank " + std::to_string(rank) + ": " + master.source + "='" +
-                               master.host +
-                               "' does not resolve to an address: " + gai_strerror(rc) +
-                               (temporary ? " (until the rendezvous timeout)" : "") +
-                               ". Set it to rank 0's host name or IP address.");
+      throw CommunicationError(ErrorContext{rank, world_size, "", "", {}},
+                               master.source + "='" + master.host +
+                                   "' does not resolve to an address: " + gai_strerror(rc) +
+                                   (temporary ? " (until the rendezvous timeout)" : "") +
+                                   ". Set it to rank 0's host name or IP address.");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -132,7 +138,7 @@ struct StoreConnection {
 };
 
 StoreConnection make_tcp_store(const Endpoint& master, const InitOptions& o,
-                        std::chrono::steady_clock::time_point deadline) {
+                               std::chrono::steady_clock::time_point deadline) {
   const bool agent = master.source == "MASTER_ADDR" && agent_hosts_store();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(master.port);
@@ -149,14 +155,14 @@ StoreConnection make_tcp_store(const Endpoint& master, const InitOptions& o,
     } else {
       // Told apart within seconds: a store not up yet, and a port whose
       // program accepts and never answers (store_handshake.h).
-      const std::string who = "rank " + std::to_string(o.rank()) + ": " +
-                              (agent ? "torchrun's store at " : "the rendezvous store at ") + where;
-      detail::wait_until_listening(master.host, master.port, who, deadline);
+      const std::string who = (agent ? "torchrun's store at " : "the rendezvous store at ") + where;
+      detail::wait_until_listening(master.host, master.port, rendezvous_context(o), who, deadline);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       store = detail::handshake(
           [host = master.host, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); },
-          who, std::clamp(left, std::chrono::milliseconds(1000), detail::kStoreHandshake));
+          rendezvous_context(o), who,
+          std::clamp(left, std::chrono::milliseconds(1000), detail::kStoreHandshake));
     }
     const std::string prefix = agent ? agent_store_prefix() : "";
     auto client = opts;
@@ -172,24 +178,25 @@ StoreConnection make_tcp_store(const Endpoint& master, const InitOptions& o,
     throw;  // ours already say where and what to check
   } catch (const std::exception& e) {
     if (agent) {
-      throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
-                               ": cannot reach torchrun's store at " + where + " within " +
-                               std::to_string(o.rendezvous_timeout().count()) + " ms: " + e.what() +
-                               ". Check that torchrun's agent runs.");
+      throw CommunicationError(rendezvous_context(o),
+                               "cannot reach torchrun's store at " + where + " within " +
+                                   std::to_string(o.rendezvous_timeout().count()) +
+                                   " ms: " + e.what() + ". Check that torchrun's agent runs.");
     }
     if (o.rank() == 0) {
       const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
-      throw CommunicationError("ddp: rank 0: cannot host the rendezvous store at " + where + ": " +
-                               e.what() +
-                               (in_use ? ". The port is in use: choose another MASTER_PORT."
-                                       : ". Check that " + master.source +
-                                             " names this host (rank 0 hosts "
-                                             "the store)."));
+      throw CommunicationError(rendezvous_context(o),
+                               "cannot host the rendezvous store at " + where + ": " + e.what() +
+                                   (in_use ? ". The port is in use: choose another MASTER_PORT."
+                                           : ". Check that " + master.source +
+                                                 " names this host (rank 0 hosts "
+                                                 "the store)."));
     }
-    throw CommunicationError("ddp: rank " + std::to_string(o.rank()) +
-                             ": cannot reach the rendezvous store at " + where + " within " +
-                             std::to_string(o.rendezvous_timeout().count()) + " ms: " + e.what() +
-                             ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs.");
+    throw CommunicationError(rendezvous_context(o),
+                             "cannot reach the rendezvous store at " + where + " within " +
+                                 std::to_string(o.rendezvous_timeout().count()) +
+                                 " ms: " + e.what() +
+                                 ". Check MASTER_ADDR/MASTER_PORT and that rank 0 runs.");
   }
 }
 
@@ -199,15 +206,16 @@ void resolve_rank(InitOptions& o) {
   if (o.rank() < 0) o.rank(info.rank);
   if (o.world_size() < 0) o.world_size(info.world_size);
   if (o.rank() < 0 || o.world_size() < 0) {
-    throw InvalidArgument(
-        "ddp: init_process_group: rank and world size are unknown: launch with ddprun, "
-        "torchrun, mpirun or srun (which set RANK/WORLD_SIZE or their twins), or pass "
-        "InitOptions().rank(r).world_size(n)");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "init_process_group", {}},
+                          "rank and world size are unknown: launch with ddprun, torchrun, "
+                          "mpirun or srun (which set RANK/WORLD_SIZE or their twins), or pass "
+                          "InitOptions().rank(r).world_size(n)");
   }
   if (o.world_size() < 1 || o.rank() >= o.world_size()) {
-    throw InvalidArgument("ddp: init_process_group: rank " + std::to_string(o.rank()) +
-                          " is outside [0, " + std::to_string(o.world_size()) +
-                          ") for world size " + std::to_string(o.world_size()));
+    throw InvalidArgument(ErrorContext{-1, 0, "", "init_process_group", {}},
+                          "rank " + std::to_string(o.rank()) + " is outside [0, " +
+                              std::to_string(o.world_size()) + ") for world size " +
+                              std::to_string(o.world_size()));
   }
 }
 
@@ -229,12 +237,12 @@ LaunchInfo launch_info_from_env() {
     if (!rank) continue;
     auto size = detail::env_int(s.size, 1, kMaxRanks);
     if (!size) {
-      throw InvalidArgument("ddp: " + std::string(s.rank) + " is set but " + s.size +
+      throw InvalidArgument(std::string(s.rank) + " is set but " + s.size +
                             " is not; expected the number of ranks, e.g. " + s.size + "=2");
     }
     if (*rank >= *size) {
-      throw InvalidArgument("ddp: " + std::string(s.rank) + "=" + std::to_string(*rank) +
-                            " is outside [0, " + s.size + "=" + std::to_string(*size) + ")");
+      throw InvalidArgument(std::string(s.rank) + "=" + std::to_string(*rank) + " is outside [0, " +
+                            s.size + "=" + std::to_string(*size) + ")");
     }
     info.rank = static_cast<int>(*rank);
     info.world_size = static_cast<int>(*size);
@@ -268,7 +276,7 @@ StorePtr rendezvous(InitOptions& o) {
   } else if (method.rfind("tcp://", 0) == 0) {
     master = parse_endpoint(method.substr(6), "init_method tcp://");
   } else if (method.rfind("file://", 0) != 0 || method.size() <= 7) {
-    throw InvalidArgument("ddp: init_method '" + method +
+    throw InvalidArgument("init_method '" + method +
                           "' is not one of env://, tcp://host:port, file:///path");
   }
   // Each step below bounds itself by the rendezvous timeout, except where
@@ -292,7 +300,7 @@ StorePtr rendezvous(InitOptions& o) {
       return store;
     }
     *step = "resolving the master address";
-    resolve_master(*master, options.rank(), deadline);
+    resolve_master(*master, options.rank(), options.world_size(), deadline);
     *step = "connecting to the store";
     StoreConnection tcp = make_tcp_store(*master, options, deadline);
     *step = "being admitted to the job";
@@ -306,7 +314,9 @@ StorePtr rendezvous(InitOptions& o) {
     try {
       detail::wait_for_all_ranks(job, options.rank(), options.world_size(), left, "rendezvous");
     } catch (const TimeoutError& e) {
-      throw TimeoutError(e.what() + detail::admission_refusals(tcp.store, options.world_size()));
+      throw TimeoutError(e.context(),
+                         e.problem() + detail::admission_refusals(tcp.store, options.world_size()),
+                         e.remedy());
     }
     return job;
   };
@@ -316,9 +326,11 @@ StorePtr rendezvous(InitOptions& o) {
                : "the file store " + method.substr(7);
     const bool connected = std::string(step->load()) != "connecting to the store";
     throw TimeoutError(
-        "ddp: rank " + std::to_string(o.rank()) + ": " + where + " did not answer within " +
-        std::to_string((timeout + grace).count()) + " ms (this rank was " + step->load() + ")" +
-        (!master ? std::string(": the file system does not answer.")
+        rendezvous_context(o),
+        where + " did not answer within " + std::to_string((timeout + grace).count()) +
+            " ms (this rank was " + step->load() + ")" +
+            (!master
+                 ? std::string(": the file system does not answer.")
                  : std::string(connected ? ": the connection was accepted, so a process listens "
                                            "there, but it does not answer as rank 0's store would"
                                          : "") +
@@ -344,12 +356,13 @@ ProcessGroupPtr new_process_group(StorePtr store, int rank, int world_size,
                                   const InitOptions& options) {
   const Backend& backend = find_backend(resolve_backend_name(options.backend()));
   if (options.round_robin_groups() < 1) {
-    throw InvalidArgument("ddp: InitOptions::round_robin_groups must be >= 1, got " +
+    throw InvalidArgument("InitOptions::round_robin_groups must be >= 1, got " +
                           std::to_string(options.round_robin_groups()));
   }
   if (backend.needs_store && !store) {
-    throw InvalidArgument("ddp: the " + backend.name +
-                          " backend needs a store; new_process_group got none");
+    throw InvalidArgument(
+        ErrorContext{rank, world_size, "", "", {}},
+        "the " + backend.name + " backend needs a store; new_process_group got none");
   }
   BackendSetup setup;
   setup.rank = rank;
@@ -400,7 +413,7 @@ void adopt_backend_world(const Backend& backend, InitOptions& o) {
   const int rank = o.rank() >= 0 ? o.rank() : info.rank;
   const int size = o.world_size() >= 0 ? o.world_size() : info.world_size;
   if ((rank >= 0 && rank != world.rank) || (size >= 0 && size != world.world_size)) {
-    throw InvalidArgument("ddp: the " + backend.name + " backend sees rank " +
+    throw InvalidArgument("the " + backend.name + " backend sees rank " +
                           std::to_string(world.rank) + " of " + std::to_string(world.world_size) +
                           ", but the options or the launcher's "
                           "variables" +
@@ -421,7 +434,7 @@ ProcessGroupPtr init_process_group(InitOptions options) {
     MutexLock lock(default_mutex);
     if (default_group) {
       throw InvalidArgument(
-          "ddp: init_process_group called twice; call "
+          "init_process_group called twice; call "
           "destroy_process_group() first");
     }
   }
@@ -445,7 +458,7 @@ ProcessGroupPtr default_process_group() {
   MutexLock lock(default_mutex);
   if (!default_group) {
     throw InvalidArgument(
-        "ddp: no default process group: call ddp::init_process_group() "
+        "no default process group: call ddp::init_process_group() "
         "first, or pass a process group in the options");
   }
   return default_group;

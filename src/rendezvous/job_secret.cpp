@@ -31,7 +31,7 @@ std::string to_hex(const unsigned char* bytes, std::size_t n) {
 // up without that handler, once, before its first use.
 void set_up_openssl() {
   static const bool set_up = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
-  if (!set_up) throw Error("ddp: OpenSSL's libcrypto failed to initialise");
+  if (!set_up) throw Error("OpenSSL's libcrypto failed to initialise");
 }
 
 }  // namespace
@@ -40,8 +40,8 @@ std::optional<JobSecret> JobSecret::from_env() {
   auto key = env_string(kJobSecretVariable);
   if (!key) return std::nullopt;
   if (key->size() < kMinJobSecretLength) {
-    throw InvalidArgument("ddp: environment variable " + std::string(kJobSecretVariable) +
-                          " is " + std::to_string(key->size()) +
+    throw InvalidArgument("environment variable " + std::string(kJobSecretVariable) + " is " +
+                          std::to_string(key->size()) +
                           " characters long; a job secret needs at least " +
                           std::to_string(kMinJobSecretLength) +
                           " random characters (e.g. DDP_JOB_SECRET=$(openssl rand -hex 16), the "
@@ -57,7 +57,7 @@ std::string JobSecret::mac(const std::string& message) const {
   if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
            reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest,
            &length) == nullptr) {
-    throw Error("ddp: OpenSSL's HMAC-SHA256 failed");
+    throw Error("OpenSSL's HMAC-SHA256 failed");
   }
   return to_hex(digest, length);
 }
@@ -72,7 +72,7 @@ std::string random_hex(std::size_t bytes) {
   while (filled < bytes) {
     const ssize_t got = getrandom(buffer.data() + filled, bytes - filled, 0);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw Error(std::string("ddp: getrandom failed: ") + std::strerror(errno));
+    if (got < 0) throw Error(std::string("getrandom failed: ") + std::strerror(errno));
     filled += static_cast<std::size_t>(got);
   }
   return to_hex(buffer.data(), bytes);

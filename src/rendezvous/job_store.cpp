@@ -36,7 +36,7 @@ std::vector<uint8_t> JobStore::get(const std::string& key) {
     if (equal_in_constant_time(mac, value_mac(key, value))) return value;
   }
   throw CommunicationError(
-      "ddp: the job's store holds a value under '" + key +
+      "the job's store holds a value under '" + key +
       "' that no rank of this job wrote (its MAC does not match the job secret): a process "
       "without the secret reached the store at MASTER_ADDR:MASTER_PORT and changed it. Keep "
       "strangers off that port (docs/security.md)");

@@ -30,7 +30,7 @@ std::string first_host_of_slurm_nodelist(const std::string& nodelist, const char
     }
   }
   if (host.empty() || in_brackets) {
-    throw InvalidArgument("ddp: " + std::string(what) + "='" + nodelist +
+    throw InvalidArgument(std::string(what) + "='" + nodelist +
                           "' is not a Slurm host list (e.g. node[01-04],gpu7); set MASTER_ADDR "
                           "to rank 0's host instead");
   }

@@ -61,8 +61,8 @@ int try_connect(const addrinfo& address, Clock::time_point deadline) {
 
 }  // namespace
 
-void wait_until_listening(const std::string& host, int port, const std::string& where,
-                          Clock::time_point deadline) {
+void wait_until_listening(const std::string& host, int port, const ErrorContext& context,
+                          const std::string& where, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   std::string last = "no address";
@@ -85,11 +85,11 @@ void wait_until_listening(const std::string& host, int port, const std::string& 
   const std::string check =
       ". Check MASTER_ADDR/MASTER_PORT and that rank 0 (or the launcher that hosts the store) "
       "runs.";
-  throw TimeoutError("ddp: " + where + what + " (last: " + last + ")" + check);
+  throw TimeoutError(context, where + what + " (last: " + last + ")" + check);
 }
 
-StorePtr handshake(std::function<StorePtr()> connect, const std::string& where,
-                   std::chrono::milliseconds handshake) {
+StorePtr handshake(std::function<StorePtr()> connect, const ErrorContext& context,
+                   const std::string& where, std::chrono::milliseconds handshake) {
   auto first_request = [connect = std::move(connect)]() -> StorePtr {
     StorePtr store = connect();
     store->check({"ddp/handshake"});  // any answer will do
@@ -100,8 +100,8 @@ StorePtr handshake(std::function<StorePtr()> connect, const std::string& where,
     const std::string check =
         ": another program holds that port (choose another MASTER_PORT), or the store's host "
         "(rank 0) is stopped or cut off.";
-    throw CommunicationError("ddp: " + where + why + " within " +
-                             std::to_string(handshake.count()) + " ms" + check);
+    throw CommunicationError(
+        context, where + why + " within " + std::to_string(handshake.count()) + " ms" + check);
   });
 }
 

@@ -8,6 +8,7 @@
 // answers at once, and that request has `handshake` to be answered.
 #pragma once
 
+#include <ddp/errors.h>
 #include <ddp/store.h>
 
 #include <chrono>
@@ -21,14 +22,15 @@ namespace ddp::detail {
 constexpr std::chrono::milliseconds kStoreHandshake{5000};
 
 // Until something accepts a TCP connection at host:port (closed at once).
-// TimeoutError at `deadline`, naming `where` and what to check.
-void wait_until_listening(const std::string& host, int port, const std::string& where,
-                          std::chrono::steady_clock::time_point deadline);
+// TimeoutError at `deadline`, in `context` (who is asking), naming `where`
+// (the store, e.g. "the rendezvous store at host:port") and what to check.
+void wait_until_listening(const std::string& host, int port, const ErrorContext& context,
+                          const std::string& where, std::chrono::steady_clock::time_point deadline);
 
 // Builds the client with `connect` (by value: it may outlive the call on a
-// thread left blocked) and makes one request; CommunicationError naming
-// `where` when no answer comes within `handshake`.
-StorePtr handshake(std::function<StorePtr()> connect, const std::string& where,
-                   std::chrono::milliseconds handshake = kStoreHandshake);
+// thread left blocked) and makes one request; CommunicationError in
+// `context` naming `where` when no answer comes within `handshake`.
+StorePtr handshake(std::function<StorePtr()> connect, const ErrorContext& context,
+                   const std::string& where, std::chrono::milliseconds handshake = kStoreHandshake);
 
 }  // namespace ddp::detail

@@ -140,7 +140,10 @@ void replace_children(Module& parent,
 
 std::shared_ptr<Module> convert_sync_batchnorm(const std::shared_ptr<Module>& module,
                                                ProcessGroupPtr process_group) {
-  if (!module) throw InvalidArgument("ddp: convert_sync_batchnorm: the module is null");
+  if (!module) {
+    throw InvalidArgument(ErrorContext{-1, 0, "", "convert_sync_batchnorm", {}},
+                          "the module is null");
+  }
   if (const int dims = batchnorm_dims(*module)) return sync_from(*module, dims, process_group);
 
   std::vector<Site> sites;
@@ -150,14 +153,14 @@ std::shared_ptr<Module> convert_sync_batchnorm(const std::shared_ptr<Module>& mo
     const long expected = 2 + (is_container(*s.parent) ? 1 : 0);
     if (s.old.use_count() > expected) {
       throw InvalidArgument(
-          "ddp: convert_sync_batchnorm: '" + s.path + "' (torch::nn::BatchNorm" +
-          std::to_string(s.dims) +
-          "d) is also held outside its parent's registry, most likely "
-          "by a member field that forward() calls; swapping the registered child would leave "
-          "that field running unsynchronized. Declare the field as ddp::SyncBatchNorm" +
-          std::to_string(s.dims) +
-          "d (same BatchNormOptions) or torch::nn::AnyModule, or drop "
-          "other references before converting. Nothing was converted.");
+          ErrorContext{-1, 0, "", "convert_sync_batchnorm", {}},
+          "'" + s.path + "' (torch::nn::BatchNorm" + std::to_string(s.dims) +
+              "d) is also held outside its parent's registry, most likely "
+              "by a member field that forward() calls; swapping the registered child would leave "
+              "that field running unsynchronized. Declare the field as ddp::SyncBatchNorm" +
+              std::to_string(s.dims) +
+              "d (same BatchNormOptions) or torch::nn::AnyModule, or drop "
+              "other references before converting. Nothing was converted.");
     }
   }
   // Replace parent by parent, in the order found.

@@ -27,12 +27,14 @@ SyncBatchNormImpl::SyncBatchNormImpl(torch::nn::BatchNormOptions options_,
       input_dims_(input_dims),
       adopted_(std::move(adopted)) {
   if (input_dims_ < 0 || input_dims_ > 3) {
-    throw InvalidArgument("ddp: SyncBatchNorm: input_dims must be 0 (any), 1, 2 or 3, got " +
-                          std::to_string(input_dims_));
+    throw InvalidArgument(
+        ErrorContext{-1, 0, "", "SyncBatchNorm", {}},
+        "input_dims must be 0 (any), 1, 2 or 3, got " + std::to_string(input_dims_));
   }
   if (options.num_features() <= 0) {
-    throw InvalidArgument("ddp: SyncBatchNorm: num_features must be positive, got " +
-                          std::to_string(options.num_features()));
+    throw InvalidArgument(
+        ErrorContext{-1, 0, "", "SyncBatchNorm", {}},
+        "num_features must be positive, got " + std::to_string(options.num_features()));
   }
   reset();
 }
@@ -96,14 +98,17 @@ void SyncBatchNormImpl::check_input(const torch::Tensor& input) const {
                        : input_dims_ == 1 ? "2-D or 3-D (N, C[, L])"
                        : input_dims_ == 2 ? "4-D (N, C, H, W)"
                                           : "5-D (N, C, D, H, W)";
-    throw InvalidArgument("ddp: SyncBatchNorm" +
-                          (input_dims_ ? std::to_string(input_dims_) + "d" : std::string()) +
-                          ": expected " + want + " input, got " + std::to_string(d) + "-D");
+    const std::string layer =
+        "SyncBatchNorm" + (input_dims_ ? std::to_string(input_dims_) + "d" : std::string());
+    throw InvalidArgument(
+        ErrorContext{-1, 0, "", layer, {}},
+        std::string("expected ") + want + " input, got " + std::to_string(d) + "-D");
   }
   if (input.size(1) != options.num_features()) {
-    throw InvalidArgument("ddp: SyncBatchNorm: input has " + std::to_string(input.size(1)) +
-                          " channels (dimension 1) but num_features is " +
-                          std::to_string(options.num_features()));
+    throw InvalidArgument(ErrorContext{-1, 0, "", "SyncBatchNorm", {}},
+                          "input has " + std::to_string(input.size(1)) +
+                              " channels (dimension 1) but num_features is " +
+                              std::to_string(options.num_features()));
   }
 }
 

@@ -111,12 +111,11 @@ BatchStats global_batch_stats(ProcessGroup& group, const at::Tensor& input,
   out.count = stats[2 * c].item<double>();
   if (out.count <= 1) {
     std::ostringstream msg;
-    msg << "ddp: " << layer << " on rank " << group.rank() << " of " << group.size()
-        << ": expected more than 1 value per channel over all ranks when training, got "
-        << out.count << " (this rank's input has shape " << input.sizes()
+    msg << "expected more than 1 value per channel over all ranks when training, got " << out.count
+        << " (this rank's input has shape " << input.sizes()
         << " as (N, C, L)); ranks may hold empty batches, but the global batch needs at least "
            "two values per channel (or call eval())";
-    throw InvalidArgument(msg.str());
+    throw InvalidArgument(group.error_context(layer), msg.str());
   }
   out.mean = stats.narrow(0, 0, c) / out.count;
   out.var = (stats.narrow(0, c, c) / out.count - out.mean * out.mean).clamp_min(0);

@@ -91,11 +91,11 @@ RankTimeline::RankTimeline(int rank, std::string path, const std::string& variab
     : rank_(rank), path_(std::move(path)), encoder_(rank, "rank " + std::to_string(rank)) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    throw InvalidArgument("ddp: rank " + std::to_string(rank_) + ": " + variable +
-                          ": cannot write the timeline file '" + path_ +
-                          "': " + std::strerror(errno) +
-                          ". Set DDP_TIMELINE to a file or directory this process can write "
-                          "(see docs/ddp.md, Timeline), or unset it.");
+    throw InvalidArgument(ErrorContext{rank_, 0, "", variable, {}},
+                          "cannot write the timeline file '" + path_ +
+                              "': " + std::strerror(errno) +
+                              ". Set DDP_TIMELINE to a file or directory this process can write "
+                              "(see docs/ddp.md, Timeline), or unset it.");
   }
   MutexLock lock(mutex_);
   const std::string head = "[\n";

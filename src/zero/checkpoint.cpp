@@ -53,11 +53,11 @@ void for_each_state_entry(const char* blob, size_t size,
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
   Impl& m = *impl_;
-  m.where();  // sharded
+  m.check_sharded();
   ProcessGroup& group = *m.group;
   if (to_rank < 0 || to_rank >= group.size()) {
-    throw InvalidArgument("ddp: ZeroRedundancyOptimizer::consolidate_state_dict on " + m.where() +
-                          ": to_rank " + std::to_string(to_rank) + " is not a rank of the group");
+    throw InvalidArgument(m.context("ZeroRedundancyOptimizer::consolidate_state_dict"),
+                          "to_rank " + std::to_string(to_rank) + " is not a rank of the group");
   }
   // This rank's shard: [#i][length][archive bytes] per parameter with state.
   std::string blob;
@@ -92,11 +92,11 @@ void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) con
   const Impl& m = *impl_;
   if (!m.consolidated || m.consolidated_at != m.steps) {
     throw InvalidArgument(
-        "ddp: ZeroRedundancyOptimizer::save on " + m.where() + ": " +
-        (m.consolidated ? "the state was consolidated before the last step()"
-                        : "this rank holds only its shard of the state") +
-        "; call consolidate_state_dict(to_rank) on every rank after the last step, then save "
-        "on to_rank");
+        m.context("ZeroRedundancyOptimizer::save"),
+        std::string(m.consolidated ? "the state was consolidated before the last step()"
+                                   : "this rank holds only its shard of the state") +
+            "; call consolidate_state_dict(to_rank) on every rank after the last step, then save "
+            "on to_rank");
   }
   archive.write("zero_format", c10::IValue(kFormat));
   archive.write("optimizer", c10::IValue(m.wrapped.name));
@@ -116,19 +116,18 @@ void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) con
 
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   Impl& m = *impl_;
-  const std::string prefix =
-      "ddp: ZeroRedundancyOptimizer::load on " + m.where() + ": ";  // sharded
+  const ErrorContext context = m.context("ZeroRedundancyOptimizer::load");  // sharded
   c10::IValue value;
   if (!archive.try_read("zero_format", value)) {
-    throw InvalidArgument(prefix +
+    throw InvalidArgument(context,
                           "not a ZeroRedundancyOptimizer checkpoint (no zero_format); "
                           "save it with torch::save(zero_optimizer, ...) after "
                           "consolidate_state_dict");
   }
   archive.read("optimizer", value);
   if (value.toStringRef() != m.wrapped.name) {
-    throw InvalidArgument(prefix + "the checkpoint holds " + value.toStringRef() +
-                          " state but this optimizer wraps " + m.wrapped.name);
+    throw InvalidArgument(context, "the checkpoint holds " + value.toStringRef() +
+                                       " state but this optimizer wraps " + m.wrapped.name);
   }
   at::Tensor sizes;
   archive.read("group_sizes", sizes);
@@ -138,9 +137,9 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
     const std::vector<int64_t> theirs(sizes.data_ptr<int64_t>(),
                                       sizes.data_ptr<int64_t>() + sizes.numel());
     throw InvalidArgument(
-        prefix + "the checkpoint's param groups hold " + c10::str(c10::IntArrayRef(theirs)) +
-        " parameters but this optimizer's hold " + c10::str(c10::IntArrayRef(mine)) +
-        "; load it into an optimizer over the same parameters and groups");
+        context, "the checkpoint's param groups hold " + c10::str(c10::IntArrayRef(theirs)) +
+                     " parameters but this optimizer's hold " + c10::str(c10::IntArrayRef(mine)) +
+                     "; load it into an optimizer over the same parameters and groups");
   }
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     torch::serialize::InputArchive options;
@@ -161,9 +160,10 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
                                                  static_cast<size_t>(bytes.numel())));
     for (const auto& t : m.wrapped.state_tensors(*loaded)) {
       if (t.defined() && t.numel() != m.params[i].numel()) {
-        throw InvalidArgument(prefix + "the state of parameter #" + std::to_string(i) + " has " +
-                              std::to_string(t.numel()) + " elements but the parameter has " +
-                              std::to_string(m.params[i].numel()));
+        throw InvalidArgument(context, "the state of parameter #" + std::to_string(i) + " has " +
+                                           std::to_string(t.numel()) +
+                                           " elements but the parameter has " +
+                                           std::to_string(m.params[i].numel()));
       }
     }
     auto [map, key] = m.home_of(i);

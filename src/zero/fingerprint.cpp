@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace ddp::detail {
 namespace {
@@ -59,9 +61,10 @@ std::vector<at::Tensor> gather(ProcessGroup& group, const at::Tensor& mine) {
 void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
                               const std::vector<at::Tensor>& params,
                               const std::vector<size_t>& group_of, const std::string& local_error) {
-  const std::string prefix = "ddp: ZeroRedundancyOptimizer on rank " +
-                             std::to_string(group.rank()) + " of " + std::to_string(group.size()) +
-                             ": ";
+  // About the ranks `peers`.
+  auto context = [&group](std::vector<int> peers) {
+    return group.error_context("ZeroRedundancyOptimizer").about(std::move(peers));
+  };
   at::Tensor sigs = at::empty({static_cast<int64_t>(params.size()), kSignature}, at::kLong);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto s = signature(params[i], group_of[i]);
@@ -77,24 +80,25 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
   const auto headers = gather(group, header);
   for (int r = 0; r < group.size(); ++r) {
     if (headers[r].data_ptr<int64_t>()[0] == 0) continue;
-    throw InvalidArgument(prefix + (r == group.rank()
-                                        ? local_error
-                                        : "rank " + std::to_string(r) +
-                                              " refused its parameters (its error says why)"));
+    if (r == group.rank()) throw InvalidArgument(context({}), local_error);
+    throw InvalidArgument(
+        context({r}), "rank " + std::to_string(r) + " refused its parameters (its error says why)");
   }
   const int64_t* h0 = headers[0].data_ptr<int64_t>();
   for (int r = 1; r < group.size(); ++r) {
     const int64_t* hr = headers[r].data_ptr<int64_t>();
     if (name_of(hr) != name_of(h0)) {
-      throw InvalidArgument(prefix + "rank " + std::to_string(r) + " wraps " + name_of(hr) +
-                            " but rank 0 wraps " + name_of(h0) +
-                            "; every rank must construct it with the same optimizer options type");
+      throw InvalidArgument(
+          context({0, r}),
+          "rank " + std::to_string(r) + " wraps " + name_of(hr) + " but rank 0 wraps " +
+              name_of(h0) + "; every rank must construct it with the same optimizer options type");
     }
     if (hr[1] != h0[1] || hr[2] != h0[2]) {
-      throw InvalidArgument(prefix + "rank " + std::to_string(r) + " has " + std::to_string(hr[1]) +
-                            " parameters in " + std::to_string(hr[2]) + " groups but rank 0 has " +
-                            std::to_string(h0[1]) + " in " + std::to_string(h0[2]) +
-                            "; every rank must pass the same model's parameters");
+      throw InvalidArgument(
+          context({0, r}),
+          "rank " + std::to_string(r) + " has " + std::to_string(hr[1]) + " parameters in " +
+              std::to_string(hr[2]) + " groups but rank 0 has " + std::to_string(h0[1]) + " in " +
+              std::to_string(h0[2]) + "; every rank must pass the same model's parameters");
     }
   }
   const auto all = gather(group, sigs.view(-1));
@@ -103,11 +107,12 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
     for (int r = 1; r < group.size(); ++r) {
       const int64_t* sr = all[r].data_ptr<int64_t>() + i * kSignature;
       if (!std::equal(s0, s0 + kSignature, sr)) {
-        throw InvalidArgument(prefix + "parameter #" + std::to_string(i) + " differs: rank " +
-                              std::to_string(r) + " has " + describe(sr) + ", rank 0 has " +
-                              describe(s0) +
-                              "; every rank must pass the same model's parameters "
-                              "in the same order");
+        throw InvalidArgument(context({0, r}),
+                              "parameter #" + std::to_string(i) + " differs: rank " +
+                                  std::to_string(r) + " has " + describe(sr) + ", rank 0 has " +
+                                  describe(s0) +
+                                  "; every rank must pass the same model's parameters "
+                                  "in the same order");
       }
     }
   }

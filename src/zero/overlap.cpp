@@ -17,7 +17,9 @@
 namespace ddp {
 
 FuturePtr zero_hook(ZeroRedundancyOptimizer* optimizer, GradBucket& bucket) {
-  if (!optimizer) throw InvalidArgument("ddp: zero_hook: the optimizer is null");
+  if (!optimizer) {
+    throw InvalidArgument(ErrorContext{-1, 0, "", "zero_hook", {}}, "the optimizer is null");
+  }
   optimizer->step_reduced_bucket(bucket);
   return completed_future(bucket.buffer());
 }
@@ -31,11 +33,11 @@ void ZeroRedundancyOptimizer::Impl::step_only(const std::vector<size_t>& indices
 void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
   Impl& m = *impl_;
   if (!m.overlap) {
-    throw InvalidArgument("ddp: zero_hook on " + m.where() +
-                          ": the ZeroRedundancyOptimizer was "
+    throw InvalidArgument(m.context("zero_hook"),
+                          "the ZeroRedundancyOptimizer was "
                           "made without ZeroOptions().overlap_with_ddp(true)");
   }
-  m.where();  // sharded
+  m.check_sharded();
   // Average, as DDP's own allreduce would.
   at::Tensor buffer = bucket.buffer();
   buffer.div_(m.group->size());
@@ -50,12 +52,12 @@ void ZeroRedundancyOptimizer::step_reduced_bucket(GradBucket& bucket) {
     auto it = m.index_of.find(bucket_params[k].unsafeGetTensorImpl());
     if (it == m.index_of.end()) {
       std::ostringstream msg;
-      msg << "ddp: zero_hook on " << m.where() << ": DDP bucket " << bucket.index()
-          << " holds a parameter (shape " << bucket_params[k].sizes() << ", "
-          << bucket_params[k].scalar_type() << ") that is in none of the "
+      msg << "DDP bucket " << bucket.index() << " holds a parameter (shape "
+          << bucket_params[k].sizes() << ", " << bucket_params[k].scalar_type()
+          << ") that is in none of the "
           << "ZeroRedundancyOptimizer's param groups; construct the optimizer over every "
              "parameter DDP reduces (model->parameters())";
-      throw InvalidArgument(msg.str());
+      throw InvalidArgument(m.context("zero_hook"), msg.str());
     }
     indices.push_back(it->second);
     if (m.replica_optimizer && m.owner[it->second] == next) {

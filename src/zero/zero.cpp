@@ -35,13 +35,18 @@ std::vector<int> partition_by_size(const std::vector<int64_t>& numels, int world
 
 }  // namespace detail
 
-std::string ZeroRedundancyOptimizer::Impl::where() const {
+void ZeroRedundancyOptimizer::Impl::check_sharded() const {
   if (!group) {
     throw InvalidArgument(
-        "ddp: ZeroRedundancyOptimizer: made with ZeroOptions().elastic(true), it is sharded by "
+        ErrorContext{-1, 0, "", "ZeroRedundancyOptimizer", {}},
+        "made with ZeroOptions().elastic(true), it is sharded by "
         "ddp::ElasticRunner at each generation; use it inside the runner's step function");
   }
-  return "rank " + std::to_string(group->rank()) + " of " + std::to_string(group->size());
+}
+
+ErrorContext ZeroRedundancyOptimizer::Impl::context(std::string operation) const {
+  check_sharded();
+  return group->error_context(std::move(operation));
 }
 
 torch::optim::OptimizerParamState* ZeroRedundancyOptimizer::Impl::state_of(size_t index) const {
@@ -93,13 +98,14 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
   m.bucket_cap_mb = options.bucket_cap_mb();
   m.wrapped = std::move(wrapped);
   if (options.bucket_cap_mb() < 0) {
-    throw InvalidArgument("ddp: ZeroRedundancyOptimizer: bucket_cap_mb must be >= 0, got " +
-                          std::to_string(options.bucket_cap_mb()));
+    throw InvalidArgument(
+        ErrorContext{-1, 0, "", "ZeroRedundancyOptimizer", {}},
+        "bucket_cap_mb must be >= 0, got " + std::to_string(options.bucket_cap_mb()));
   }
   if (m.elastic && options.process_group()) {
-    throw InvalidArgument(
-        "ddp: ZeroRedundancyOptimizer: ZeroOptions().elastic(true) takes no process_group: "
-        "ddp::ElasticRunner shards it over each generation's group");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "ZeroRedundancyOptimizer", {}},
+                          "ZeroOptions().elastic(true) takes no process_group: "
+                          "ddp::ElasticRunner shards it over each generation's group");
   }
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     for (const auto& p : param_groups_[g].params()) {
@@ -112,7 +118,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
   }
   if (m.elastic) {
     const std::string error = local_error(m.params);
-    if (!error.empty()) throw InvalidArgument("ddp: ZeroRedundancyOptimizer: " + error);
+    if (!error.empty()) {
+      throw InvalidArgument(ErrorContext{-1, 0, "", "ZeroRedundancyOptimizer", {}}, error);
+    }
     return;  // sharded by the ElasticRunner
   }
   auto group = options.process_group() ? options.process_group() : default_process_group();
@@ -227,7 +235,7 @@ torch::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
 }
 
 ProcessGroupPtr ZeroRedundancyOptimizer::join_process_group() const {
-  impl_->where();  // sharded
+  impl_->check_sharded();
   return impl_->group;
 }
 
@@ -237,23 +245,24 @@ void ZeroRedundancyOptimizer::shadow_iteration(const JoinIteration&) { step_shar
 
 torch::Tensor ZeroRedundancyOptimizer::step_shard(LossClosure closure) {
   Impl& m = *impl_;
-  m.where();  // sharded
+  m.check_sharded();
   if (m.overlap) {
     // The hook did the work during backward; make sure it did all of it.
     const size_t updated = std::exchange(m.updated, 0);
     if (closure) {
-      throw InvalidArgument("ddp: ZeroRedundancyOptimizer::step on " + m.where() +
-                            ": overlap_with_ddp updates parameters during backward; step() "
+      throw InvalidArgument(m.context("ZeroRedundancyOptimizer::step"),
+                            "overlap_with_ddp updates parameters during backward; step() "
                             "takes no closure then");
     }
     if (updated != m.params.size()) {
       throw InvalidArgument(
-          "ddp: ZeroRedundancyOptimizer::step on " + m.where() +
-          " with overlap_with_ddp: " + std::to_string(updated) +
-          " parameter updates since the last step(), expected " + std::to_string(m.params.size()) +
-          " (each parameter once); register the hook with "
-          "model->register_comm_hook(&optimizer, ddp::zero_hook) and call step() once after "
-          "each synchronized backward");
+          m.context("ZeroRedundancyOptimizer::step"),
+          "with overlap_with_ddp: " + std::to_string(updated) +
+              " parameter updates since the last step(), expected " +
+              std::to_string(m.params.size()) +
+              " (each parameter once); register the hook with "
+              "model->register_comm_hook(&optimizer, ddp::zero_hook) and call step() once after "
+              "each synchronized backward");
     }
     ++m.steps;
     return {};
@@ -303,16 +312,17 @@ void ZeroRedundancyOptimizer::Impl::broadcast(const std::vector<Bucket>& to_send
 }
 
 int ZeroRedundancyOptimizer::owner(size_t index) const {
-  impl_->where();  // sharded
+  impl_->check_sharded();
   if (index >= impl_->owner.size()) {
-    throw InvalidArgument("ddp: ZeroRedundancyOptimizer::owner: parameter #" +
-                          std::to_string(index) + " out of " + std::to_string(impl_->owner.size()));
+    throw InvalidArgument(
+        ErrorContext{-1, 0, "", "ZeroRedundancyOptimizer::owner", {}},
+        "parameter #" + std::to_string(index) + " out of " + std::to_string(impl_->owner.size()));
   }
   return impl_->owner[index];
 }
 
 torch::optim::Optimizer& ZeroRedundancyOptimizer::local_optimizer() {
-  impl_->where();  // sharded
+  impl_->check_sharded();
   return *impl_->optimizer;
 }
 

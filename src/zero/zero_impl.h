@@ -3,6 +3,7 @@
 // (cross-rank check), checkpoint.cpp, and src/elastic (through ZeroAccess).
 #pragma once
 
+#include <ddp/errors.h>
 #include <ddp/zero.h>
 
 #include <ATen/core/Tensor.h>
@@ -63,7 +64,11 @@ struct ZeroRedundancyOptimizer::Impl {
   std::unordered_map<const void*, size_t> index_of;
   size_t updated = 0;
 
-  std::string where() const;  // "rank 1 of 4"; raises InvalidArgument when not sharded
+  // InvalidArgument when not sharded (elastic, outside the runner's step).
+  void check_sharded() const;
+  // This rank's context in `group`, for errors about `operation`; raises as
+  // check_sharded() when not sharded.
+  ErrorContext context(std::string operation) const;
   // Splits the parameters over `group` (every rank computes the same split)
   // and makes this rank's optimizer and, elastic, its replica, each group
   // with `options[g]`; `states` (#i -> state) fill them, the rest start empty.

@@ -2,7 +2,7 @@
 // communicator that never fills): every op and dtype over nccl, the same
 // over shm's host staging, stream order, and the nccl backend's failures.
 // Prints "ok - ..." / "not ok - ..."; exits 1 if any check failed.
-#include "support/error_of.h"
+#include "support/raised.h"
 #include "support/tap.h"
 
 #include <ddp/backends/shm.h>
@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <sstream>
 
 namespace ddp::testing {
 namespace {
@@ -82,19 +83,31 @@ void stream_order(Tap& tap, ProcessGroup& pg, const torch::Device& device) {
 }
 
 #ifdef DDP_WITH_NCCL
+// What was raised, or why not: a failed check's detail.
+std::string shown(const Raised& r) {
+  std::ostringstream out;
+  out << r;
+  return out.str();
+}
+
+// Raised by rank 0 of a group of `world` ranks of the nccl backend.
+bool from_nccl_rank0(const Raised& r, int world) {
+  return r && r.context.rank == 0 && r.context.world_size == world && r.context.backend == "nccl";
+}
+
 void nccl_failures(Tap& tap, const torch::Device& device) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::string e = error_of<InvalidArgument>(
+  Raised r = raised<InvalidArgument>(
       [&] { NcclProcessGroup(store, 0, 1, milliseconds(5000), NcclOptions().device(99)); });
-  tap.check(e.find("NcclOptions::device is 99") != std::string::npos,
-            "nccl: a bad device index is an InvalidArgument naming it", e);
+  tap.check(from_nccl_rank0(r, 1) && r.mentions("NcclOptions::device") && r.mentions("99"),
+            "nccl: a bad device index is an InvalidArgument naming it", shown(r));
 
   NcclProcessGroup pg(c10::make_intrusive<c10d::HashStore>(), 0, 1, milliseconds(5000),
                       NcclOptions().device(device.index()));
-  e = error_of<InvalidArgument>(
+  r = raised<InvalidArgument>(
       [&] { pg.allreduce(torch::ones({4}, torch::dtype(torch::kBool).device(device))); });
-  tap.check(e.find("nccl") != std::string::npos && e.find("Bool") != std::string::npos,
-            "nccl: an unsupported dtype is an InvalidArgument naming it", e);
+  tap.check(from_nccl_rank0(r, 1) && r.context.operation == "allreduce" && r.mentions("Bool"),
+            "nccl: an unsupported dtype is an InvalidArgument naming it", shown(r));
   at::Tensor on_cpu = torch::arange(6, torch::kLong);
   pg.allreduce(on_cpu)->wait();
   tap.check(torch::equal(on_cpu, torch::arange(6, torch::kLong)),
@@ -103,17 +116,18 @@ void nccl_failures(Tap& tap, const torch::Device& device) {
   // A communicator of 2 ranks that only this one joins: NCCL's
   // non-blocking initialisation is polled to its deadline, then aborted.
   const auto start = std::chrono::steady_clock::now();
-  e = error_of<TimeoutError>([&] {
+  r = raised<TimeoutError>([&] {
     detail::nccl::Communicator comm(
         detail::nccl::unique_id_from(detail::nccl::new_unique_id()), 0, 2, device.index(),
-        std::chrono::steady_clock::now() + milliseconds(3000), "rank 0 of 2 [nccl]");
+        std::chrono::steady_clock::now() + milliseconds(3000), ErrorContext{0, 2, "nccl", "", {}});
   });
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The communicator's error carries the context it was given.
   tap.check(
-      e != "no error" && e.rfind("wrong exception: ", 0) == std::string::npos && waited < 30,
+      from_nccl_rank0(r, 2) && waited < 30,
       "nccl: a peer that never joins times out and is aborted (" + std::to_string(waited) + " s)",
-      e);
+      shown(r));
   tap.pass("nccl " + NcclProcessGroup::nccl_version() + " on " + device.str());
 }
 #endif

@@ -2,7 +2,7 @@
 // support/rank_gtest.h): ddprun --nproc-per-node N comm_hooks_test
 // With --device cuda the hooks' gradient checks (CommHooks.Default*,
 // CommHooks.PowerSgd*) run on the GPU.
-#include "support/error_of.h"
+#include "support/raised.h"
 #include "support/rank_gtest.h"
 
 #include <ddp/ddp.h>
@@ -120,21 +120,26 @@ void default_hooks(const ProcessGroupPtr& pg) {
 void registration_errors(const ProcessGroupPtr& pg) {
   DistributedDataParallel model(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   model->register_comm_hook(pg, allreduce_hook);
-  std::string e = error_of([&] { model->register_comm_hook(pg, allreduce_hook); });
-  check(e.find("already registered") != std::string::npos, "a second registration is an error", e);
+  // A refused registration: this rank's group, the call named.
+  auto refused = [&](const Raised& r) {
+    return r && r.on(*pg) && r.context.operation == "register_comm_hook";
+  };
+  auto out = [](const Raised& r) { return r ? r.what : r.wrong; };
+  Raised r = raised<InvalidArgument>([&] { model->register_comm_hook(pg, allreduce_hook); });
+  check(refused(r), "a second registration is an error", out(r));
   DistributedDataParallel trained(mlp({4, 4}), DistributedDataParallelOptions().process_group(pg));
   trained->forward(torch::ones({2, 4})).sum().backward();
-  e = error_of([&] { trained->register_comm_hook(pg, allreduce_hook); });
-  check(e.find("training has started") != std::string::npos,
-        "registering after training started is an error", e);
-  e = error_of([&] { PowerSGDState(pg, 1, 1); });
-  check(e.find("start_powerSGD_iter must be >= 2") != std::string::npos,
-        "PowerSGDState: start_powerSGD_iter 1 with error feedback is rejected", e);
-  e = error_of([&] { PowerSGDState(pg, 0, 10); });
-  check(e.find("matrix_approximation_rank must be >= 1") != std::string::npos,
-        "PowerSGDState: rank 0 is rejected", e);
-  e = error_of([&] { PowerSGDState(pg, 1, 1, 2, false, false); });
-  check(e == "no error", "PowerSGDState: start 1 is fine without error feedback and warm start", e);
+  r = raised<InvalidArgument>([&] { trained->register_comm_hook(pg, allreduce_hook); });
+  check(refused(r), "registering after training started is an error", out(r));
+  r = raised<InvalidArgument>([&] { PowerSGDState(pg, 1, 1); });
+  check(r && r.context.operation == "PowerSGDState" && r.mentions("start_powerSGD_iter"),
+        "PowerSGDState: start_powerSGD_iter 1 with error feedback is rejected, naming it", out(r));
+  r = raised<InvalidArgument>([&] { PowerSGDState(pg, 0, 10); });
+  check(r && r.context.operation == "PowerSGDState" && r.mentions("matrix_approximation_rank"),
+        "PowerSGDState: rank 0 is rejected, naming matrix_approximation_rank", out(r));
+  r = raised<InvalidArgument>([&] { PowerSGDState(pg, 1, 1, 2, false, false); });
+  check(r.wrong == "no error",
+        "PowerSGDState: start 1 is fine without error feedback and warm start", out(r));
 }
 
 void powersgd(const ProcessGroupPtr& pg) {

@@ -3,6 +3,7 @@
 // (a different model, a damaged file, a file rank 0 cannot read or write).
 // The exact resume of a killed multi-process job: checkpoint_resume_test.sh.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/checkpoint.h>
 #include <ddp/errors.h>
@@ -12,8 +13,10 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -88,23 +91,25 @@ class Checkpoint : public ::testing::Test {
   }
 
   // Runs `load` on every rank of a 2-rank job and expects a CheckpointError
-  // there whose message holds every one of `parts`.
+  // there, raised by that rank, with the facts `expect` checks.
   void expect_error_everywhere(const std::function<void(ProcessGroupPtr)>& load,
-                               const std::vector<std::string>& parts) {
+                               const std::function<void(const Raised&)>& expect) {
     spawn(2, [&](int rank, StorePtr store) {
       auto pg = make_group(store, rank, 2);
-      try {
-        load(pg);
-        ADD_FAILURE() << "rank " << rank << ": no CheckpointError";
-      } catch (const CheckpointError& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find("rank " + std::to_string(rank)), std::string::npos) << what;
-        for (const auto& part : parts) {
-          EXPECT_NE(what.find(part), std::string::npos)
-              << "rank " << rank << ": '" << part << "' not in: " << what;
-        }
-      }
+      Raised r = raised<CheckpointError>([&] { load(pg); });
+      EXPECT_TRUE(r) << "rank " << rank << ": " << r;
+      if (!r) return;
+      EXPECT_TRUE(r.on(*pg)) << r;
+      expect(r);
     });
+  }
+
+  // A failure of rank 0's file: rank 0 at fault, the path named.
+  static std::function<void(const Raised&)> rank_zeros_file(const std::string& path) {
+    return [path](const Raised& r) {
+      EXPECT_EQ(r.context.peers, std::vector<int>{0}) << r;
+      EXPECT_TRUE(r.mentions("'" + path + "'")) << r;
+    };
   }
 
   std::string dir_, path_;
@@ -163,15 +168,20 @@ TEST_F(Checkpoint, ADifferentModelNamesTheFirstDifferenceAndIsLeftUntouched) {
       }
     };
   };
-  expect_error_everywhere(try_load(3, "fc2"),
-                          {"different model",
-                           "parameter 'fc2.weight' is Double [2, 8] in the checkpoint but "
-                           "Double [3, 8] in the model",
-                           "(and 1 more differences)"});
-  expect_error_everywhere(try_load(2, "head"),
-                          {"the model's parameter 'head.weight' (Double [2, 8]) is not in the "
-                           "checkpoint",
-                           "(and 3 more differences)"});
+  // Every rank fails on its own model: no other rank at fault.
+  expect_error_everywhere(try_load(3, "fc2"), [](const Raised& r) {
+    EXPECT_EQ(r.context.operation, "load_checkpoint") << r;
+    EXPECT_TRUE(r.context.peers.empty()) << r;
+    EXPECT_TRUE(r.mentions("'fc2.weight'")) << r;   // the first difference
+    EXPECT_TRUE(r.mentions("Double [2, 8]")) << r;  // as saved
+    EXPECT_TRUE(r.mentions("Double [3, 8]")) << r;  // in the model
+  });
+  expect_error_everywhere(try_load(2, "head"), [](const Raised& r) {
+    EXPECT_EQ(r.context.operation, "load_checkpoint") << r;
+    EXPECT_TRUE(r.context.peers.empty()) << r;
+    EXPECT_TRUE(r.mentions("'head.weight'")) << r;  // only in the model
+    EXPECT_TRUE(r.mentions("Double [2, 8]")) << r;
+  });
 }
 
 TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
@@ -181,13 +191,17 @@ TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
     Net net(rank == 1 ? 3 : 2);  // rank 1 builds another model
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     const auto before = snapshot(net);
-    try {
-      load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg));
-      ADD_FAILURE() << "rank " << rank << ": no CheckpointError";
-    } catch (const CheckpointError& e) {
-      const std::string expected =
-          rank == 0 ? "loads here but not on rank(s) 1" : "parameter 'fc2.weight' is Double [2, 8]";
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    Raised r = raised<CheckpointError>(
+        [&] { load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg)); });
+    EXPECT_TRUE(r) << "rank " << rank << ": " << r;
+    EXPECT_EQ(r.context.operation, "load_checkpoint") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    if (rank == 0) {  // it loads here: rank 1 is at fault
+      EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
+    } else {  // its own model differs
+      EXPECT_TRUE(r.context.peers.empty()) << r;
+      EXPECT_TRUE(r.mentions("'fc2.weight'")) << r;
+      EXPECT_TRUE(r.mentions("Double [2, 8]")) << r;
     }
     EXPECT_TRUE(bitwise_equal(snapshot(net), before)) << "rank " << rank << "'s model changed";
   });
@@ -201,7 +215,10 @@ TEST_F(Checkpoint, AnotherOptimizersStateIsAnError) {
         torch::optim::Adam adam(net.parameters(), 0.01);
         load_checkpoint(path_, net, adam, CheckpointOptions().process_group(pg));
       },
-      {"optimizer's saved state does not fit this optimizer"});
+      [](const Raised& r) {
+        EXPECT_EQ(r.context.operation, "load_checkpoint") << r;
+        EXPECT_TRUE(r.context.peers.empty()) << r;  // every rank's own optimizer
+      });
 }
 
 TEST_F(Checkpoint, DamagedFilesNameThePathOnEveryRank) {
@@ -220,13 +237,13 @@ TEST_F(Checkpoint, DamagedFilesNameThePathOnEveryRank) {
     std::ofstream(path_, std::ios::binary | std::ios::trunc) << content;
   };
   write(bytes.substr(0, bytes.size() - 100));
-  expect_error_everywhere(load, {"failed on rank 0", "'" + path_ + "' is truncated"});
+  expect_error_everywhere(load, rank_zeros_file(path_));  // truncated
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 0x10;
   write(flipped);
-  expect_error_everywhere(load, {"'" + path_ + "' is corrupt"});
+  expect_error_everywhere(load, rank_zeros_file(path_));  // corrupt
   write("a text file\n");
-  expect_error_everywhere(load, {"'" + path_ + "' is not a ddp checkpoint"});
+  expect_error_everywhere(load, rank_zeros_file(path_));  // not a checkpoint
   write(bytes);
   spawn(2, [&](int rank, StorePtr store) { load(make_group(store, rank, 2)); });
 }
@@ -251,7 +268,7 @@ TEST_F(Checkpoint, OnlyRankZerosDiskCounts) {
         torch::optim::SGD opt(net.parameters(), 0.1);
         load_checkpoint(directory, net, opt, CheckpointOptions().process_group(pg));
       },
-      {"failed on rank 0", "'" + directory + "' is a directory"});
+      rank_zeros_file(directory));
 }
 
 TEST_F(Checkpoint, AFailedSaveIsAnErrorEverywhereAndKeepsThePreviousFile) {
@@ -263,8 +280,7 @@ TEST_F(Checkpoint, AFailedSaveIsAnErrorEverywhereAndKeepsThePreviousFile) {
         torch::optim::SGD opt(net.parameters(), 0.1);
         save_checkpoint(path_, net, opt, {}, CheckpointOptions().process_group(pg));
       },
-      {"save_checkpoint failed on rank 0", "cannot create '" + path_ + ".tmp'",
-       "previous checkpoint"});
+      rank_zeros_file(path_ + ".tmp"));  // where rank 0 could not write
   spawn(2, [&](int rank, StorePtr store) {
     Net net;
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -280,7 +296,10 @@ TEST_F(Checkpoint, AFailedSaveIsAnErrorEverywhereAndKeepsThePreviousFile) {
         save_checkpoint(dir_ + "/no/such/dir/x.ckpt", net, opt, {},
                         CheckpointOptions().process_group(pg));
       },
-      {"cannot create '" + dir_ + "/no/such/dir/x.ckpt.tmp': No such file or directory"});
+      [&](const Raised& r) {
+        rank_zeros_file(dir_ + "/no/such/dir/x.ckpt.tmp")(r);
+        EXPECT_TRUE(r.mentions(std::strerror(ENOENT))) << r;  // rank 0's OS error
+      });
 }
 
 TEST_F(Checkpoint, RngStatesOfAnotherWorldSizeAreAnErrorUnlessLeftOut) {
@@ -289,14 +308,13 @@ TEST_F(Checkpoint, RngStatesOfAnotherWorldSizeAreAnErrorUnlessLeftOut) {
     auto pg = make_group(store, rank, 1);
     Net net;
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    try {
-      load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg));
-      ADD_FAILURE() << "no error for RNG states of 2 ranks in a 1-rank job";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("RNG states of 2 ranks; this job has 1"),
-                std::string::npos)
-          << e.what();
-    }
+    Raised r = raised<CheckpointError>(
+        [&] { load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg)); });
+    EXPECT_TRUE(r) << "no error for RNG states of 2 ranks in a 1-rank job: " << r;
+    EXPECT_EQ(r.context.operation, "load_checkpoint") << r;
+    EXPECT_EQ(r.context.world_size, 1) << r;  // this job's ranks
+    EXPECT_TRUE(r.mentions(" 2 ")) << r;      // the checkpoint's ranks
+    EXPECT_TRUE(r.mentions("rng_state(false)")) << r;
     EXPECT_TRUE(
         load_checkpoint(path_, net, opt, CheckpointOptions().process_group(pg).rng_state(false)));
   });

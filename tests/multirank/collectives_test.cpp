@@ -2,6 +2,7 @@
 // every dtype and every ReduceOp, each result checked against an expectation
 // computed locally (common/expectations.h).
 #include "spawn.h"
+#include "support/raised.h"
 #include "common/expectations.h"
 
 #include <ddp/ddp.h>
@@ -49,13 +50,13 @@ TEST_P(Sweep, AvgOnIntegersIsRejected) {
   spawn(size, [&](int rank, StorePtr store) {
     auto pg = group(store, rank);
     at::Tensor t = input(at::kInt, rank, 3);
-    try {
-      pg->allreduce(t, ReduceOp::AVG);
-      FAIL() << "AVG on int32 was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("AVG is defined for floating dtypes"), std::string::npos)
-          << e.what();
-    }
+    Raised r = raised([&] { pg->allreduce(t, ReduceOp::AVG); });
+    ASSERT_TRUE(r) << "AVG on int32: " << r;
+    EXPECT_TRUE(r.on(*pg)) << r;
+    EXPECT_EQ(r.context.operation, "allreduce") << r;
+    // The op and the dtype it refuses.
+    EXPECT_TRUE(r.mentions("AVG")) << r;
+    EXPECT_TRUE(r.mentions("Int")) << r;
   });
 }
 

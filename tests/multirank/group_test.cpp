@@ -2,7 +2,7 @@
 // completion order, worker threads, round-robin groups, Gloo's algorithms,
 // the DDP_DEBUG=detail fingerprint check, timeouts and misuse.
 #include "spawn.h"
-#include "support/error_of.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -136,16 +136,15 @@ TEST(ProcessGroup, DebugModeNamesWhatEachRankIssued) {
     pg->allreduce(ok)->wait();  // matching collectives pass
     EXPECT_TRUE(at::all(ok == 3).item<bool>());
     at::Tensor bad = at::ones({rank == 1 ? 999 : 1000});
-    try {
-      pg->allreduce(bad);
-      FAIL() << "mismatch not detected on rank " << rank;
-    } catch (const CollectiveMismatch& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find("rank 0: allreduce #2 (SUM, Float, 1000 elements)"), std::string::npos)
-          << what;
-      EXPECT_NE(what.find("rank 1: allreduce #2 (SUM, Float, 999 elements)"), std::string::npos)
-          << what;
-    }
+    // Every rank names rank 1 (the one that differs) and what each issued.
+    Raised r = raised<CollectiveMismatch>([&] { pg->allreduce(bad); });
+    ASSERT_TRUE(r) << "mismatch not detected on rank " << rank << ": " << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 3) << r;
+    EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
+    EXPECT_TRUE(r.mentions("allreduce")) << r;
+    EXPECT_TRUE(r.mentions("1000")) << r;
+    EXPECT_TRUE(r.mentions("999")) << r;
     // Different kinds and dtypes are caught too.
     at::Tensor t = at::ones({4}, rank == 2 ? at::kDouble : at::kFloat);
     EXPECT_THROW(rank == 0 ? pg->broadcast(t, 0) : pg->allreduce(t), CollectiveMismatch);
@@ -167,57 +166,65 @@ TEST(ProcessGroup, WaitTimesOutWhenAPeerNeverJoins) {
     } release{rank0_done};
     at::Tensor t = at::ones({4});
     auto work = pg->allreduce(t);
-    try {
-      work->wait(milliseconds(200));
-      FAIL() << "wait returned";
-    } catch (const TimeoutError& e) {
-      EXPECT_NE(std::string(e.what()).find("allreduce #0"), std::string::npos) << e.what();
-    }
+    // The Work's own wait: this rank's, about the first allreduce; it
+    // names the time waited.
+    Raised waited = raised<TimeoutError>([&] { work->wait(milliseconds(200)); });
+    ASSERT_TRUE(waited) << waited;
+    EXPECT_EQ(waited.context.rank, 0) << waited;
+    EXPECT_EQ(waited.context.world_size, 2) << waited;
+    EXPECT_EQ(waited.context.backend, "gloo") << waited;
+    EXPECT_EQ(waited.context.operation.rfind("allreduce #0", 0), 0u) << waited;
+    EXPECT_TRUE(waited.mentions("200")) << waited;
     // Gloo's own timeout then fails the Work and breaks the group.
     EXPECT_THROW(work->wait(milliseconds(10000)), TimeoutError);
-    try {
-      pg->allreduce(t)->wait();
-      FAIL() << "a broken group ran a collective";
-    } catch (const CommunicationError& e) {
-      EXPECT_NE(std::string(e.what()).find("group is broken"), std::string::npos) << e.what();
-    }
+    // A later collective fails with the cause: rank 1, which never joined.
+    Raised broken = raised<CommunicationError>([&] { pg->allreduce(t)->wait(); });
+    ASSERT_TRUE(broken) << "a broken group ran a collective: " << broken;
+    EXPECT_EQ(broken.context.rank, 0) << broken;
+    EXPECT_EQ(broken.context.peers, std::vector<int>{1}) << broken;
   });
 }
 
 TEST(ProcessGroup, RendezvousTimeoutSaysWhoArrived) {
   StorePtr store = c10::make_intrusive<c10d::HashStore>();
-  try {
-    new_process_group(store, 0, 3, InitOptions().timeout(milliseconds(300)));
-    FAIL() << "rendezvous with 1 of 3 ranks succeeded";
-  } catch (const TimeoutError& e) {
-    std::string what = e.what();
-    EXPECT_NE(what.find("1 of 3 ranks arrived (missing: 1, 2)"), std::string::npos) << what;
-  }
+  Raised r = raised<TimeoutError>(
+      [&] { new_process_group(store, 0, 3, InitOptions().timeout(milliseconds(300))); });
+  ASSERT_TRUE(r) << "rendezvous with 1 of 3 ranks: " << r;
+  EXPECT_EQ(r.context.rank, 0) << r;
+  EXPECT_EQ(r.context.world_size, 3) << r;
+  EXPECT_EQ(r.context.peers, (std::vector<int>{1, 2})) << r;  // the missing ranks
 }
 
 TEST(ProcessGroup, MisuseIsReportedWithRankAndArgument) {
   spawn(1, [](int rank, StorePtr store) {
     auto pg = make_group("gloo", store, rank, 1);
     at::Tensor t = at::ones({4, 4});
-    EXPECT_NE(error_of([&] {
-                pg->allreduce(t.t());
-              }).find("rank 0 of 1 [gloo]: allreduce: tensor must be contiguous"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { pg->allreduce(at::ones({2}, at::kBool)); }).find("dtype Bool"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { pg->broadcast(t, 3); }).find("root 3 is outside [0, 1)"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { pg->allgather({}, t); }).find("outputs has 0 tensors"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] {
-                pg->allgather({at::ones({3})}, t);
-              }).find("outputs[0] has 3 elements but input has 16"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] {
-                pg->allreduce_coalesced({t, at::ones({2}, at::kDouble)});
-              }).find("tensors[1] has dtype Double but tensors[0] has Float"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { pg->allreduce(at::Tensor()); }).find("undefined"), std::string::npos);
+    // Each misuse: rank, group, backend and the operation, and the argument.
+    auto misuse = [&](const char* operation, const std::function<void()>& call) {
+      Raised r = raised(call);
+      EXPECT_TRUE(r) << operation << ": " << r;
+      EXPECT_EQ(r.context.rank, 0) << r;
+      EXPECT_EQ(r.context.world_size, 1) << r;
+      EXPECT_EQ(r.context.backend, "gloo") << r;
+      EXPECT_EQ(r.context.operation, operation) << r;
+      return r;
+    };
+    Raised r = misuse("allreduce", [&] { pg->allreduce(t.t()); });
+    EXPECT_TRUE(r.mentions("tensor")) << r;
+    r = misuse("allreduce", [&] { pg->allreduce(at::ones({2}, at::kBool)); });
+    EXPECT_TRUE(r.mentions("Bool")) << r;
+    r = misuse("broadcast", [&] { pg->broadcast(t, 3); });
+    EXPECT_TRUE(r.mentions("root 3")) << r;
+    r = misuse("allgather", [&] { pg->allgather({}, t); });
+    EXPECT_TRUE(r.mentions("outputs")) << r;
+    r = misuse("allgather", [&] { pg->allgather({at::ones({3})}, t); });
+    EXPECT_TRUE(r.mentions("outputs[0]") && r.mentions("3") && r.mentions("16")) << r;
+    r = misuse("allreduce_coalesced", [&] {
+      pg->allreduce_coalesced({t, at::ones({2}, at::kDouble)});
+    });
+    EXPECT_TRUE(r.mentions("tensors[1]") && r.mentions("Double") && r.mentions("Float")) << r;
+    r = misuse("allreduce", [&] { pg->allreduce(at::Tensor()); });
+    EXPECT_TRUE(r.mentions("tensor")) << r;
   });
 }
 

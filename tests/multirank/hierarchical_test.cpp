@@ -3,6 +3,7 @@
 // different sizes), element counts that do not divide, several all-reduces
 // in flight, and the collectives that run on the flat group.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include "collectives/hierarchical/topology.h"
 
@@ -88,15 +89,15 @@ TEST(Hierarchical, RanksComposingOtherPartsAreRefusedOnEveryRank) {
     setup.timeout = std::chrono::seconds(60);
     auto options =
         HierarchicalOptions().local_backend(local_backend()).cross_backend(rank ? "shm" : "gloo");
-    try {
-      HierarchicalProcessGroup pg(setup, {"a", "b"}, options);
-      ADD_FAILURE() << "rank " << rank << " built a group of mismatched parts";
-    } catch (const InvalidArgument& e) {
-      const std::string m = e.what();
-      EXPECT_TRUE(contains(m, "parts differ across ranks")) << m;
-      EXPECT_TRUE(contains(m, local_backend() + "+gloo") && contains(m, local_backend() + "+shm"))
-          << m;
-    }
+    Raised r = raised([&] { HierarchicalProcessGroup pg(setup, {"a", "b"}, options); });
+    EXPECT_TRUE(r) << "rank " << rank << " built a group of mismatched parts: " << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 2) << r;
+    EXPECT_EQ(r.context.peers, std::vector<int>{1 - rank}) << r;  // the other composition's
+    // Both compositions, and the variable that chooses the cross-host part.
+    EXPECT_TRUE(r.mentions(local_backend() + "+gloo")) << r;
+    EXPECT_TRUE(r.mentions(local_backend() + "+shm")) << r;
+    EXPECT_TRUE(r.mentions("DDP_CROSS_BACKEND")) << r;
   });
 }
 

@@ -5,6 +5,7 @@
 // parameters and running statistics of one process running BatchNorm on
 // each step's concatenated batch; threads as ranks.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -150,9 +151,13 @@ DistributedDataParallel sync_bn_model(const ProcessGroupPtr& pg) {
 TEST(JoinSyncBatchNorm, AJoinWithoutAShadowBatchIsRefused) {
   spawn(2, [](int rank, StorePtr store) {
     DistributedDataParallel model = sync_bn_model(make_group(store, rank, 2));
-    std::string m = error_message([&] { Join join({*model}); });
-    EXPECT_TRUE(contains(m, "SyncBatchNorm '1'")) << m;
-    EXPECT_TRUE(contains(m, "set_join_shadow_batch")) << m;
+    Raised r = raised<InvalidArgument>([&] { Join join({*model}); });
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 2) << r;
+    EXPECT_TRUE(r.mentions("'1'")) << r;                    // the SyncBatchNorm layer
+    EXPECT_TRUE(r.mentions("set_join_shadow_batch")) << r;  // the call that provides a batch
     // Throwing on early termination shadows nothing: allowed.
     Join join({*model}, JoinOptions().throw_on_early_termination(true));
   });
@@ -167,13 +172,19 @@ TEST(JoinSyncBatchNorm, ForwardsNoReplayMatchesAreRefused) {
     model->set_join_shadow_batch(torch::zeros({0, 4}, torch::kFloat64));
     const auto x = torch::ones({3, 4}, torch::kFloat64);
     Join join({*model});
-    std::string m = error_message([&] { model->no_sync([&] { return model->forward(x); }); });
-    EXPECT_TRUE(contains(m, "under no_sync of a model whose SyncBatchNorm '1'")) << m;
-    m = error_message([&] {
+    Raised r = raised<InvalidArgument>([&] { model->no_sync([&] { return model->forward(x); }); });
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_TRUE(r.mentions("'1'")) << r;  // the SyncBatchNorm layer in training mode
+    r = raised<InvalidArgument>([&] {
       torch::NoGradGuard no_grad;
       model->forward(x);
     });
-    EXPECT_TRUE(contains(m, "with grad disabled")) << m;
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_TRUE(r.mentions("'1'")) << r;
     model->module()->eval();
     {
       torch::NoGradGuard no_grad;

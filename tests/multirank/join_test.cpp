@@ -2,6 +2,7 @@
 // parameters of one process that sees the same samples with the matching
 // divisor; threads as ranks.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -266,15 +267,19 @@ TEST(Join, ThrowOnEarlyTerminationRaisesOnEveryRankInTheSameIteration) {
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     const int batches = rank == 0 ? 1 : 3;
     int done = 0;
-    std::string m = error_message([&] {
+    Raised r = raised<EarlyTermination>([&] {
       Join join({*model}, JoinOptions().throw_on_early_termination(true));
       for (; done < batches; ++done) {
         Sample s = sample(rank, done, false);
         torch::mse_loss(model->forward(s.x, s.use_side), s.y).backward();
       }
     });
-    EXPECT_NE(m.find("rank 0 ran out of inputs while ranks 1, 2 still had some"), std::string::npos)
-        << m;
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join(throw_on_early_termination)") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    // Rank 0 ran out of inputs; the other ranks of the 3 still had some.
+    EXPECT_EQ(r.context.world_size, 3) << r;
+    EXPECT_EQ(r.context.peers, std::vector<int>{0}) << r;
     EXPECT_EQ(done, 1) << "rank " << rank << ": raised in the iteration after rank 0 ran out";
     // Every rank is in step afterwards: the next iteration runs.
     Sample s = sample(rank, 9, false);
@@ -290,12 +295,15 @@ TEST(Join, TheModuleMustComeFirst) {
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
     OptimizerJoinable joinable_opt(opt, pg);
-    std::string m = error_message([&] {
+    Raised r = raised<InvalidArgument>([&] {
       Join join({joinable_opt, *model});
       Sample s = sample(rank, 0, false);
       model->forward(s.x, s.use_side);
     });
-    EXPECT_TRUE(contains(m, "list the DDP module first")) << m;
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 2) << r;
   });
 }
 
@@ -304,13 +312,18 @@ TEST(Join, DividingByTheContributorsWithACommHookIsRefused) {
     auto pg = make_group(store, rank, 2);
     DistributedDataParallel model(Net(), DistributedDataParallelOptions().process_group(pg));
     model->register_comm_hook(pg, allreduce_hook);
-    std::string m = error_message(
+    Raised r = raised<InvalidArgument>(
         [&] { Join join({*model}, JoinOptions().divide_by_initial_world_size(false)); });
-    EXPECT_NE(m.find("with a communication hook"), std::string::npos) << m;
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 2) << r;
+    EXPECT_TRUE(r.mentions("divide_by_initial_world_size(false)")) << r;  // the option refused
     // The refused Join left the module free: a plain Join and one that
     // lists it twice behave as they should.
-    m = error_message([&] { Join twice({*model, *model}); });
-    EXPECT_TRUE(contains(m, "listed twice")) << m;
+    r = raised<InvalidArgument>([&] { Join twice({*model, *model}); });
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "Join") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
     Join join({*model});
   });
 }

@@ -4,6 +4,7 @@
 // the segment's name gone once the group is up, peers that leave or stall.
 #include "shm_fixtures.h"
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/backends/gloo.h>
 #include <ddp/backends/shm.h>
@@ -12,12 +13,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace ddp::testing {
 namespace {
@@ -118,8 +122,7 @@ TEST(Shm, CallerRunOperationsKeepIssueOrderWithQueuedOnes) {
       std::vector<WorkPtr> works;
       for (int i = 0; i < 60; ++i) {
         const bool large = i % 3 == 0;
-        at::Tensor t =
-            at::full({large ? 20000 : 8}, static_cast<double>(rank * i), at::kDouble);
+        at::Tensor t = at::full({large ? 20000 : 8}, static_cast<double>(rank * i), at::kDouble);
         works.push_back(i % 5 == 4 ? pg->broadcast(t, i % size) : pg->allreduce(t));
         expect.emplace_back(t, i % 5 == 4 ? (i % size) * i : sum_of_ranks * i);
         works.back()->on_complete([&, i] {
@@ -169,14 +172,24 @@ TEST(Shm, PeerThatClosesItsGroupIsNamed) {
     pg->allreduce(at::ones({100}))->wait();
     if (rank == 2) return;  // destroys its group without the second collective
     const auto start = std::chrono::steady_clock::now();
+    std::exception_ptr error;
     try {
       pg->allreduce(at::ones({100000}))->wait();
-      FAIL() << "allreduce completed without rank 2";
-    } catch (const CommunicationError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
-      EXPECT_NE(what.find("closed its group"), std::string::npos) << what;
+    } catch (...) {
+      error = std::current_exception();
     }
+    const auto rethrow = [&] {
+      if (error) std::rethrow_exception(error);
+    };
+    // Not a timeout: the peer's leaving is seen at once.
+    const Raised timeout = raised<TimeoutError>(rethrow);
+    EXPECT_FALSE(timeout) << timeout;
+    // About rank 2, whether this rank saw it leave or the other rank did.
+    const Raised r = raised<CommunicationError>(rethrow);
+    ASSERT_TRUE(r) << "allreduce without rank 2: " << r;
+    const auto& peers = r.context.peers;
+    EXPECT_NE(std::find(peers.begin(), peers.end(), 2), peers.end()) << r;
+    for (int peer : peers) EXPECT_TRUE(peer == 2 || peer == 1 - rank) << peer << ": " << r;
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   });
 }
@@ -186,25 +199,20 @@ TEST(Shm, StalledPeerTimesOutNamingIt) {
     auto pg = shm_group(store, rank, 2, tiny().timeout(milliseconds(1000)));
     if (rank == 1) {
       std::this_thread::sleep_for(milliseconds(2500));
-      try {
-        pg->allreduce(at::ones({10}))->wait();
-        FAIL() << "rank 1 ran on a broken group";
-      } catch (const CommunicationError& e) {
-        EXPECT_NE(std::string(e.what()).find("broken by rank 0"), std::string::npos) << e.what();
-      }
+      // About rank 0, which broke the group (and found this rank stalled).
+      const Raised r = raised<CommunicationError>([&] { pg->allreduce(at::ones({10}))->wait(); });
+      ASSERT_TRUE(r) << "rank 1 ran on a broken group: " << r;
+      EXPECT_EQ(r.context.peers, std::vector<int>{0}) << r;
       return;
     }
     const auto start = std::chrono::steady_clock::now();
-    try {
-      // A longer wait than the group's timeout: the group's own error, not
-      // Work::wait's, is under test.
-      pg->allreduce(at::ones({10}))->wait(milliseconds(10000));
-      FAIL() << "allreduce completed without rank 1";
-    } catch (const TimeoutError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("rank 1 (pid"), std::string::npos) << what;
-      EXPECT_NE(what.find("has begun 0 collective(s) (this is #1)"), std::string::npos) << what;
-    }
+    // A longer wait than the group's timeout: the group's own error, not
+    // Work::wait's, is under test. About rank 1, naming its process.
+    const Raised r =
+        raised<TimeoutError>([&] { pg->allreduce(at::ones({10}))->wait(milliseconds(10000)); });
+    EXPECT_TRUE(r) << "allreduce without rank 1: " << r;
+    EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
+    EXPECT_TRUE(r.mentions("pid " + std::to_string(getpid()))) << r;
     const auto took = std::chrono::steady_clock::now() - start;
     EXPECT_GE(took, milliseconds(850));  // the deadline is a tenth short
     EXPECT_LT(took, milliseconds(2400));
@@ -235,15 +243,18 @@ TEST(Shm, RanksWithDifferentOptionsFailAtOnceOnEveryRank) {
   spawn(3, [](int rank, StorePtr store) {
     ShmOptions o = tiny();
     if (rank == 2) o.slots(4);  // a segment of another size
-    try {
-      shm_group(store, rank, 3, o);
-      FAIL() << "rank " << rank << ": a group of mismatched options was built";
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(rank == 2 ? "give every rank the same" : "failed on rank 2"),
-                std::string::npos)
-          << what;
+    // Rank 2 finds its segment of another size; the others fail citing it.
+    const auto build = [&] { shm_group(store, rank, 3, o); };
+    const Raised r = rank == 2 ? raised<InvalidArgument>(build) : raised<CommunicationError>(build);
+    ASSERT_TRUE(r) << "rank " << rank << ": " << r;
+    if (rank != 2) {
+      EXPECT_EQ(r.context.rank, rank) << r;
+      EXPECT_EQ(r.context.world_size, 3) << r;
+      EXPECT_EQ(r.context.peers, std::vector<int>{2}) << r;
     }
+    // What the ranks must give alike.
+    EXPECT_TRUE(r.mentions("ShmOptions")) << r;
+    EXPECT_TRUE(r.mentions("slots")) << r;
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(own_segments(), 0);

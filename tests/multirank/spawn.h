@@ -51,16 +51,9 @@ inline ProcessGroupPtr make_group(const std::string& backend, StorePtr store, in
   return make_group(std::move(store), rank, size, InitOptions().backend(backend).timeout(timeout));
 }
 
-// What `f` threw (any std::exception), or "(no exception)".
-inline std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
+// Whether `text` contains `part`: for output that is not an error's (a
+// timeline's events). Tests of errors check their type and facts
+// (support/raised.h), never their text.
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

@@ -1,6 +1,7 @@
 // SyncBatchNorm as a module: convert_sync_batchnorm, evaluation without
 // collectives, errors, subgroups, and inside DistributedDataParallel.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -86,15 +87,13 @@ TEST(ConvertSyncBatchNorm, MemberFieldIsAnErrorAndNothingChanges) {
     nn::BatchNorm1d bn{nullptr};
   };
   auto net = std::make_shared<Net>();
-  try {
-    convert_sync_batchnorm(net);
-    FAIL() << "a BatchNorm held by a member field was swapped silently";
-  } catch (const InvalidArgument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("'bn' (torch::nn::BatchNorm1d)"), std::string::npos) << what;
-    EXPECT_NE(what.find("ddp::SyncBatchNorm1d"), std::string::npos) << what;
-  }
-  EXPECT_FALSE(is_sync(net->seq->ptr(1)));  // all or nothing
+  Raised r = raised<InvalidArgument>([&] { convert_sync_batchnorm(net); });
+  EXPECT_TRUE(r) << "a BatchNorm held by a member field was swapped silently: " << r;
+  EXPECT_EQ(r.context.operation, "convert_sync_batchnorm") << r;
+  EXPECT_TRUE(r.mentions("'bn'")) << r;                    // the member's path
+  EXPECT_TRUE(r.mentions("torch::nn::BatchNorm1d")) << r;  // its type
+  EXPECT_TRUE(r.mentions("ddp::SyncBatchNorm1d")) << r;    // the type to declare instead
+  EXPECT_FALSE(is_sync(net->seq->ptr(1)));                 // all or nothing
 }
 
 TEST(SyncBatchNorm, EvalRunsNoCollectiveAndUsesRunningStats) {
@@ -123,15 +122,14 @@ TEST(SyncBatchNorm, NoValuesOnAnyRankIsAnErrorOnEveryRank) {
     spawn(3, [&](int rank, StorePtr store) {
       auto pg = make_group(store, rank, 3);
       SyncBatchNorm1d bn(nn::BatchNormOptions(4), pg);
-      try {
+      Raised r = raised<InvalidArgument>([&] {
         bn->forward(torch::randn({rank == 2 ? last : 0, 4}));
-      } catch (const InvalidArgument& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find("on rank " + std::to_string(rank) + " of 3"), std::string::npos);
-        EXPECT_NE(what.find("more than 1 value per channel over all ranks"), std::string::npos)
-            << what;
-        ++errors;
-      }
+      });
+      EXPECT_TRUE(r) << r;
+      EXPECT_EQ(r.context.rank, rank) << r;
+      EXPECT_EQ(r.context.world_size, 3) << r;
+      EXPECT_EQ(r.context.operation, "SyncBatchNorm") << r;
+      if (r) ++errors;
     });
     EXPECT_EQ(errors.load(), 3);
   }

@@ -1,5 +1,6 @@
 // ZeRO checkpoints across world sizes, and bad input on every rank.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -92,40 +93,41 @@ TEST(ZeroCheckpoint, RoundTripAcrossWorldSizes) {
   }
 }
 
-// Runs `body` on `world` ranks; every rank must throw InvalidArgument
-// containing each of `needles` (with {rank} replaced by the rank).
+// Runs `body` on `world` ranks; every rank must throw InvalidArgument with
+// the facts that `expect(rank, raised)` checks.
 void expect_error_everywhere(int world, const std::function<void(int, ProcessGroupPtr)>& body,
-                             const std::vector<std::string>& needles) {
+                             const std::function<void(int, const Raised&)>& expect) {
   std::atomic<int> errors{0};
   spawn(world, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, world);
-    try {
-      body(rank, pg);
-    } catch (const InvalidArgument& e) {
-      const std::string what = e.what();
-      for (auto needle : needles) {
-        const auto at = needle.find("{rank}");
-        if (at != std::string::npos) needle.replace(at, 6, std::to_string(rank));
-        EXPECT_NE(what.find(needle), std::string::npos) << what;
-      }
-      ++errors;
-    }
+    Raised r = raised<InvalidArgument>([&] { body(rank, pg); });
+    EXPECT_TRUE(r) << "rank " << rank << ": " << r;
+    if (!r) return;
+    EXPECT_TRUE(r.on(*pg)) << r;
+    expect(rank, r);
+    ++errors;
   });
   EXPECT_EQ(errors.load(), world);
 }
 
 TEST(ZeroErrors, DifferentOptimizersAcrossRanks) {
-  expect_error_everywhere(3,
-                          [](int rank, ProcessGroupPtr pg) {
-                            auto params = make_params();
-                            const ZeroOptions o = ZeroOptions().process_group(pg);
-                            if (rank == 2) {
-                              ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), o);
-                            } else {
-                              ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), o);
-                            }
-                          },
-                          {"on rank {rank} of 3", "rank 2 wraps SGD but rank 0 wraps Adam"});
+  expect_error_everywhere(
+      3,
+      [](int rank, ProcessGroupPtr pg) {
+        auto params = make_params();
+        const ZeroOptions o = ZeroOptions().process_group(pg);
+        if (rank == 2) {
+          ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), o);
+        } else {
+          ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1), o);
+        }
+      },
+      [](int, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer") << r;
+        EXPECT_EQ(r.context.peers, (std::vector<int>{0, 2})) << r;
+        EXPECT_TRUE(r.mentions("SGD")) << r;   // rank 2's optimizer
+        EXPECT_TRUE(r.mentions("Adam")) << r;  // rank 0's
+      });
 }
 
 TEST(ZeroErrors, DifferentParametersAcrossRanks) {
@@ -137,29 +139,52 @@ TEST(ZeroErrors, DifferentParametersAcrossRanks) {
         ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
                                     ZeroOptions().process_group(pg));
       },
-      {"parameter #3 differs: rank 1 has shape [4], Double, param group 0, rank 0 has shape [3]"});
-  expect_error_everywhere(2,
-                          [](int rank, ProcessGroupPtr pg) {
-                            auto params = make_params();
-                            if (rank == 0) params.pop_back();
-                            ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
-                                                        ZeroOptions().process_group(pg));
-                          },
-                          {"rank 1 has 5 parameters in 1 groups but rank 0 has 4 in 1"});
+      [](int, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer") << r;
+        EXPECT_EQ(r.context.peers, (std::vector<int>{0, 1})) << r;
+        EXPECT_TRUE(r.mentions("#3")) << r;      // the parameter that differs
+        EXPECT_TRUE(r.mentions("[4]")) << r;     // its shape on rank 1
+        EXPECT_TRUE(r.mentions("[3]")) << r;     // and on rank 0
+        EXPECT_TRUE(r.mentions("Double")) << r;  // its dtype
+      });
+  expect_error_everywhere(
+      2,
+      [](int rank, ProcessGroupPtr pg) {
+        auto params = make_params();
+        if (rank == 0) params.pop_back();
+        ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
+                                    ZeroOptions().process_group(pg));
+      },
+      [](int, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer") << r;
+        EXPECT_EQ(r.context.peers, (std::vector<int>{0, 1})) << r;
+        EXPECT_TRUE(r.mentions(" 5 ")) << r;  // rank 1's count of parameters
+        EXPECT_TRUE(r.mentions(" 4 ")) << r;  // rank 0's
+      });
 }
 
 TEST(ZeroErrors, ParameterTwiceOrNotALeafIsRefusedOnEveryRank) {
-  expect_error_everywhere(3,
-                          [](int rank, ProcessGroupPtr pg) {
-                            auto params = make_params();
-                            std::vector<optim::OptimizerParamGroup> groups;
-                            groups.emplace_back(params);
-                            groups.emplace_back(std::vector<torch::Tensor>{params[1]});
-                            if (rank != 1) groups.pop_back();
-                            ZeroRedundancyOptimizer opt(groups, optim::SGDOptions(0.1),
-                                                        ZeroOptions().process_group(pg));
-                          },
-                          {"rank 1"});
+  expect_error_everywhere(
+      3,
+      [](int rank, ProcessGroupPtr pg) {
+        auto params = make_params();
+        std::vector<optim::OptimizerParamGroup> groups;
+        groups.emplace_back(params);
+        groups.emplace_back(std::vector<torch::Tensor>{params[1]});
+        if (rank != 1) groups.pop_back();
+        ZeroRedundancyOptimizer opt(groups, optim::SGDOptions(0.1),
+                                    ZeroOptions().process_group(pg));
+      },
+      [](int rank, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer") << r;
+        if (rank == 1) {  // its own error: parameter #5 is #1 again
+          EXPECT_TRUE(r.context.peers.empty()) << r;
+          EXPECT_TRUE(r.mentions("#5")) << r;
+          EXPECT_TRUE(r.mentions("#1")) << r;
+        } else {  // rank 1 refused its parameters
+          EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
+        }
+      });
 }
 
 TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
@@ -174,36 +199,44 @@ TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
     opt.consolidate_state_dict(0);
     opt.step();
     std::ostringstream stale;
-    try {
-      torch::save(opt, stale);
-      ADD_FAILURE() << "a state consolidated before the last step was saved";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("before the last step()"), std::string::npos);
-    }
+    Raised r = raised<InvalidArgument>([&] { torch::save(opt, stale); });
+    EXPECT_TRUE(r) << "a state consolidated before the last step was saved: " << r;
+    EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::save") << r;
+    EXPECT_EQ(r.context.rank, 0) << r;  // the rank it was consolidated on
     opt.consolidate_state_dict(0);
     std::ostringstream out;
     torch::save(opt, out);
     checkpoint = out.str();
   });
-  expect_error_everywhere(2,
-                          [&](int, ProcessGroupPtr pg) {
-                            auto params = make_params();
-                            ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1),
-                                                        ZeroOptions().process_group(pg));
-                            std::istringstream in(checkpoint);
-                            torch::load(opt, in);
-                          },
-                          {"holds SGD state but this optimizer wraps Adam"});
-  expect_error_everywhere(2,
-                          [&](int, ProcessGroupPtr pg) {
-                            auto params = make_params();
-                            params.pop_back();
-                            ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
-                                                        ZeroOptions().process_group(pg));
-                            std::istringstream in(checkpoint);
-                            torch::load(opt, in);
-                          },
-                          {"param groups hold [5] parameters but this optimizer's hold [4]"});
+  expect_error_everywhere(
+      2,
+      [&](int, ProcessGroupPtr pg) {
+        auto params = make_params();
+        ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1),
+                                    ZeroOptions().process_group(pg));
+        std::istringstream in(checkpoint);
+        torch::load(opt, in);
+      },
+      [](int, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::load") << r;
+        EXPECT_TRUE(r.mentions("SGD")) << r;   // the checkpoint's optimizer
+        EXPECT_TRUE(r.mentions("Adam")) << r;  // this one's
+      });
+  expect_error_everywhere(
+      2,
+      [&](int, ProcessGroupPtr pg) {
+        auto params = make_params();
+        params.pop_back();
+        ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
+                                    ZeroOptions().process_group(pg));
+        std::istringstream in(checkpoint);
+        torch::load(opt, in);
+      },
+      [](int, const Raised& r) {
+        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::load") << r;
+        EXPECT_TRUE(r.mentions("[5]")) << r;  // the checkpoint's group sizes
+        EXPECT_TRUE(r.mentions("[4]")) << r;  // this optimizer's
+      });
 }
 
 }  // namespace

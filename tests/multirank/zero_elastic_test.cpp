@@ -3,6 +3,7 @@
 // unsharded optimizer's, and the misuses are errors. (Re-partitioning over
 // a new generation: elastic_test.sh's "zero" case, through the runner.)
 #include "spawn.h"
+#include "support/raised.h"
 #include "compat/torch_compat.h"
 #include "zero/zero_impl.h"
 
@@ -106,8 +107,11 @@ TEST(ZeroElastic, ReplicaOfTheNextShardEqualsItsOwnersState) {
 TEST(ZeroElastic, UnshardedItRefusesToStep) {
   auto params = make_params();
   ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1), ZeroOptions().elastic(true));
-  const std::string message = error_message([&] { opt.step(); });
-  EXPECT_NE(message.find("sharded by ddp::ElasticRunner"), std::string::npos) << message;
+  Raised r = raised<InvalidArgument>([&] { opt.step(); });
+  EXPECT_TRUE(r) << r;
+  EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer") << r;
+  EXPECT_EQ(r.context.rank, -1) << r;                  // no group: not sharded yet
+  EXPECT_TRUE(r.mentions("ddp::ElasticRunner")) << r;  // what shards it
   EXPECT_THROW(opt.owner(0), InvalidArgument);
   EXPECT_THROW(opt.consolidate_state_dict(0), InvalidArgument);
   EXPECT_EQ(opt.state_bytes(), 0);
@@ -124,8 +128,10 @@ TEST(ZeroElastic, MisuseIsAnError) {
     auto net = torch::nn::Linear(4, 2);
     ZeroRedundancyOptimizer bound(net->parameters(), optim::SGDOptions(0.1),
                                   ZeroOptions().process_group(pg));
-    const std::string message = error_message([&] { ElasticState state(net, bound); });
-    EXPECT_NE(message.find("ZeroOptions().elastic(true)"), std::string::npos) << message;
+    Raised r = raised<InvalidArgument>([&] { ElasticState state(net, bound); });
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "ElasticState") << r;
+    EXPECT_TRUE(r.mentions("ZeroOptions().elastic(true)")) << r;  // the option to use
   });
 }
 

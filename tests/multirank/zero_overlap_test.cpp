@@ -2,6 +2,7 @@
 // slices of a batch train to the parameters of the unsharded optimizer in one
 // process on the whole batch (loss divided by N), from the first iteration.
 #include "spawn.h"
+#include "support/raised.h"
 
 #include <ddp/ddp.h>
 
@@ -111,16 +112,16 @@ TEST(ZeroWithDdp, OverlapOverASubsetOfTheParametersIsAnErrorOnEveryRank) {
     ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
                                 ZeroOptions().process_group(pg).overlap_with_ddp(true));
     model->register_comm_hook(&opt, zero_hook);
-    try {
+    Raised r = raised<InvalidArgument>([&] {
       model->forward(torch::randn({2, 6}, torch::kFloat64)).sum().backward();
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("shape [3], Double) that is in none of the ZeroRedundancyOptimizer's "
-                          "param groups"),
-                std::string::npos)
-          << what;
-      ++errors;
-    }
+    });
+    EXPECT_TRUE(r) << r;
+    EXPECT_EQ(r.context.operation, "zero_hook") << r;
+    EXPECT_EQ(r.context.rank, rank) << r;
+    EXPECT_EQ(r.context.world_size, 2) << r;
+    EXPECT_TRUE(r.mentions("[3]")) << r;     // the left-out bias's shape
+    EXPECT_TRUE(r.mentions("Double")) << r;  // and dtype
+    if (r) ++errors;
   });
   EXPECT_EQ(errors.load(), 2);
 }
@@ -133,14 +134,12 @@ TEST(ZeroWithDdp, OverlapStepWithoutTheHookIsAnError) {
     ZeroRedundancyOptimizer opt(model->parameters(), optim::SGDOptions(0.1),
                                 ZeroOptions().process_group(pg).overlap_with_ddp(true));
     model->forward(torch::randn({2, 6}, torch::kFloat64)).sum().backward();
-    try {
-      opt.step();
-      ADD_FAILURE() << "step() without the hook passed";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("0 parameter updates since the last step(), expected 6"),
-                std::string::npos)
-          << e.what();
-    }
+    Raised r = raised<InvalidArgument>([&] { opt.step(); });
+    EXPECT_TRUE(r) << "step() without the hook passed: " << r;
+    EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::step") << r;
+    EXPECT_EQ(r.context.rank, 0) << r;
+    EXPECT_TRUE(r.mentions("overlap_with_ddp")) << r;  // the option that needs the hook
+    EXPECT_TRUE(r.mentions(" 6 ")) << r;  // the parameter updates expected (none were made)
   });
 }
 

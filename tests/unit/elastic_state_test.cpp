@@ -5,6 +5,7 @@
 #include <ddp/errors.h>
 
 #include "elastic/record.h"
+#include "support/raised.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -113,12 +114,11 @@ TEST(ElasticState, CommitRefusesAnOptimizerItCannotCopy) {
     loss.backward();
     return loss;
   });
-  try {
-    state.commit();
-    FAIL() << "commit accepted LBFGS's state";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("LBFGSParamState"), std::string::npos) << e.what();
-  }
+  ddp::testing::Raised r = ddp::testing::raised([&] { state.commit(); });
+  ASSERT_TRUE(r) << "commit accepted LBFGS's state: " << r;
+  EXPECT_EQ(r.context.operation, "ElasticState::commit") << r;
+  // The optimizer state's type that cannot be copied.
+  EXPECT_TRUE(r.mentions("LBFGSParamState")) << r;
 }
 
 // A boundary without a full copy: a step that fails after its forward and

@@ -4,6 +4,8 @@
 // naming the key.
 #include "rendezvous/job_store.h"
 
+#include "support/raised.h"
+
 #include <ddp/errors.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -34,13 +36,10 @@ TEST(JobStore, AValueAStrangerWroteIsRefusedNamingTheKey) {
   job.set("ddp/gloo/addresses/0", bytes("10.0.0.1:4242"));
   const std::string listed = kSecret.key_prefix("challenge") + "/ddp/gloo/addresses/0";
   raw->set(listed, bytes("10.6.6.6:4242"));
-  try {
-    job.get("ddp/gloo/addresses/0");
-    FAIL() << "a value without the job's MAC was taken";
-  } catch (const CommunicationError& e) {
-    EXPECT_NE(std::string(e.what()).find("'ddp/gloo/addresses/0'"), std::string::npos)
-        << e.what();
-  }
+  ddp::testing::Raised r =
+      ddp::testing::raised<CommunicationError>([&] { job.get("ddp/gloo/addresses/0"); });
+  ASSERT_TRUE(r) << "a value without the job's MAC was taken: " << r;
+  EXPECT_TRUE(r.mentions("'ddp/gloo/addresses/0'")) << r;
   // A sealed value copied from another key does not pass either.
   job.set("a", bytes("x"));
   raw->set(kSecret.key_prefix("challenge") + "/b",
@@ -56,7 +55,8 @@ TEST(JobStore, AnotherJobsValuesDoNotPass) {
   // carried over is refused.
   JobStore later(raw, kSecret, "challenge2");
   EXPECT_FALSE(later.check({"k"}));
-  raw->set(kSecret.key_prefix("challenge2") + "/k", raw->get(kSecret.key_prefix("challenge1") + "/k"));
+  raw->set(kSecret.key_prefix("challenge2") + "/k",
+           raw->get(kSecret.key_prefix("challenge1") + "/k"));
   EXPECT_THROW(later.get("k"), CommunicationError);
 }
 

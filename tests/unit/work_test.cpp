@@ -7,6 +7,7 @@
 #include <ddp/work.h>
 
 #include "collectives/task_queue.h"
+#include "support/raised.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,6 +21,12 @@
 
 namespace ddp {
 namespace {
+
+using testing::raised;
+using testing::Raised;
+
+// The context of the queues' groups here: their Works' errors carry it.
+ErrorContext test_group() { return ErrorContext{0, 1, "test", "", {}}; }
 
 TEST(Work, CallbackAddedWhileOthersRunRunsAfterThem) {
   Work work("test work", std::chrono::milliseconds(5000));
@@ -51,7 +58,7 @@ TEST(Work, CallbackAddedWhileOthersRunRunsAfterThem) {
 }
 
 TEST(TaskQueue, RunsInIssueOrderAndRefusesWorkAfterStop) {
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 2);
   std::mutex mutex;
   std::string order;
   std::vector<WorkPtr> works;
@@ -67,13 +74,14 @@ TEST(TaskQueue, RunsInIssueOrderAndRefusesWorkAfterStop) {
   queue.stop();
   auto late = queue.enqueue("op", "", {}, [](uint32_t, const Work&) { return nullptr; });
   ASSERT_TRUE(late->is_completed());  // at once, not at its timeout
-  try {
-    late->wait();
-    FAIL() << "a Work issued after stop() succeeded";
-  } catch (const CommunicationError& e) {
-    EXPECT_NE(std::string(e.what()).find("the group is being destroyed"), std::string::npos)
-        << e.what();
-  }
+  // The group's error, about the late operation (the 21st), no peer's.
+  Raised r = raised<CommunicationError>([&] { late->wait(); });
+  ASSERT_TRUE(r) << "a Work issued after stop(): " << r;
+  EXPECT_EQ(r.context.rank, 0) << r;
+  EXPECT_EQ(r.context.world_size, 1) << r;
+  EXPECT_EQ(r.context.backend, "test") << r;
+  EXPECT_EQ(r.context.operation.rfind("op #20", 0), 0u) << r;
+  EXPECT_TRUE(r.context.peers.empty()) << r;
 }
 
 // A body that records its name and thread, in the order bodies ran.
@@ -92,7 +100,7 @@ struct Trace {
 };
 
 TEST(TaskQueue, AClaimRunsOnTheCallerOnlyWhenTheQueueIsIdle) {
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 1);
   std::atomic<bool> release{false};
   auto busy = queue.enqueue("op", "", {}, [&](uint32_t, const Work&) {
     while (!release) std::this_thread::yield();
@@ -114,7 +122,7 @@ TEST(TaskQueue, AClaimRunsOnTheCallerOnlyWhenTheQueueIsIdle) {
 }
 
 TEST(TaskQueue, WorkQueuedDuringAClaimWaitsForItAndCompletesAfterIt) {
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 2);
   Trace trace;
   std::mutex mutex;
   std::string completed;
@@ -144,7 +152,7 @@ TEST(TaskQueue, WorkQueuedDuringAClaimWaitsForItAndCompletesAfterIt) {
 }
 
 TEST(TaskQueue, AHandedOffClaimRunsBeforeWhatWasQueuedMeanwhile) {
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 1);
   Trace trace;
   auto claim = queue.claim("claimed", "", {});
   ASSERT_TRUE(claim);
@@ -158,18 +166,25 @@ TEST(TaskQueue, AHandedOffClaimRunsBeforeWhatWasQueuedMeanwhile) {
 }
 
 TEST(TaskQueue, AClaimThatFailsCommunicatingBreaksTheQueue) {
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 1);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 1);
   auto claim = queue.claim("claimed", "", {});
   ASSERT_TRUE(claim);
   WorkPtr failed = claim->work;
+  ErrorContext vanished = failed->context().about({1});
   queue.finish_claim(std::move(*claim),
-                     std::make_exception_ptr(CommunicationError("ddp: peer 1 vanished")));
+                     std::make_exception_ptr(CommunicationError(vanished, "peer 1 vanished")));
   EXPECT_THROW(failed->wait(), CommunicationError);
-  EXPECT_EQ(queue.broken_reason(), "ddp: peer 1 vanished");
+  EXPECT_NE(queue.broken_reason(), "");     // "" while healthy
   EXPECT_FALSE(queue.claim("op", "", {}));  // a broken queue fails what comes: enqueue()
   Trace trace;
   auto next = queue.enqueue("next", "", {}, trace.body("never"));
-  EXPECT_THROW(next->wait(), CommunicationError);
+  // About the next operation, and the peer the failure that broke the queue
+  // was about.
+  Raised r = raised<CommunicationError>([&] { next->wait(); });
+  ASSERT_TRUE(r) << r;
+  EXPECT_EQ(r.context.rank, 0) << r;
+  EXPECT_EQ(r.context.operation.rfind("next #", 0), 0u) << r;
+  EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
   EXPECT_TRUE(trace.ran.empty());
 }
 
@@ -183,7 +198,7 @@ bool sigpipe_blocked() {
 // process (collectives/no_sigpipe.h); the caller's own mask is left alone.
 TEST(TaskQueue, WorkersBlockSigpipeAndTheCallerKeepsItsMask) {
   ASSERT_FALSE(sigpipe_blocked());
-  detail::TaskQueue queue("rank 0 of 1 [test]", std::chrono::seconds(5), 2);
+  detail::TaskQueue queue(test_group(), std::chrono::seconds(5), 2);
   EXPECT_FALSE(sigpipe_blocked());
   std::atomic<bool> blocked{false};
   queue

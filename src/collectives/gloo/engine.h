@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ddp/backends/gloo.h>
+#include <ddp/errors.h>
 
 #include <chrono>
 #include <string>
@@ -20,7 +21,7 @@ struct GlooEngineSetup {
   StorePtr store;
   int rank = 0;
   int size = 1;
-  std::string where;  // "rank 1 of 2 [gloo]": how errors name this process
+  ErrorContext context;  // rank 1 of 2 [gloo]: the context of this process's errors
   GlooOptions options;
 };
 

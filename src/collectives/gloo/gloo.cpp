@@ -13,6 +13,7 @@
 // waiting on this rank fail at once instead of at their timeout.
 #include <ddp/errors.h>
 
+#include "collectives/error_text.h"
 #include "collectives/gloo/collectives.h"
 #include "collectives/gloo/engine.h"
 #include "collectives/gloo/failure_reports.h"
@@ -78,20 +79,22 @@ bool cites(const std::string& text, const std::string& address) {
 struct Owner {
   int rank;
   int size;
-  std::string where;  // "rank 1 of 2 [gloo]"
+  ErrorContext context;  // rank 1 of 2 [gloo]
 };
 
 class Engine final : public detail::GlooEngine {
  public:
   explicit Engine(const detail::GlooEngineSetup& setup)
-      : owner_{setup.rank, setup.size, setup.where}, store_(setup.store), options_(setup.options) {
+      : owner_{setup.rank, setup.size, setup.context},
+        store_(setup.store),
+        options_(setup.options) {
     const int rank = owner_.rank, size = owner_.size;
     auto device = make_device();
     // The store calls of this rendezvous are bounded as a whole: a stopped
     // rank 0 would block them in recv() forever. The body owns its captures.
     const auto timeout = options_.timeout();
-    const std::string where = owner_.where;
-    auto connect = [store = store_, device, rank, size, timeout, where]() mutable {
+    const ErrorContext errors = owner_.context;
+    auto connect = [store = store_, device, rank, size, timeout, errors]() mutable {
       detail::wait_for_all_ranks(store, rank, size, timeout, "gloo");
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
       context->setTimeout(timeout);
@@ -99,19 +102,20 @@ class Engine final : public detail::GlooEngine {
       try {
         context->connectFullMesh(gloo_store, device);
       } catch (const std::exception& e) {
-        throw CommunicationError("ddp: " + where +
-                                 ": connecting to the other ranks failed: " + e.what() +
-                                 ". Check that every rank can reach the others' "
-                                 "addresses (DDP_SOCKET_IFNAME picks the interface).");
+        throw CommunicationError(errors,
+                                 "connecting to the other ranks failed: " + detail::cited(e) +
+                                     ". Check that every rank can reach the others' "
+                                     "addresses (DDP_SOCKET_IFNAME picks the interface).");
       }
       return Connected{context, learn_peer_addresses(*context, store, rank, size)};
     };
     const auto limit = timeout + std::max(std::chrono::milliseconds(2000), timeout / 10);
     auto connected = detail::run_bounded<Connected>(connect, limit, [&] {
-      throw TimeoutError("ddp: " + where + ": connecting the Gloo group did not finish within " +
-                         std::to_string(limit.count()) +
-                         " ms: the store hosted by rank 0 does "
-                         "not answer (rank 0 stopped, frozen or cut off?)");
+      // About rank 0, whose store does not answer.
+      throw TimeoutError(errors.about({0}), "connecting the Gloo group did not finish within " +
+                                                std::to_string(limit.count()) +
+                                                " ms: the store hosted by rank 0 does "
+                                                "not answer (rank 0 stopped, frozen or cut off?)");
     });
     context_ = connected.context;
     peer_by_address_ = std::move(connected.peer_by_address);
@@ -119,8 +123,8 @@ class Engine final : public detail::GlooEngine {
     // A Work's default wait outlasts Gloo's own timeout by the time failure
     // handling may take (bounded store calls, FailureReports), so that the
     // error which names the unresponsive ranks is the one the caller sees.
-    queue_ = std::make_unique<detail::TaskQueue>(owner_.where, timeout + kFailureHandlingGrace,
-                                                 options_.threads());
+    queue_ = std::make_unique<detail::TaskQueue>(
+        owner_.context, timeout + kFailureHandlingGrace, options_.threads());
   }
 
   ~Engine() override {
@@ -197,10 +201,12 @@ class Engine final : public detail::GlooEngine {
       detail::SigpipeBlockedForNewThreads loop_thread_writes_to_sockets;
       return gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      throw InvalidArgument(
-          "ddp: " + owner_.where + ": cannot use " +
-          (iface.empty() ? "host '" + attr.hostname + "'" : "network interface '" + iface + "'") +
-          " for Gloo: " + e.what() + ". Set DDP_SOCKET_IFNAME to an interface that exists here.");
+      throw InvalidArgument(owner_.context,
+                            "cannot use " +
+                                (iface.empty() ? "host '" + attr.hostname + "'"
+                                               : "network interface '" + iface + "'") +
+                                " for Gloo: " + detail::cited(e) +
+                                ". Set DDP_SOCKET_IFNAME to an interface that exists here.");
     }
   }
 
@@ -255,7 +261,8 @@ class Engine final : public detail::GlooEngine {
     } catch (const CommunicationError&) {
       return std::current_exception();
     } catch (const std::exception& e) {
-      return std::make_exception_ptr(Error("ddp: " + work.description() + " failed: " + e.what()));
+      return std::make_exception_ptr(
+          Error(work.context().about(detail::peers_of(e)), detail::cited(e)));
     }
   }
 
@@ -274,7 +281,10 @@ class Engine final : public detail::GlooEngine {
     const std::string report = "rank " + std::to_string(owner_.rank) + ": " + cause;
     const auto deadline = std::chrono::steady_clock::now() + detail::kFailureBudget;
     auto first = reports_->report(report, deadline);
-    std::string message = "ddp: " + work.description() + " failed: " + cause;
+    std::string message = cause;
+    // About the peer whose connection failed, and the ranks not responding.
+    ErrorContext context = work.context();
+    if (peer >= 0) context.peers.push_back(peer);
     bool peer_silent = false, peer_closed = false;
     if (peer >= 0) {
       // A peer reports its failure before it closes its connections (and
@@ -298,7 +308,10 @@ class Engine final : public detail::GlooEngine {
     auto silent = peer_silent || peer_closed ? std::nullopt : reports_->silent(deadline);
     if (silent && !silent->empty()) {
       std::string ranks;
-      for (int r : *silent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      for (int r : *silent) {
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        if (r != peer) context.peers.push_back(r);
+      }
       message += timed_out
                      ? ". Rank(s) " + ranks +
                            " did not report this failure: they are the "
@@ -315,12 +328,12 @@ class Engine final : public detail::GlooEngine {
     }
     context_->closeConnections();
     if (timed_out) {
-      return std::make_exception_ptr(
-          TimeoutError(message +
-                       ". DDP_DEBUG=detail compares collectives across ranks; DDP_TIMEOUT "
-                       "(seconds) sets how long a collective waits."));
+      return std::make_exception_ptr(TimeoutError(
+          std::move(context),
+          message + ". DDP_DEBUG=detail compares collectives across ranks; DDP_TIMEOUT "
+                    "(seconds) sets how long a collective waits."));
     }
-    return std::make_exception_ptr(CommunicationError(message));
+    return std::make_exception_ptr(CommunicationError(std::move(context), message));
   }
 
   // The rank whose connection address `gloo_error` cites, and the address;

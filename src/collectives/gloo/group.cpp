@@ -24,11 +24,11 @@ class GlooProcessGroup::Impl {
 GlooProcessGroup::GlooProcessGroup(StorePtr store, int rank, int size, GlooOptions options)
     : ProcessGroup(rank, size, options.timeout()) {
   if (options.threads() < 1) {
-    throw InvalidArgument("ddp: GlooOptions::threads must be >= 1, got " +
+    throw InvalidArgument("GlooOptions::threads must be >= 1, got " +
                           std::to_string(options.threads()));
   }
-  const auto& module = detail::gloo_module(where());
-  detail::GlooEngineSetup setup{std::move(store), rank, size, where(), options};
+  const auto& module = detail::gloo_module(error_context());
+  detail::GlooEngineSetup setup{std::move(store), rank, size, error_context(), options};
   std::unique_ptr<detail::GlooEngine> engine(module.create_engine(setup));
   impl_ = std::make_unique<Impl>(std::move(options), std::move(engine));
 }

@@ -89,13 +89,14 @@ std::string gloo_module_path() {
   return slash == std::string::npos ? name : library.substr(0, slash + 1) + name;
 }
 
-const GlooModule& gloo_module(const std::string& where) {
+const GlooModule& gloo_module(const ErrorContext& context) {
   static const Loaded loaded = load();  // thread-safe, once per process
   if (!loaded.error.empty()) {
     throw InvalidArgument(
-        "ddp: " + where + ": the gloo backend cannot be used in this process: " + loaded.error +
-        ". Use a backend that needs no Gloo: shm (ranks on one host) or mpi (under mpirun), "
-        "through InitOptions::backend or DDP_BACKEND");
+        context,
+        "the gloo backend cannot be used in this process: " + loaded.error +
+            ". Use a backend that needs no Gloo: shm (ranks on one host) or mpi (under mpirun), "
+            "through InitOptions::backend or DDP_BACKEND");
   }
   return loaded.module;
 }

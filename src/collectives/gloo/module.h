@@ -5,6 +5,8 @@
 
 #include "collectives/gloo/engine.h"
 
+#include <ddp/errors.h>
+
 #include <string>
 
 namespace ddp::detail {
@@ -14,9 +16,9 @@ struct GlooModule {
 };
 
 // The loaded module (loaded once per process, never unloaded). Throws
-// InvalidArgument naming `where` (the calling rank), why the Gloo backend
-// cannot be used in this process, and the backends that need no Gloo.
-const GlooModule& gloo_module(const std::string& where);
+// InvalidArgument in `context` (the calling rank's), saying why the Gloo
+// backend cannot be used in this process, and the backends that need no Gloo.
+const GlooModule& gloo_module(const ErrorContext& context);
 
 // Where libddp looks for the module: the directory libddp was loaded from.
 std::string gloo_module_path();

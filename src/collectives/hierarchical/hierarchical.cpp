@@ -10,6 +10,7 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/error_text.h"
 #include "collectives/hierarchical/topology.h"
 #include "collectives/issue_order.h"
 #include "collectives/work_detail.h"
@@ -169,12 +170,12 @@ class HierarchicalProcessGroup::Impl {
     sub.options = options;
     ProcessGroupPtr group = backend.create(sub);
     if (group->rank() != sub.rank || group->size() != sub.world_size) {
-      throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) + ": backend '" +
-                            backend.name + "' built rank " + std::to_string(group->rank()) +
-                            " of " + std::to_string(group->size()) +
-                            " for the hierarchical group's part '" + prefix + "', not rank " +
-                            std::to_string(sub.rank) + " of " + std::to_string(sub.world_size) +
-                            ": it does not honour BackendSetup::world_ranks");
+      throw InvalidArgument(
+          ErrorContext{setup.rank, setup.world_size, "", "", {}},
+          "backend '" + backend.name + "' built rank " + std::to_string(group->rank()) + " of " +
+              std::to_string(group->size()) + " for the hierarchical group's part '" + prefix +
+              "', not rank " + std::to_string(sub.rank) + " of " + std::to_string(sub.world_size) +
+              ": it does not honour BackendSetup::world_ranks");
     }
     return group;
   }
@@ -191,12 +192,12 @@ class HierarchicalProcessGroup::Impl {
         "rank) or failed since; see their output.");
     for (int r = 0; r < setup.world_size; ++r) {
       if (all[r] != mine) {
-        throw InvalidArgument("ddp: rank " + std::to_string(setup.rank) +
-                              ": the hierarchical group's parts differ across ranks: this rank "
+        throw InvalidArgument(ErrorContext{setup.rank, setup.world_size, "", "", {r}},
+                              "the hierarchical group's parts differ across ranks: this rank "
                               "composes " +
-                              mine + ", rank " + std::to_string(r) + " composes " + all[r] +
-                              ". Set DDP_CROSS_BACKEND (or HierarchicalOptions) the "
-                              "same on every rank (mpirun -x DDP_CROSS_BACKEND)");
+                                  mine + ", rank " + std::to_string(r) + " composes " + all[r] +
+                                  ". Set DDP_CROSS_BACKEND (or HierarchicalOptions) the "
+                                  "same on every rank (mpirun -x DDP_CROSS_BACKEND)");
       }
     }
   }
@@ -205,10 +206,10 @@ class HierarchicalProcessGroup::Impl {
   std::pair<WorkPtr, WorkPtr> issue(const char* kind, const std::string& what,
                                     std::vector<at::Tensor> outputs) {
     MutexLock lock(mutex_);
-    auto work = std::make_shared<Work>(std::string(kind) + " #" + std::to_string(next_++) +
-                                           (what.empty() ? "" : " (" + what + ")") + " on " +
-                                           owner_.where(),
-                                       owner_.timeout(), std::move(outputs));
+    auto work = std::make_shared<Work>(
+        owner_.error_context(std::string(kind) + " #" + std::to_string(next_++) +
+                             (what.empty() ? "" : " (" + what + ")")),
+        owner_.timeout(), std::move(outputs));
     work->mark_started();  // its stages are issued next
     WorkPtr previous = last_;
     last_ = work;
@@ -231,7 +232,8 @@ class HierarchicalProcessGroup::Impl {
         if (r->op == ReduceOp::AVG) r->flat.div_(owner_.size());
         if (r->epilogue) r->epilogue();
       } catch (const std::exception& e) {
-        error = std::make_exception_ptr(Error("ddp: " + r->outer->description() + ": " + e.what()));
+        error = std::make_exception_ptr(
+            Error(r->outer->context().about(detail::peers_of(e)), detail::cited(e)));
       }
     } else {
       MutexLock lock(mutex_);
@@ -249,8 +251,8 @@ class HierarchicalProcessGroup::Impl {
       RecursiveMutexLock lock(stage_mutex_);
       if (closing_) {
         return finish(r, std::make_exception_ptr(CommunicationError(
-                             "ddp: " + r->outer->description() +
-                             ": the group was destroyed before the operation finished")));
+                             r->outer->context(),
+                             "the group was destroyed before the operation finished")));
       }
       if (auto error = broken()) return finish(r, error);  // an earlier all-reduce failed
       try {
@@ -331,8 +333,9 @@ HierarchicalProcessGroup::HierarchicalProcessGroup(const BackendSetup& setup,
                                                    HierarchicalOptions options)
     : ProcessGroup(setup.rank, setup.world_size, setup.timeout) {
   if (static_cast<int>(host_of_rank.size()) != setup.world_size) {
-    throw InvalidArgument("ddp: HierarchicalProcessGroup: " + std::to_string(host_of_rank.size()) +
-                          " host labels for " + std::to_string(setup.world_size) + " ranks");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "HierarchicalProcessGroup", {}},
+                          std::to_string(host_of_rank.size()) + " host labels for " +
+                              std::to_string(setup.world_size) + " ranks");
   }
   impl_ = std::make_unique<Impl>(*this, setup, host_of_rank, std::move(options));
 }

@@ -39,11 +39,11 @@ void meet_on_store(const BackendSetup& setup, const std::vector<int>& members) {
                                    std::to_string(mine), setup.timeout, who, ".");
   for (int r = 0; r < setup.world_size; ++r) {
     if (theirs[r] != std::to_string(members[r])) {
-      throw InvalidArgument("ddp: rank " + std::to_string(members[setup.rank]) +
-                            ": backend 'mpi': job rank " + std::to_string(members[r]) +
-                            " is MPI rank " + theirs[r] +
-                            ". The job's ranks must be MPI's: under mpirun, do not set RANK or "
-                            "WORLD_SIZE");
+      // In the job's ranks, about the one that is not MPI's.
+      throw InvalidArgument(ErrorContext{members[setup.rank], 0, "", "backend 'mpi'", {members[r]}},
+                            "job rank " + std::to_string(members[r]) + " is MPI rank " + theirs[r] +
+                                ". The job's ranks must be MPI's: under mpirun, do not set RANK "
+                                "or WORLD_SIZE");
     }
   }
 }
@@ -65,19 +65,20 @@ Backend mpi_backend() {
     if (members.empty()) {
       for (int r = 0; r < setup.world_size; ++r) members.push_back(r);
     } else if (static_cast<int>(members.size()) != setup.world_size) {
-      throw InvalidArgument("ddp: backend 'mpi': BackendSetup::world_ranks lists " +
-                            std::to_string(members.size()) + " ranks for a group of " +
-                            std::to_string(setup.world_size));
+      throw InvalidArgument(ErrorContext{-1, 0, "", "backend 'mpi'", {}},
+                            "BackendSetup::world_ranks lists " + std::to_string(members.size()) +
+                                " ranks for a group of " + std::to_string(setup.world_size));
     }
     if (setup.store) meet_on_store(setup, members);
     auto group = std::make_shared<MpiProcessGroup>(setup.timeout, options, setup.index,
                                                    setup.world_ranks);
     if (group->rank() != setup.rank || group->size() != setup.world_size) {
-      throw InvalidArgument("ddp: backend 'mpi': asked for rank " + std::to_string(setup.rank) +
-                            " of " + std::to_string(setup.world_size) + " but MPI's world has " +
-                            "this process as rank " + std::to_string(group->rank()) + " of " +
-                            std::to_string(group->size()) +
-                            "; leave the rank and world size to mpirun/srun");
+      throw InvalidArgument(ErrorContext{-1, 0, "", "backend 'mpi'", {}},
+                            "asked for rank " + std::to_string(setup.rank) + " of " +
+                                std::to_string(setup.world_size) + " but MPI's world has " +
+                                "this process as rank " + std::to_string(group->rank()) + " of " +
+                                std::to_string(group->size()) +
+                                "; leave the rank and world size to mpirun/srun");
     }
     return group;
   };

@@ -14,6 +14,7 @@
 #include <ddp/errors.h>
 
 #include "collectives/cpu_tensors.h"
+#include "collectives/error_text.h"
 #include "collectives/mpi/runtime.h"
 #include "collectives/task_queue.h"
 #include "collectives/work_detail.h"
@@ -74,7 +75,7 @@ class MpiProcessGroup::Impl {
   Impl(MpiProcessGroup& owner, MpiOptions options, int index, const std::vector<int>& world_ranks)
       : owner_(owner),
         options_(std::move(options)),
-        queue_(owner.where(), owner.timeout(), /*threads=*/1) {
+        queue_(owner.error_context(), owner.timeout(), /*threads=*/1) {
     // Every member creates its groups in the same order.
     std::string name = "ddp/group" + std::to_string(index);
     if (world_ranks.empty()) {
@@ -116,9 +117,9 @@ class MpiProcessGroup::Impl {
   // Checks MPI's `int` counts before anything is queued.
   void check_count(const char* kind, int64_t count) const {
     if (count > INT_MAX) {
-      throw InvalidArgument("ddp: " + owner_.where() + ": " + kind + ": " + std::to_string(count) +
-                            " elements exceed MPI's limit of " + std::to_string(INT_MAX) +
-                            " per call; split the tensor");
+      throw InvalidArgument(owner_.error_context(kind),
+                            std::to_string(count) + " elements exceed MPI's limit of " +
+                                std::to_string(INT_MAX) + " per call; split the tensor");
     }
   }
 
@@ -193,7 +194,8 @@ class MpiProcessGroup::Impl {
     try {
       error = body();
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(Error("ddp: " + work.description() + " failed: " + e.what()));
+      error = std::make_exception_ptr(
+          Error(work.context().about(detail::peers_of(e)), detail::cited(e)));
     }
     mpi::collective_ended();
     return error;
@@ -225,9 +227,9 @@ class MpiProcessGroup::Impl {
   }
 
   std::exception_ptr mpi_error(const Work& work, const char* call, int rc) const {
-    return std::make_exception_ptr(CommunicationError(
-        "ddp: " + work.description() + " failed: " + call + ": " + mpi::error_string(rc) +
-        ". The group is broken; see MPI's messages on the other ranks."));
+    return std::make_exception_ptr(
+        CommunicationError(work.context(), std::string(call) + ": " + mpi::error_string(rc) +
+                           ". The group is broken; see MPI's messages on the other ranks."));
   }
 
   // MPI cannot cancel a collective: keep its request and buffers for good.
@@ -238,7 +240,7 @@ class MpiProcessGroup::Impl {
       abandoned_.push_back({op, request});
     }
     return std::make_exception_ptr(TimeoutError(
-        "ddp: " + work.description() + ": " + op->call + " not complete after " +
+        work.context(), std::string(op->call) + " not complete after " +
         std::to_string(owner_.timeout().count()) +
         " ms (the group's timeout). A rank may be stuck, dead, or issuing a different "
         "collective (DDP_DEBUG=detail compares collectives across ranks). MPI collectives "
@@ -271,18 +273,19 @@ int group_rank(const std::vector<int>& world_ranks) {
     const int r = world_ranks[i];
     if (r < 0 || r >= world.world_size || seen[r]) {
       throw InvalidArgument(
-          "ddp: MpiProcessGroup: world_ranks[" + std::to_string(i) + "] = " + std::to_string(r) +
-          " is " +
-          (r < 0 || r >= world.world_size
-               ? "outside MPI_COMM_WORLD's " + std::to_string(world.world_size) + " ranks"
-               : std::string("listed twice")));
+          ErrorContext{-1, 0, "", "MpiProcessGroup", {}},
+          "world_ranks[" + std::to_string(i) + "] = " + std::to_string(r) + " is " +
+              (r < 0 || r >= world.world_size
+                   ? "outside MPI_COMM_WORLD's " + std::to_string(world.world_size) + " ranks"
+                   : std::string("listed twice")));
     }
     seen[r] = true;
     if (r == world.rank) mine = static_cast<int>(i);
   }
   if (mine < 0) {
-    throw InvalidArgument("ddp: MpiProcessGroup: MPI rank " + std::to_string(world.rank) +
-                          " is not among the group's world_ranks; only members build a group");
+    throw InvalidArgument(ErrorContext{-1, 0, "", "MpiProcessGroup", {}},
+                          "MPI rank " + std::to_string(world.rank) +
+                              " is not among the group's world_ranks; only members build a group");
   }
   return mine;
 }
@@ -297,11 +300,11 @@ MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout, MpiOptions o
                                  std::vector<int> world_ranks)
     : ProcessGroup(group_rank(world_ranks), group_size(world_ranks), timeout) {
   if (options.poll_interval().count() < 0) {
-    throw InvalidArgument("ddp: MpiOptions::poll_interval must be >= 0, got " +
+    throw InvalidArgument("MpiOptions::poll_interval must be >= 0, got " +
                           std::to_string(options.poll_interval().count()) + " us");
   }
   if (options.inline_bytes() < 0) {
-    throw InvalidArgument("ddp: MpiOptions::inline_bytes must be >= 0, got " +
+    throw InvalidArgument("MpiOptions::inline_bytes must be >= 0, got " +
                           std::to_string(options.inline_bytes()));
   }
   impl_ = std::make_unique<Impl>(*this, std::move(options), index, world_ranks);

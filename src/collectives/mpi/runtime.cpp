@@ -55,15 +55,15 @@ void finalize_at_exit() {
 void check_not_singleton(int mpi_size) {
   LaunchInfo info = launch_info_from_env();
   if (info.source != "torchrun" || info.world_size <= 1 || mpi_size == info.world_size) return;
-  throw InvalidArgument("ddp: rank " + std::to_string(info.rank) +
-                        ": the mpi backend found WORLD_SIZE=" + std::to_string(info.world_size) +
-                        " (ddprun/torchrun) but MPI sees " + std::to_string(mpi_size) +
-                        " rank(s): MPI processes must be started by an MPI launcher. "
-                        "Launch with `mpirun -np " +
-                        std::to_string(info.world_size) +
-                        " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo "
-                        "(or, for MPI across hosts in the hierarchical group, unset "
-                        "DDP_CROSS_BACKEND).");
+  throw InvalidArgument(ErrorContext{info.rank, 0, "", "", {}},
+                        "the mpi backend found WORLD_SIZE=" + std::to_string(info.world_size) +
+                            " (ddprun/torchrun) but MPI sees " + std::to_string(mpi_size) +
+                            " rank(s): MPI processes must be started by an MPI launcher. "
+                            "Launch with `mpirun -np " +
+                            std::to_string(info.world_size) +
+                            " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo "
+                            "(or, for MPI across hosts in the hierarchical group, unset "
+                            "DDP_CROSS_BACKEND).");
 }
 
 // Open MPI's nonblocking allreduce picks a binomial tree for fewer than 4
@@ -131,7 +131,7 @@ void ensure_initialized() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized) {
-    throw InvalidArgument("ddp: the mpi backend cannot start: MPI is already finalized");
+    throw InvalidArgument("the mpi backend cannot start: MPI is already finalized");
   }
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
@@ -141,7 +141,7 @@ void ensure_initialized() {
       check_not_singleton(1);
     }
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-      throw CommunicationError("ddp: MPI_Init_thread failed; see MPI's message above");
+      throw CommunicationError("MPI_Init_thread failed; see MPI's message above");
     }
     std::atexit(finalize_at_exit);
     tune_open_mpi();
@@ -151,7 +151,7 @@ void ensure_initialized() {
   }
   if (provided < MPI_THREAD_MULTIPLE) {
     throw InvalidArgument(
-        std::string("ddp: the mpi backend requires MPI_THREAD_MULTIPLE (each group calls MPI "
+        std::string("the mpi backend requires MPI_THREAD_MULTIPLE (each group calls MPI "
                     "from its own worker thread) but MPI granted ") +
         thread_level_name(provided) +
         (initialized ? ". Initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...), "
@@ -200,8 +200,7 @@ MPI_Datatype datatype(at::ScalarType dtype) {
     default:
       break;
   }
-  throw InvalidArgument(std::string("ddp: the mpi backend has no datatype for ") +
-                        c10::toString(dtype));
+  throw InvalidArgument(std::string("the mpi backend has no datatype for ") + c10::toString(dtype));
 }
 
 MPI_Op reduce_op(at::ScalarType dtype, ReduceOp op) {

@@ -7,12 +7,17 @@
 
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 namespace ddp::detail::nccl {
 namespace {
 
 // How long a poll of NCCL's state sleeps between two looks.
 constexpr std::chrono::microseconds kPollInterval(50);
+
+// The context of errors raised away from a communicator: operation "nccl",
+// on `rank` when known.
+ErrorContext nccl_context(int rank = -1) { return ErrorContext{rank, 0, "", "nccl", {}}; }
 
 }  // namespace
 
@@ -33,8 +38,8 @@ ncclDataType_t data_type(at::ScalarType dtype) {
     case at::kByte:
       return ncclUint8;
     default:
-      throw InvalidArgument(std::string("ddp: nccl: no NCCL type for dtype ") +
-                            c10::toString(dtype));
+      throw InvalidArgument(nccl_context(),
+                            std::string("no NCCL type for dtype ") + c10::toString(dtype));
   }
 }
 
@@ -66,8 +71,8 @@ std::string new_unique_id() {
   ncclUniqueId id;
   ncclResult_t r = ncclGetUniqueId(&id);
   if (r != ncclSuccess) {
-    throw CommunicationError(std::string("ddp: rank 0: nccl: ncclGetUniqueId failed: ") +
-                             ncclGetErrorString(r));
+    throw CommunicationError(nccl_context(0),
+                             std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
   }
   return hex(id.internal, sizeof id.internal);
 }
@@ -85,10 +90,10 @@ std::string hex(const void* bytes, size_t n) {
 ncclUniqueId unique_id_from(const std::string& hex) {
   ncclUniqueId id;
   if (hex.size() != 2 * sizeof id.internal) {
-    throw InvalidArgument("ddp: nccl: rank 0's NCCL id in the store is " +
-                          std::to_string(hex.size()) + " characters, expected " +
-                          std::to_string(2 * sizeof id.internal) +
-                          ": another program shares the store's prefix");
+    throw InvalidArgument(nccl_context(),
+                          "rank 0's NCCL id in the store is " + std::to_string(hex.size()) +
+                              " characters, expected " + std::to_string(2 * sizeof id.internal) +
+                              ": another program shares the store's prefix");
   }
   for (size_t i = 0; i < sizeof id.internal; ++i) {
     id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
@@ -97,8 +102,8 @@ ncclUniqueId unique_id_from(const std::string& hex) {
 }
 
 Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int device,
-                           Clock::time_point deadline, std::string where)
-    : where_(std::move(where)) {
+                           Clock::time_point deadline, ErrorContext context)
+    : context_(std::move(context)) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init and calls return at once; settle() polls them
@@ -109,7 +114,7 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string text = error_text(r);
       abort_locked();
-      throw CommunicationError("ddp: " + where_ + ": nccl: ncclCommInitRankConfig failed: " + text);
+      throw CommunicationError(context_, "ncclCommInitRankConfig failed: " + text);
     }
   }
   try {
@@ -122,7 +127,7 @@ Communicator::Communicator(const ncclUniqueId& id, int rank, int size, int devic
     MutexLock lock(mutex_);
     const std::string text = error_text(r);
     abort_locked();
-    throw CommunicationError("ddp: " + where_ + ": nccl: making the communicator failed: " + text);
+    throw CommunicationError(context_, "making the communicator failed: " + text);
   }
 }
 
@@ -134,15 +139,15 @@ void Communicator::run(const std::function<ncclResult_t()>& calls, const std::st
   {
     MutexLock lock(mutex_);
     if (aborted_) {
-      throw CommunicationError("ddp: " + where_ + ": nccl: " + what +
-                               ": the communicator was aborted by an earlier failure");
+      throw CommunicationError(context_,
+                               what + ": the communicator was aborted by an earlier failure");
     }
     r = calls();
   }
   if (r == ncclInProgress) r = settle(deadline, what);
   if (r != ncclSuccess) {
     MutexLock lock(mutex_);
-    throw CommunicationError("ddp: " + where_ + ": nccl: " + what + " failed: " + error_text(r));
+    throw CommunicationError(context_, what + " failed: " + error_text(r));
   }
 }
 
@@ -157,9 +162,10 @@ ncclResult_t Communicator::settle(Clock::time_point deadline, const std::string&
       if (state != ncclInProgress) return state;
     }
     if (Clock::now() >= deadline) {
-      throw TimeoutError("ddp: " + where_ + ": nccl: " + what +
-                         ": not done within the group's timeout; the communicator is aborted. "
-                         "A peer may have died or not started; see its output.");
+      throw TimeoutError(context_,
+                         what +
+                             ": not done within the group's timeout; the communicator is "
+                             "aborted. A peer may have died or not started; see its output.");
     }
     std::this_thread::sleep_for(kPollInterval);
   }

@@ -3,6 +3,7 @@
 // mapping of ddp's dtypes and ops onto NCCL's.
 #pragma once
 
+#include <ddp/errors.h>
 #include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
@@ -34,9 +35,9 @@ class Communicator {
  public:
   // Joins the communicator of `size` ranks named by `id` on CUDA device
   // `device`. Blocks until every rank has joined; at `deadline`, aborts and
-  // raises TimeoutError. `where` names this rank in errors.
+  // raises TimeoutError. `context` is this rank's in errors (operation "nccl").
   Communicator(const ncclUniqueId& id, int rank, int size, int device, Clock::time_point deadline,
-               std::string where);
+               ErrorContext context);
   ~Communicator();  // aborts: never waits for a peer
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -64,7 +65,7 @@ class Communicator {
   std::string error_text(ncclResult_t result) const DDP_REQUIRES(mutex_);
   void abort_locked() DDP_REQUIRES(mutex_);
 
-  const std::string where_;
+  const ErrorContext context_;
   mutable Mutex mutex_;  // held across every NCCL call on comm_, and its abort
   // Set in the constructor; NCCL calls on it with mutex_ held; freed by the abort.
   ncclComm_t comm_ = nullptr;

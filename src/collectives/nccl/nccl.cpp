@@ -8,6 +8,7 @@
 #include <ddp/errors.h>
 
 #include "collectives/dtypes.h"
+#include "collectives/error_text.h"
 #include "collectives/nccl/communicator.h"
 #include "collectives/work_detail.h"
 #include "rendezvous/arrival.h"
@@ -64,19 +65,25 @@ void shut_down_live_groups() {
   for (auto& [group, shutdown] : shutdowns) shutdown();
 }
 
-int choose_device(const NcclOptions& options, const std::string& where) {
+// `group` with `operation` (ProcessGroup::error_context(operation)).
+ErrorContext with_operation(ErrorContext group, std::string operation) {
+  group.operation = std::move(operation);
+  return group;
+}
+
+int choose_device(const NcclOptions& options, const ErrorContext& group) {
   const int count = c10::cuda::device_count();
   if (count == 0) {
-    throw InvalidArgument("ddp: " + where +
-                          ": the nccl backend needs a GPU and this process sees none "
+    throw InvalidArgument(group,
+                          "the nccl backend needs a GPU and this process sees none "
                           "(check CUDA_VISIBLE_DEVICES and the driver); use shm or gloo, "
                           "which stage CUDA tensors through host memory");
   }
   if (options.device() >= count || options.device() < -1) {
-    throw InvalidArgument("ddp: " + where + ": NcclOptions::device is " +
-                          std::to_string(options.device()) + " but this process sees " +
-                          std::to_string(count) + " GPU(s) (indices 0-" +
-                          std::to_string(count - 1) + "); -1 picks LOCAL_RANK's");
+    throw InvalidArgument(group, "NcclOptions::device is " + std::to_string(options.device()) +
+                                     " but this process sees " + std::to_string(count) +
+                                     " GPU(s) (indices 0-" + std::to_string(count - 1) +
+                                     "); -1 picks LOCAL_RANK's");
   }
   return options.device() >= 0 ? options.device() : local_device().index();
 }
@@ -99,19 +106,21 @@ std::string gpu_uuid(int device) {
 // through the store. Two ranks on one GPU are refused on every rank, naming
 // both.
 std::string exchange_id(const StorePtr& store, int rank, int size, int device,
-                        std::chrono::milliseconds timeout, const std::string& where) {
+                        std::chrono::milliseconds timeout, const ErrorContext& group) {
   const std::string uuid = gpu_uuid(device);
   const std::string mine = uuid + " " + host_name() + " cuda:" + std::to_string(device);
   auto all = detail::allgather_on_store(store, "nccl_gpu/", rank, size, mine, timeout,
                                         "nccl: the ranks' GPUs", "; see their output.");
   for (int r = 0; r < size; ++r) {
     if (r != rank && !uuid.empty() && all[r].substr(0, uuid.size() + 1) == uuid + " ") {
-      throw InvalidArgument("ddp: " + where + ": nccl: ranks " + std::to_string(std::min(r, rank)) +
-                            " and " + std::to_string(std::max(r, rank)) + " both use GPU " + mine +
-                            "; NCCL " + detail::nccl::version() +
-                            " needs a GPU per rank (NcclOptions::device, LOCAL_RANK). Ranks "
-                            "sharing a GPU can use shm, which stages CUDA tensors through "
-                            "host memory");
+      // About the other rank on this GPU.
+      throw InvalidArgument(with_operation(group, "nccl").about({r}),
+                            "ranks " + std::to_string(std::min(r, rank)) + " and " +
+                                std::to_string(std::max(r, rank)) + " both use GPU " + mine +
+                                "; NCCL " + detail::nccl::version() +
+                                " needs a GPU per rank (NcclOptions::device, LOCAL_RANK). Ranks "
+                                "sharing a GPU can use shm, which stages CUDA tensors through "
+                                "host memory");
     }
   }
   auto ids = detail::allgather_on_store(store, "nccl_id/", rank, size,
@@ -125,18 +134,19 @@ std::string exchange_id(const StorePtr& store, int rank, int size, int device,
 class NcclProcessGroup::Impl {
  public:
   Impl(const StorePtr& store, int rank, int size, std::chrono::milliseconds timeout,
-       const NcclOptions& options, std::string where)
-      : where_(std::move(where)),
+       const NcclOptions& options, ErrorContext context)
+      : context_(std::move(context)),
         timeout_(timeout),
-        device_(choose_device(options, where_)),
+        device_(choose_device(options, context_)),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
                                              static_cast<c10::DeviceIndex>(device_))) {
     static const bool at_exit = (std::atexit(shut_down_live_groups), true);
     (void)at_exit;
     const auto deadline = Clock::now() + timeout;
-    const std::string id = exchange_id(store, rank, size, device_, timeout, where_);
+    const std::string id = exchange_id(store, rank, size, device_, timeout, context_);
     comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
-                                                         size, device_, deadline, where_);
+                                                         size, device_, deadline,
+                                                         with_operation(context_, "nccl"));
     watchdog_ = std::thread([this] { watch(); });
     MutexLock lock(live_groups().mutex);
     live_groups().shutdowns[this] = [this] { shut_down(/*abandon_pending=*/true); };
@@ -160,8 +170,8 @@ class NcclProcessGroup::Impl {
       stopping_ = true;
     }
     if (abandon_pending) {
-      const std::string why = "ddp: " + where_ + ": nccl: the process is exiting";
-      fail_all(std::make_exception_ptr(CommunicationError(why)), why);
+      const CommunicationError exiting(with_operation(context_, "nccl"), "the process is exiting");
+      fail_all(std::make_exception_ptr(exiting), detail::cited(exiting));
     }
     cv_.notify_all();
     watchdog_.join();
@@ -185,16 +195,16 @@ class NcclProcessGroup::Impl {
                   const std::function<void()>& after = {}) {
     MutexLock issue(issue_mutex_);
     const uint32_t tag = next_tag_++;
-    auto work = std::make_shared<Work>(
-        std::string(kind) + " #" + std::to_string(tag) + " (" + detail + ") on " + where_, timeout_,
-        std::move(outputs));
+    ErrorContext operation = context_;
+    operation.operation = std::string(kind) + " #" + std::to_string(tag) + " (" + detail + ")";
+    auto work = std::make_shared<Work>(std::move(operation), timeout_, std::move(outputs));
     {
       MutexLock lock(mutex_);
       if (!broken_.empty() || stopping_) {
         work->finish(std::make_exception_ptr(CommunicationError(
-            "ddp: " + work->description() +
-            (broken_.empty() ? ": the group is shut down (the process is exiting)"
-                             : ": the group is broken by an earlier failure: " + broken_))));
+            work->context(), broken_.empty()
+                                 ? "the group is shut down (the process is exiting)"
+                                 : "the group is broken by an earlier failure: " + broken_)));
         return work;
       }
     }
@@ -218,7 +228,7 @@ class NcclProcessGroup::Impl {
       pending.end->record(stream_);
       work->mark_started();  // its kernels are queued
     } catch (const std::exception& e) {
-      fail_all(std::current_exception(), e.what());
+      fail_all(std::current_exception(), detail::cited(e));
       work->finish(std::current_exception());
       return work;
     }
@@ -232,8 +242,8 @@ class NcclProcessGroup::Impl {
       }
     }
     if (!failed_meanwhile.empty()) {
-      work->finish(std::make_exception_ptr(CommunicationError(
-          "ddp: " + work->description() + ": the group failed meanwhile: " + failed_meanwhile)));
+      work->finish(std::make_exception_ptr(
+          CommunicationError(work->context(), "the group failed meanwhile: " + failed_meanwhile)));
       return work;
     }
     cv_.notify_all();
@@ -262,10 +272,10 @@ class NcclProcessGroup::Impl {
       try {
         done = front.end->query();
       } catch (const std::exception& e) {  // a CUDA error (e.g. an illegal access)
-        const std::string message = front.work->description() +
-                                    ": CUDA reported an error: " + e.what() +
-                                    "; the communicator is aborted.";
-        fail_all(std::make_exception_ptr(CommunicationError("ddp: " + message)), message);
+        CommunicationError error(front.work->context(), std::string("CUDA reported an error: ") +
+                                                            e.what() +
+                                                            "; the communicator is aborted.");
+        fail_all(std::make_exception_ptr(error), detail::cited(error));
         lock.lock();
         continue;
       }
@@ -277,17 +287,19 @@ class NcclProcessGroup::Impl {
         }
         front.work->finish();
       } else if (std::string error = comm_->async_error(); !error.empty()) {
-        const std::string message =
-            front.work->description() + ": nccl reported an error: " + error +
-            "; the communicator is aborted. A peer may have failed; see its output.";
-        fail_all(std::make_exception_ptr(CommunicationError("ddp: " + message)), message);
+        CommunicationError failure(
+            front.work->context(),
+            "nccl reported an error: " + error +
+                "; the communicator is aborted. A peer may have failed; see its output.");
+        fail_all(std::make_exception_ptr(failure), detail::cited(failure));
       } else if (Clock::now() >= front.deadline) {
-        const std::string message =
-            front.work->description() + ": not complete after " + std::to_string(timeout_.count()) +
-            " ms (the group's timeout); the communicator is aborted. A peer may be stuck or "
-            "issuing a different collective; run with DDP_DEBUG=detail to compare collectives "
-            "across ranks.";
-        fail_all(std::make_exception_ptr(TimeoutError("ddp: " + message)), message);
+        TimeoutError timeout(
+            front.work->context(),
+            "not complete after " + std::to_string(timeout_.count()) +
+                " ms (the group's timeout); the communicator is aborted. A peer may be stuck or "
+                "issuing a different collective; run with DDP_DEBUG=detail to compare "
+                "collectives across ranks.");
+        fail_all(std::make_exception_ptr(timeout), detail::cited(timeout));
       } else {
         std::this_thread::sleep_for(kWatchdogPoll);
       }
@@ -307,7 +319,7 @@ class NcclProcessGroup::Impl {
     for (auto& p : failed) p.work->finish(error);
   }
 
-  const std::string where_;
+  const ErrorContext context_;  // this rank's: rank 1 of 2 [nccl]
   const std::chrono::milliseconds timeout_;
   const int device_;
   const c10::cuda::CUDAStream stream_;
@@ -327,8 +339,8 @@ class NcclProcessGroup::Impl {
 NcclProcessGroup::NcclProcessGroup(StorePtr store, int rank, int size,
                                    std::chrono::milliseconds timeout, NcclOptions options)
     : ProcessGroup(rank, size, timeout) {
-  if (!store) throw InvalidArgument("ddp: " + where() + ": the nccl backend needs a store");
-  impl_ = std::make_unique<Impl>(store, rank, size, timeout, options, where());
+  if (!store) throw InvalidArgument(error_context(), "the nccl backend needs a store");
+  impl_ = std::make_unique<Impl>(store, rank, size, timeout, options, error_context());
 }
 
 NcclProcessGroup::~NcclProcessGroup() = default;

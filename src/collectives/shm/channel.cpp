@@ -117,9 +117,9 @@ void Channel::spin_outcome(bool satisfied) {
 
 Channel::~Channel() = default;
 
-void Channel::begin_op(const std::string& description,
+void Channel::begin_op(const ErrorContext& operation,
                        std::chrono::steady_clock::time_point deadline) {
-  op_ = description;
+  op_ = operation;
   deadline_ = deadline;
   const auto now = std::chrono::steady_clock::now();
   next_liveness_check_ = now + config_.liveness_interval;
@@ -130,7 +130,7 @@ void Channel::begin_op(const std::string& description,
   // Waits check the flag only when they block: an operation whose peers are
   // all ahead would otherwise run on a group another rank declared broken.
   if (segment_.header().broken.load(std::memory_order_acquire) != 0) {
-    throw CommunicationError("ddp: " + op_ + " not run: " + broken_reason());
+    throw CommunicationError(broken_context(), "not run: " + broken_reason());
   }
 }
 
@@ -209,13 +209,15 @@ void Channel::agree(int peer) {
   if (same(theirs, described_)) return;
   const std::string why = "rank " + std::to_string(peer) + " issued " + to_text(theirs) +
                           " where this rank issued " + to_text(described_);
-  mark_broken("rank " + std::to_string(config_.rank) + ": " + op_ + ": " + why);
+  mark_broken(format_context(op_) + ": " + why, peer);
   const bool zero_copy = described_.variant == static_cast<uint32_t>(Variant::ZERO_COPY);
-  throw CollectiveMismatch("ddp: " + op_ + " failed: " + why +
-                           ". Every rank must issue the same collectives, with the same element "
-                           "counts, dtypes, reduce ops and roots, in the same order, with the "
-                           "same ShmOptions" +
-                           (zero_copy ? ", on the same part of the same zero-copy region" : ""));
+  throw CollectiveMismatch(
+      op_.about({peer}),
+      why +
+          ". Every rank must issue the same collectives, with the same "
+          "element counts, dtypes, reduce ops and roots, in the same order, "
+          "with the same ShmOptions" +
+          (zero_copy ? ", on the same part of the same zero-copy region" : ""));
 }
 
 void Channel::agree_all() {
@@ -285,7 +287,7 @@ void Channel::wait(int peer, Phase phase, uint64_t step, bool spin) {
 // run out? Reading the peer's /proc entry is rate-limited.
 void Channel::check(int peer, Phase phase, uint64_t step) {
   if (segment_.header().broken.load(std::memory_order_acquire) != 0) {
-    throw CommunicationError("ddp: " + op_ + " failed: " + broken_reason());
+    throw CommunicationError(broken_context(), broken_reason());
   }
   const RankControl& theirs = segment_.control(peer);
   if (theirs.left.load(std::memory_order_acquire) != 0) fail_waiting(peer, phase, step, false);
@@ -322,26 +324,45 @@ void Channel::fail_waiting(int peer, Phase phase, uint64_t step, bool timed_out)
           " collective(s) (this is #" + std::to_string(op_number_) + "), its last step was " +
           std::to_string(quiet_ms) + " ms ago";
   }
-  std::string message = "ddp: " + op_ + " failed at step " + std::to_string(step) + ": " + why;
-  mark_broken("rank " + std::to_string(config_.rank) + ": " + why);
+  std::string message = "failed at step " + std::to_string(step) + ": " + why;
+  mark_broken(format_context(op_) + ": " + why, peer);
+  const ErrorContext context = op_.about({peer});
   if (timed_out) {
-    throw TimeoutError(message +
-                       ". A rank may be stuck, stopped, or issuing a different "
-                       "collective; DDP_DEBUG=detail compares collectives across ranks.");
+    throw TimeoutError(context, message +
+                                    ". A rank may be stuck, stopped, or issuing a different "
+                                    "collective; DDP_DEBUG=detail compares collectives across "
+                                    "ranks.");
   }
-  throw CommunicationError(message);
+  throw CommunicationError(context, message);
 }
 
-void Channel::mark_broken(const std::string& reason) {
+void Channel::mark_broken(const std::string& reason, int culprit) {
   Header& h = segment_.header();
   uint32_t expected = 0;
   if (h.claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     const size_t n = std::min(reason.size(), sizeof(h.reason) - 1);
     std::memcpy(h.reason, reason.data(), n);
     h.reason[n] = '\0';
+    h.culprit.store(culprit >= 0 ? 1 + static_cast<uint32_t>(culprit) : 0,
+                    std::memory_order_relaxed);
     h.broken.store(1 + static_cast<uint32_t>(config_.rank), std::memory_order_release);
   }
   wake_all();
+}
+
+ErrorContext Channel::broken_context() const {
+  const Header& h = segment_.header();
+  const uint32_t by = h.broken.load(std::memory_order_acquire);
+  ErrorContext context = op_.about({});
+  if (by == 0) return context;
+  for (const uint32_t r : {by, h.culprit.load(std::memory_order_relaxed)}) {
+    const int rank = static_cast<int>(r) - 1;
+    if (rank >= 0 && rank != config_.rank &&
+        std::find(context.peers.begin(), context.peers.end(), rank) == context.peers.end()) {
+      context.peers.push_back(rank);
+    }
+  }
+  return context;
 }
 
 std::string Channel::broken_reason() const {

@@ -30,6 +30,7 @@
 
 #include "collectives/shm/segment.h"
 
+#include <ddp/errors.h>
 #include <ddp/process_group.h>
 
 #include <chrono>
@@ -77,10 +78,10 @@ class Channel {
   int slots() const { return slots_; }
   int64_t chunk_bytes() const { return chunk_; }
 
-  // Starts an operation: errors name `description`, and every wait of it
+  // Starts an operation: errors carry `operation` (its Work's context), and every wait of it
   // ends by `deadline` (its issue time plus the timeout, so that the
   // backend's error, naming the peer, comes before Work::wait's own).
-  void begin_op(const std::string& description, std::chrono::steady_clock::time_point deadline);
+  void begin_op(const ErrorContext& operation, std::chrono::steady_clock::time_point deadline);
   // What the running operation is: after begin_op, before its first step.
   void describe(OpKind kind, int64_t count, int dtype = -1, int reduce_op = -1, int root = -1,
                 Variant variant = Variant::NONE);
@@ -140,8 +141,9 @@ class Channel {
   void wait_all(Phase phase, uint64_t step);
 
   // Records the first failure in the segment, so that every rank fails at
-  // once citing it, and wakes every blocked rank.
-  void mark_broken(const std::string& reason);
+  // once citing it (and naming `culprit`, the rank it is about, if any), and
+  // wakes every blocked rank.
+  void mark_broken(const std::string& reason, int culprit = -1);
   // Tells the peers this rank closed its group.
   void leave();
 
@@ -154,6 +156,10 @@ class Channel {
   void announce(uint64_t step);
   void wake_all();
   std::string broken_reason() const;
+  // The context of an error citing broken_reason(): its peers are the rank
+  // that broke the group and the rank its failure is about (each when
+  // another one).
+  ErrorContext broken_context() const;
 
   Segment segment_;
   const Config config_;
@@ -161,7 +167,7 @@ class Channel {
   const int64_t chunk_;
   RankControl& mine_;
   // Of the operation running (the progress thread's own state).
-  std::string op_;
+  ErrorContext op_;  // the running operation's (Work::context)
   std::chrono::steady_clock::time_point deadline_;
   uint64_t op_number_ = 0;
   OpDescriptor described_;  // what this rank says the operation is

@@ -29,12 +29,15 @@ size_t data_offset(int world, int slots) {
   return (end + 4095) / 4096 * 4096;
 }
 
+// The context of the segment's errors: no rank at hand, operation "shm".
+ErrorContext shm_context() { return ErrorContext{-1, 0, "", "shm", {}}; }
+
 [[noreturn]] void fail(const std::string& call, const std::string& name, int err) {
-  throw CommunicationError("ddp: shm: " + call + "(" + name + ") failed: " + std::strerror(err) +
-                           (err == ENOSPC || err == ENOMEM
-                                ? ". /dev/shm is full or too small: free it, or lower "
-                                  "ShmOptions::slots or chunk_bytes"
-                                : ""));
+  throw CommunicationError(shm_context(), call + "(" + name + ") failed: " + std::strerror(err) +
+                                              (err == ENOSPC || err == ENOMEM
+                                                   ? ". /dev/shm is full or too small: free it, "
+                                                     "or lower ShmOptions::slots or chunk_bytes"
+                                                   : ""));
 }
 
 // Maps `fd` (`bytes` long) shared, prefaulted: the first collective then
@@ -81,8 +84,9 @@ void* open_mapping(const std::string& name, size_t bytes, const std::string& on_
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     close(fd);
-    throw InvalidArgument("ddp: shm: segment " + name + " has " + std::to_string(st.st_size) +
-                          " bytes, expected " + std::to_string(bytes) + ": " + on_size_mismatch);
+    throw InvalidArgument(shm_context(), "segment " + name + " has " + std::to_string(st.st_size) +
+                                             " bytes, expected " + std::to_string(bytes) + ": " +
+                                             on_size_mismatch);
   }
   return map(fd, bytes, name);
 }
@@ -120,11 +124,12 @@ Segment Segment::open(const std::string& name, int world, int slots, int64_t chu
   if (h.magic != kMagic || h.world != static_cast<uint32_t>(world) ||
       h.slots != static_cast<uint32_t>(slots) ||
       h.chunk_bytes != static_cast<uint64_t>(chunk_bytes)) {
-    throw InvalidArgument("ddp: shm: segment " + name + " was made for world " +
-                          std::to_string(h.world) + ", " + std::to_string(h.slots) + " slots of " +
-                          std::to_string(h.chunk_bytes) + " bytes; this rank expects world " +
-                          std::to_string(world) + ", " + std::to_string(slots) + " slots of " +
-                          std::to_string(chunk_bytes) + ": give every rank the same ShmOptions");
+    throw InvalidArgument(
+        shm_context(), "segment " + name + " was made for world " + std::to_string(h.world) + ", " +
+                           std::to_string(h.slots) + " slots of " + std::to_string(h.chunk_bytes) +
+                           " bytes; this rank expects world " + std::to_string(world) + ", " +
+                           std::to_string(slots) + " slots of " + std::to_string(chunk_bytes) +
+                           ": give every rank the same ShmOptions");
   }
   return s;
 }

@@ -20,7 +20,7 @@
 namespace ddp::detail::shm {
 
 constexpr size_t kLine = 64;
-constexpr uint64_t kMagic = 0x64647073686d3033ull;  // "ddpshm03": the layout above
+constexpr uint64_t kMagic = 0x64647073686d3034ull;  // "ddpshm04": the layout above
 
 // A step counter a rank publishes and its peers wait on. `value` is the
 // number of steps done; its low 32 bits are the futex word. `waiters` counts
@@ -73,11 +73,14 @@ struct alignas(4096) Header {
   uint64_t chunk_bytes;
   alignas(kLine) std::atomic<uint32_t> attached{0};
   // Broken: 0 healthy; else 1 + the rank that broke it. The rank that wins
-  // `claim` writes `reason`, then `broken` (release): readers see the whole
-  // reason once they see `broken`.
+  // `claim` writes `reason` and `culprit`, then `broken` (release): readers
+  // see them whole once they see `broken`.
   alignas(kLine) std::atomic<uint32_t> broken{0};
   std::atomic<uint32_t> claim{0};
   char reason[1024];
+  // 1 + the rank the failure is about (a peer that left, died, stalled or
+  // disagreed); 0: none.
+  std::atomic<uint32_t> culprit{0};
 };
 
 // A named /dev/shm file of `bytes`, created exclusively (0600), its pages

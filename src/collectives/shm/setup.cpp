@@ -1,5 +1,6 @@
 #include "collectives/shm/setup.h"
 
+#include "collectives/error_text.h"
 #include "collectives/host_identity.h"
 #include "collectives/shm/peers.h"
 #include "rendezvous/arrival.h"
@@ -9,8 +10,11 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -39,8 +43,17 @@ Peer parse_peer(const std::string& text) {
   return p;
 }
 
-// InvalidArgument on every rank when the ranks are not all on one host.
-void require_one_host(const std::vector<Peer>& peers, const std::string& where) {
+// The rank a set-up failure report ("rank 2: ...", kMapFailedKey) names;
+// none when it names none.
+std::vector<int> reporter(const std::string& report) {
+  int rank = -1;
+  if (std::sscanf(report.c_str(), "rank %d:", &rank) == 1 && rank >= 0) return {rank};
+  return {};
+}
+
+// InvalidArgument on every rank when the ranks are not all on one host,
+// about the ranks on other hosts than this one.
+void require_one_host(const std::vector<Peer>& peers, const ErrorContext& context) {
   std::map<std::string, std::string> ranks_by_host;
   for (size_t r = 0; r < peers.size(); ++r) {
     auto& ranks = ranks_by_host[peers[r].host];
@@ -51,28 +64,34 @@ void require_one_host(const std::vector<Peer>& peers, const std::string& where) 
   for (const auto& [host, ranks] : ranks_by_host) {
     hosts += (hosts.empty() ? "" : "; ") + std::string("ranks ") + ranks + " on host " + host;
   }
-  throw InvalidArgument("ddp: " + where + ": the shm backend needs every rank on one host, but " +
-                        std::to_string(ranks_by_host.size()) + " hosts take part: " + hosts +
-                        ". Across hosts use the auto or hierarchical backend (shm within each "
-                        "host), or gloo (DDP_BACKEND=gloo).");
+  std::vector<int> elsewhere;
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (peers[r].host != peers[context.rank].host) elsewhere.push_back(static_cast<int>(r));
+  }
+  throw InvalidArgument(context.about(std::move(elsewhere)),
+                        "the shm backend needs every rank on one host, but " +
+                            std::to_string(ranks_by_host.size()) + " hosts take part: " + hosts +
+                            ". Across hosts use the auto or hierarchical backend (shm within "
+                            "each host), or gloo (DDP_BACKEND=gloo).");
 }
 
 // Rank 0's segment name, or its set-up error; polls the store until `deadline`.
 std::string await_name(const StorePtr& store, std::chrono::steady_clock::time_point deadline,
-                       std::chrono::milliseconds timeout, const std::string& where) {
+                       std::chrono::milliseconds timeout, const ErrorContext& context) {
   auto pause = std::chrono::milliseconds(1);
   while (!store->check({kSegmentKey})) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw TimeoutError("ddp: " + where + ": rank 0 did not publish the shm segment within " +
-                         std::to_string(timeout.count()) + " ms; see rank 0's output");
+      throw TimeoutError(context.about({0}), "rank 0 did not publish the shm segment within " +
+                                                 std::to_string(timeout.count()) +
+                                                 " ms; see rank 0's output");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
   std::string name = to_string(store->get(kSegmentKey));
   if (name.rfind(kErrorMark, 0) == 0) {
-    throw CommunicationError("ddp: " + where + ": rank 0 could not create the shm segment: " +
-                             name.substr(std::string(kErrorMark).size()));
+    throw CommunicationError(context.about({0}), "rank 0 could not create the shm segment: " +
+                                                     name.substr(std::string(kErrorMark).size()));
   }
   return name;
 }
@@ -81,24 +100,28 @@ std::string await_name(const StorePtr& store, std::chrono::steady_clock::time_po
 // not map it says so in the store, and then every rank fails at once.
 void await_attached(const StorePtr& store, Segment& seg, const std::string& name, int size,
                     std::chrono::steady_clock::time_point deadline,
-                    std::chrono::milliseconds timeout, const std::string& where) {
+                    std::chrono::milliseconds timeout, const ErrorContext& context) {
   for (int i = 0;
        seg.header().attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size); ++i) {
     if (i % 20 == 19 && store->check({kMapFailedKey})) {
       Segment::unlink(name);
-      throw CommunicationError("ddp: " + where + ": the shm set-up failed on " +
-                               to_string(store->get(kMapFailedKey)));
+      const std::string report = to_string(store->get(kMapFailedKey));
+      throw CommunicationError(context.about(reporter(report)),
+                               "the shm set-up failed on " + report);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
+      std::vector<int> missing_ranks;
       for (int r = 0; r < size; ++r) {
-        if (seg.control(r).pid.load() == 0)
+        if (seg.control(r).pid.load() == 0) {
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          missing_ranks.push_back(r);
+        }
       }
       Segment::unlink(name);  // nobody else may come: leave nothing behind
-      throw TimeoutError("ddp: " + where + ": rank(s) " + missing +
-                         " did not map the shm segment within " + std::to_string(timeout.count()) +
-                         " ms; see their output");
+      throw TimeoutError(context.about(std::move(missing_ranks)),
+                         "rank(s) " + missing + " did not map the shm segment within " +
+                             std::to_string(timeout.count()) + " ms; see their output");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -107,7 +130,7 @@ void await_attached(const StorePtr& store, Segment& seg, const std::string& name
 }  // namespace
 
 Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
-                const std::string& where) {
+                const ErrorContext& context) {
   const auto deadline = std::chrono::steady_clock::now() + o.timeout();
   store->set(kPeerKey + std::to_string(rank),
              to_bytes(detail::host_identity() + "\n" + pid_namespace()));
@@ -130,7 +153,7 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
       }
     }
   }
-  require_one_host(peers, where);
+  require_one_host(peers, context);
 
   Attached out;
   out.same_pid_namespace = std::all_of(peers.begin(), peers.end(), [&](const Peer& p) {
@@ -142,24 +165,25 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
     try {
       out.segment = Segment::create(name, size, o.slots(), o.chunk_bytes());
     } catch (const std::exception& e) {
-      store->set(kSegmentKey, to_bytes(kErrorMark + std::string(e.what())));
+      store->set(kSegmentKey, to_bytes(kErrorMark + cited(e)));
       throw;
     }
     store->set(kSegmentKey, to_bytes(name));
   } else {
-    name = await_name(store, deadline, o.timeout(), where);
+    name = await_name(store, deadline, o.timeout(), context);
     try {
       out.segment = Segment::open(name, size, o.slots(), o.chunk_bytes());
     } catch (const std::exception& e) {
       // The first rank that fails speaks for all, and only then removes the
       // name (which makes later ranks' opens fail too: they cite the first).
       if (store->add(kMapFailedCountKey, 1) == 1) {
-        store->set(kMapFailedKey, to_bytes("rank " + std::to_string(rank) + ": " + e.what()));
+        store->set(kMapFailedKey, to_bytes("rank " + std::to_string(rank) + ": " + cited(e)));
         Segment::unlink(name);  // the group cannot form: leave nothing behind
         throw;
       }
-      throw CommunicationError("ddp: " + where + ": the shm set-up failed on " +
-                               to_string(store->get(kMapFailedKey)));
+      const std::string report = to_string(store->get(kMapFailedKey));
+      throw CommunicationError(context.about(reporter(report)),
+                               "the shm set-up failed on " + report);
     }
   }
   Segment& seg = out.segment;
@@ -171,7 +195,7 @@ Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& o,
       static_cast<uint32_t>(size)) {
     Segment::unlink(name);
   }
-  await_attached(store, seg, name, size, deadline, o.timeout(), where);
+  await_attached(store, seg, name, size, deadline, o.timeout(), context);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include "collectives/shm/segment.h"
 
 #include <ddp/backends/shm.h>
+#include <ddp/errors.h>
 #include <ddp/store.h>
 
 #include <string>
@@ -21,8 +22,8 @@ struct Attached {
 // host, rank 0 creates a segment under a fresh random name and publishes the
 // name; every rank maps it and records its pid there; the rank that makes the
 // attach count reach `size` unlinks it. Returns once all ranks have mapped it.
-// `where` names this rank in errors ("rank 1 of 4 [shm]").
+// `context` is this rank's in errors (ProcessGroup::error_context()).
 Attached attach(const StorePtr& store, int rank, int size, const ShmOptions& options,
-                const std::string& where);
+                const ErrorContext& context);
 
 }  // namespace ddp::detail::shm

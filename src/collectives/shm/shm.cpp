@@ -12,6 +12,7 @@
 #include <ddp/errors.h>
 
 #include "collectives/cpu_tensors.h"
+#include "collectives/error_text.h"
 #include "collectives/shm/channel.h"
 #include "collectives/shm/collectives.h"
 #include "collectives/shm/setup.h"
@@ -32,7 +33,7 @@ namespace shm = detail::shm;
 namespace {
 
 void validate(const ShmOptions& o) {
-  auto bad = [](const std::string& what) { throw InvalidArgument("ddp: ShmOptions::" + what); };
+  auto bad = [](const std::string& what) { throw InvalidArgument("ShmOptions::" + what); };
   if (o.chunk_bytes() < 4096 || o.chunk_bytes() % 64 != 0 || o.chunk_bytes() > (1ll << 30)) {
     bad("chunk_bytes must be a multiple of 64 in [4096, 1 GiB], got " +
         std::to_string(o.chunk_bytes()));
@@ -63,7 +64,7 @@ class ShmProcessGroup::Impl {
       : owner_(owner),
         options_(std::move(options)),
         channel_(make_channel(store)),
-        queue_(owner.where(), owner.timeout(), 1) {}
+        queue_(owner.error_context(), owner.timeout(), 1) {}
 
   ~Impl() {
     queue_.stop();     // runs what is queued
@@ -97,7 +98,7 @@ class ShmProcessGroup::Impl {
     WorkPtr work = claim->work;
     const auto deadline = deadline_from_now();
     std::exception_ptr error =
-        guarded(*work, [&](shm::Channel& ch) { ch.begin_op(work->description(), deadline); });
+        guarded(*work, [&](shm::Channel& ch) { ch.begin_op(work->context(), deadline); });
     if (!error && !channel_.peers_began_op()) {
       queue_.hand_off_claim(std::move(*claim), std::move(rest));
       return work;
@@ -113,8 +114,9 @@ class ShmProcessGroup::Impl {
   // out as a tensor on this rank's part that keeps the mapping alive.
   at::Tensor allocate_region(int64_t bytes) {
     if (bytes < 0) {
-      throw InvalidArgument("ddp: " + owner_.where() + ": allocate_zero_copy(" +
-                            std::to_string(bytes) + "): bytes must be >= 0");
+      throw InvalidArgument(
+          owner_.error_context("allocate_zero_copy(" + std::to_string(bytes) + ")"),
+          "bytes must be >= 0");
     }
     // Parts start on pages of their own.
     const size_t per_rank = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
@@ -156,7 +158,8 @@ class ShmProcessGroup::Impl {
 
  private:
   shm::Channel make_channel(const StorePtr& store) {
-    shm::Attached a = shm::attach(store, owner_.rank(), owner_.size(), options_, owner_.where());
+    shm::Attached a =
+        shm::attach(store, owner_.rank(), owner_.size(), options_, owner_.error_context());
     shm::Channel::Config c;
     c.rank = owner_.rank();
     c.spin_iterations = options_.spin_iterations();
@@ -179,7 +182,7 @@ class ShmProcessGroup::Impl {
   std::exception_ptr run(const Work& work, std::chrono::steady_clock::time_point deadline,
                          const std::function<void(shm::Channel&)>& body) {
     return guarded(work, [&](shm::Channel& ch) {
-      ch.begin_op(work.description(), deadline);
+      ch.begin_op(work.context(), deadline);
       body(ch);
     });
   }
@@ -195,9 +198,9 @@ class ShmProcessGroup::Impl {
     } catch (const CollectiveMismatch&) {
       return std::current_exception();  // so did it for this
     } catch (const std::exception& e) {
-      std::string message = "ddp: " + work.description() + " failed: " + e.what();
-      channel_.mark_broken("rank " + std::to_string(owner_.rank()) + ": " + message);
-      return std::make_exception_ptr(CommunicationError(message));
+      CommunicationError error(work.context().about(detail::peers_of(e)), detail::cited(e));
+      channel_.mark_broken(detail::cited(error));
+      return std::make_exception_ptr(error);
     }
   }
 
