@@ -301,12 +301,15 @@ if wanted zero; then
   OUT=$WORK/zero.lost.out
   rc=0
   elastic_job 4 gloo --zero 1 --fault kill --victim 1,2 --at 6,6 || rc=$?
+  # Each survivor (members 0 and 3) ends with a ddp::Error (the operation:
+  # the member, its rank and generation) naming the lost state: parameter
+  # #1 (member 2's shard, its replica on member 1) and the step they are at.
   [[ $rc -ne 0 ]] &&
-    grep -q "ZeroRedundancyOptimizer state of parameter #[0-9]* (of 4) is kept by no member left: its owner and the member keeping its replica (the rank before it) were lost together (rank 0 is at step 6" "$OUT" &&
-    grep -q "restart from an on-disk checkpoint" "$OUT" &&
+    ddp_error "$OUT" "shows=ddp: elastic member 0 (" "shows=ZeroRedundancyOptimizer" \
+      "shows=parameter #1 (of 4)" "shows=step 6" &&
     pass "$name: every survivor ends naming the lost state (exit $rc)" ||
     fail "$name" "exit $rc: $(show "$OUT" 8)"
-  survivors=$(grep -c "is kept by no member left" "$OUT")
+  survivors=$(ddp_error_facts "$OUT" type=Error peers=none | grep -c -E "operation=elastic member (0|3) \(")
   [[ $survivors -eq 2 ]] && pass "$name: both survivors say so" ||
     fail "$name: $survivors survivor(s) said so, wanted 2"
 
@@ -357,8 +360,11 @@ if wanted minimum; then
   for p in "${pids[@]}"; do rc=0; wait "$p" 2>/dev/null || rc=$?; codes+=("$rc"); done
   kill "$store" 2>/dev/null
   wait "$store" 2>/dev/null
+  # A TimeoutError about member 1 (the one gone), showing the timeout, who
+  # is here, and the minimum.
   if [[ ${codes[*]} == "1 137 1" ]] &&
-     grep -q "generation 1 was not formed within 2000 ms: 2 member(s) here (0,2), 3 needed; gone since generation 0: 1" "$WORK/hand0.out"; then
+     ddp_error "$WORK/hand0.out" type=TimeoutError "operation=elastic member 0" peers=1 &&
+     ddp_error "$WORK/hand0.out" "at=elastic member 0" "shows=2000 ms" "shows=(0,2)" "shows= 3 "; then
     pass "$name: survivors exit 1 naming who is left, the minimum and who is gone"
   else
     fail "$name" "exit codes ${codes[*]}: $(show "$WORK/hand0.out" 4)"

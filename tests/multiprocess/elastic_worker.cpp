@@ -25,8 +25,11 @@
 //   first step of generation G done at T ms (CLOCK_REALTIME), world W
 //   victim: member ID faults at step S at T ms  (the victim)
 //   final: steps N, world W, state fnv1a64 H   (parameters and momentum)
+// An error ends it (exit 1): "elastic_worker: <error>", then its facts
+// (support/error_facts.h).
 #include <ddp/ddp.h>
 
+#include "../support/error_facts.h"
 #include "compat/torch_compat.h"
 
 #include <torch/torch.h>
@@ -267,6 +270,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "elastic_worker: " << e.what() << "\n";
+    ddp::testing::print_error_facts(std::cerr, e);
     return 1;
   }
 }

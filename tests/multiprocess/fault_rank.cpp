@@ -12,13 +12,17 @@
 //   root:  every rank broadcasts at the K-th, the victim from root 1, the
 //          others from root 0.
 // Survivors must fail within the timeout (an error naming the victim where
-// the backend can tell): they print it and exit 3 (0 would mean the fault
-// went unnoticed).
+// the backend can tell): they print it, then its facts (support/error_facts.h),
+// and exit 3 (0 would mean the fault went unnoticed). A process that cannot
+// join the group (a bad environment, a rendezvous that fails, a job secret
+// refused) prints "fault_rank: <error>" and its facts, and exits 1.
 //
 //   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit|skip|shape|op|dtype|wide|reduce|root]
 //              [--iterations N] [--elements E] [--linger-s S]
 // A survivor stays S seconds (default 2) after its error before it exits.
 #include <ddp/ddp.h>
+
+#include "../support/error_facts.h"
 
 #include <torch/torch.h>
 
@@ -50,7 +54,14 @@ int main(int argc, char** argv) {
     else if (flag == "--linger-s")
       linger_s = value;
   }
-  auto pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
+  ddp::ProcessGroupPtr pg;
+  try {
+    pg = ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(timeout_s)));
+  } catch (const ddp::Error& e) {
+    std::cerr << "fault_rank: " << e.what() << std::endl;
+    ddp::testing::print_error_facts(std::cerr, e);
+    return 1;
+  }
   const auto start = std::chrono::steady_clock::now();
   const bool is_victim = pg->rank() == victim;
   try {
@@ -86,7 +97,9 @@ int main(int argc, char** argv) {
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     std::cerr << "survivor rank " << pg->rank() << " failed after " << ms << " ms: " << e.what()
-              << "\nsurvivor rank " << pg->rank() << "'s error came at unix ms " << unix_ms
+              << std::endl;
+    ddp::testing::print_error_facts(std::cerr, e);
+    std::cerr << "survivor rank " << pg->rank() << "'s error came at unix ms " << unix_ms
               << std::endl;
     // Rank 0 hosts the store through which the others learn the first
     // failure: stay a moment, as a job's rank 0 does while it cleans up.

@@ -66,8 +66,10 @@ done
 wait
 for rank in 0 1; do
   log=$tmp/unwritable.$rank.log
+  # The job's error: rank 1's other element count, on shm (one host).
   if grep -q "^ddp: flight recorder: cannot write $tmp/a-file/dumps/rank$rank.flight: Not a directory" "$log" &&
-    grep -q "^survivor rank $rank failed after .* ms: ddp: " "$log"; then
+    grep -q "^survivor rank $rank failed after .* ms: ddp: " "$log" &&
+    ddp_error "$log" type=CollectiveMismatch "rank=$rank" world=2 backend=shm; then
     ok "rank $rank, an unwritable directory: one line says so, the job's error is kept"
   else
     not_ok "rank $rank, an unwritable directory" "$log"

@@ -24,6 +24,7 @@ if ! ip netns exec "$probe" true 2>/dev/null; then
   exit 77
 fi
 ip netns del "$probe"
+. "$(dirname "$0")/../support/tap.sh"
 tmp=$(mktemp -d)
 cleanup() {
   ip netns del "$a" 2>/dev/null
@@ -91,8 +92,8 @@ else
 fi
 
 # The link goes down mid-training (Gloo, a rank on each side, a 5 s timeout):
-# every rank fails within the timeout plus 2 s of it, the one cut off from
-# rank 0's store included.
+# every rank fails with a TimeoutError (Gloo's "Timed out") within the
+# timeout plus 2 s of it, the one cut off from rank 0's store included.
 fault=$build/tests/multiprocess/fault_rank
 for r in 0 1; do
   ns=$a
@@ -109,7 +110,8 @@ wait
 for r in 0 1; do
   error_at=$(sed -n 's/^survivor rank .*error came at unix ms \([0-9]*\)$/\1/p' "$tmp/down$r")
   ms=$(( ${error_at:-0} - down ))
-  if grep -q "^exit 3 at" "$tmp/down$r" && grep -q "Timed out" "$tmp/down$r" && [ -n "$error_at" ] &&
+  if grep -q "^exit 3 at" "$tmp/down$r" && grep -q "Timed out" "$tmp/down$r" &&
+     ddp_error "$tmp/down$r" type=TimeoutError "rank=$r" world=2 backend=gloo && [ -n "$error_at" ] &&
      [ "$ms" -ge 0 ] && [ "$ms" -le 7000 ]; then
     echo "ok - link down: rank $r failed $ms ms after it (timeout 5 s, at most 7 s), and exited"
   else

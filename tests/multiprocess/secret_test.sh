@@ -21,6 +21,19 @@ expect_exit() {
   if ! grep -q -E -- "$pattern" "$file"; then not_ok "$name (no '$pattern')" "$file"; return; fi
   ok "$name"
 }
+# expect_error NAME FILE STATUS CHECK...: the process logged to FILE exited
+# STATUS with a ddp error passing every CHECK (tap.sh's ddp_error: the facts
+# fault_rank prints after it, names and values it shows).
+expect_error() {
+  local name=$1 file=$2 status=$3
+  shift 3
+  if ! grep -qx "exit $status" "$file"; then not_ok "$name (got $(tail -1 "$file"), expected exit $status)" "$file"; return; fi
+  if ! ddp_error "$file" "$@"; then not_ok "$name (no error with $*)" "$file"; return; fi
+  ok "$name"
+}
+# The ranks whose admission fails are fault_rank (which prints its error's
+# facts), as are the job's; its processes name themselves host:pid.
+host=$(hostname)
 port=$(free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 DDP_RENDEZVOUS_TIMEOUT_S=4
 secret=0123456789abcdef0123456789abcdef
@@ -63,40 +76,43 @@ ddprun)
   expect_exit "ranks under ddprun are admitted and run" "$tmp/d.log" 0 "rank 1 of 2.*all correct"
   ;;
 wrong)
-  rank 0 "$secret" "$tmp/r0.log" "$demo"
-  rank 1 "${secret/0123/9999}" "$tmp/r1.log" "$demo"
+  rank 0 "$secret" "$tmp/r0.log" "$job"
+  rank 1 "${secret/0123/9999}" "$tmp/r1.log" "$job"
   wait
-  expect_exit "the rank with another secret is refused" "$tmp/r1.log" 1 \
-    "rank 1: rank 0 refused this process .*proof of the job secret does not match.*same DDP_JOB_SECRET"
+  expect_error "the rank with another secret is refused by rank 0" "$tmp/r1.log" 1 \
+    type=InvalidArgument rank=1 peers=0 "shows=$host:" shows=DDP_JOB_SECRET
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_exit "rank 0 names the refused rank" "$tmp/r0.log" 1 \
-    "1 of 2 ranks arrived \(missing: 1\).*Refused at admission: a process claiming rank 1 .*proof of the job secret does not match"
+  expect_error "rank 0 names the refused rank" "$tmp/r0.log" 1 \
+    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
   within "$tmp/r0.log" 8000 "rank 0's error (rendezvous timeout 4 s, plus the process's start)"
   ;;
 missing)
-  rank 0 "$secret" "$tmp/r0.log" "$demo"
-  rank 1 - "$tmp/r1.log" "$demo"
+  rank 0 "$secret" "$tmp/r0.log" "$job"
+  rank 1 - "$tmp/r1.log" "$job"
   wait
-  expect_exit "the rank without a secret says so" "$tmp/r1.log" 1 \
-    "rank 1: this rank has no job secret \(DDP_JOB_SECRET is unset\) but rank 0 requires one"
+  expect_error "the rank without a secret says so" "$tmp/r1.log" 1 \
+    type=InvalidArgument rank=1 peers=0 shows=DDP_JOB_SECRET
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .* has no job secret"
+  expect_error "rank 0 names it" "$tmp/r0.log" 1 \
+    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
   within "$tmp/r0.log" 8000 "rank 0's error"
   ;;
 rank0_without)
-  rank 0 - "$tmp/r0.log" "$demo"
-  rank 1 "$secret" "$tmp/r1.log" "$demo"
+  rank 0 - "$tmp/r0.log" "$job"
+  rank 1 "$secret" "$tmp/r1.log" "$job"
   wait
-  expect_exit "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
-    "rank 1: this rank holds a job secret \(DDP_JOB_SECRET\) but rank 0 has none"
+  expect_error "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
+    type=InvalidArgument rank=1 peers=0 shows=DDP_JOB_SECRET
   within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_exit "rank 0 names it" "$tmp/r0.log" 1 "missing: 1\).*Refused at admission: rank 1 .*holds a job secret"
+  expect_error "rank 0 names it" "$tmp/r0.log" 1 \
+    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
   ;;
 short)
-  rank 0 abc "$tmp/r0.log" "$demo"
+  rank 0 abc "$tmp/r0.log" "$job"
   wait
-  expect_exit "a short secret is refused before the rendezvous" "$tmp/r0.log" 1 \
-    "DDP_JOB_SECRET is 3 characters long; a job secret needs at least 16"
+  # Before the rendezvous: no rank known yet; the length and the minimum.
+  expect_error "a short secret is refused before the rendezvous" "$tmp/r0.log" 1 \
+    type=InvalidArgument rank=-1 peers=none shows=DDP_JOB_SECRET "shows= 3 " "shows= 16 "
   if grep -q abc "$tmp/r0.log"; then not_ok "the error shows the secret" "$tmp/r0.log"; else ok "the error does not show the secret"; fi
   ;;
 foreign)
@@ -132,8 +148,14 @@ PY
   rank 0 "$secret" "$tmp/r0.log" "$job" --victim 9 --iterations 800 --elements 262144
   rank 1 "$secret" "$tmp/r1.log" "$job" --victim 9 --iterations 800 --elements 262144
   sleep 1
-  rank 1 "${secret/0123/9999}" "$tmp/wrong.log" "$demo"
-  rank 1 "$secret" "$tmp/twin.log" "$demo"
+  # The job's rank 1, which the twin below finds in the job.
+  member=""
+  for p in $(pgrep -x fault_rank); do
+    env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+    grep -qx "RANK=1" <<<"$env_of" && grep -qx "MASTER_PORT=$port" <<<"$env_of" && member=$p
+  done
+  rank 1 "${secret/0123/9999}" "$tmp/wrong.log" "$job"
+  rank 1 "$secret" "$tmp/twin.log" "$job"
   until { exited "$tmp/wrong.log" && exited "$tmp/twin.log"; } || exited "$tmp/r0.log"; do sleep 0.1; done
   touch "$tmp/go"
   if [ -f "$tmp/bare.log" ]; then
@@ -145,10 +167,11 @@ PY
     ok "the strangers came while the job ran"
   fi
   wait
-  expect_exit "a process with another secret is refused mid-job" "$tmp/wrong.log" 1 \
-    "rank 0 refused this process .*proof of the job secret does not match"
-  expect_exit "a second process with the secret claiming rank 1 is refused" "$tmp/twin.log" 1 \
-    "rank 0 refused this process .*rank 1 is already in the job"
+  expect_error "a process with another secret is refused mid-job" "$tmp/wrong.log" 1 \
+    type=InvalidArgument rank=1 peers=0 "shows=$host:" shows=DDP_JOB_SECRET
+  # Naming the job's rank 1 by its host:pid.
+  expect_error "a second process with the secret claiming rank 1 is refused" "$tmp/twin.log" 1 \
+    type=InvalidArgument rank=1 peers=0 "shows=($host:${member:-none})"
   if [ -f "$tmp/bare.log" ]; then
     expect_exit "a bare store client sees the public key (the probe works)" "$tmp/bare.log" 0 "challenge key is found"
     expect_exit "a bare store client finds none of the job's keys" "$tmp/bare.log" 0 "hidden ddp/rendezvous/arrived/count"

@@ -10,10 +10,14 @@
 // stop:  the victim sends itself SIGSTOP inside a 16 MiB allreduce.
 // loop:  allreduces until stopped from outside (ddprun gets SIGTERM).
 // Survivors of a fault print "survivor rank R failed after MS ms of waiting:
-// <error>" (MS: from the start of the wait that failed) and exit 3 (0 would
-// mean the fault went unnoticed).
+// <error>" (MS: from the start of the wait that failed), then its facts
+// (support/error_facts.h), and exit 3 (0 would mean the fault went
+// unnoticed). Any other error: "rank R: <error>", its facts if it is a
+// ddp::Error (R is -1 before the group exists), exit 1.
 // The backend is DDP_BACKEND's (shm_test.sh sets shm).
 #include <ddp/ddp.h>
+
+#include "../support/error_facts.h"
 
 #include <torch/torch.h>
 
@@ -105,12 +109,14 @@ int main(int argc, char** argv) {
                   .count();
     std::cerr << "survivor rank " << rank << " failed after " << ms
               << " ms of waiting: " << e.what() << std::endl;
+    ddp::testing::print_error_facts(std::cerr, e);
     // Rank 0 hosts the store: stay a moment, so the others' rendezvous
     // store stays reachable while they report.
     std::this_thread::sleep_for(std::chrono::seconds(1));
     return 3;
   } catch (const std::exception& e) {
     std::cerr << "rank " << rank << ": " << e.what() << std::endl;
+    ddp::testing::print_error_facts(std::cerr, e);
     return 1;
   }
 }

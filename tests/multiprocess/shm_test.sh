@@ -44,11 +44,14 @@ done
 clean "after normal exits"
 
 # --- faults: each rank its own process (a launcher would stop the survivors
-# itself). fault N FAULT VICTIM TIMEOUT_S BOUND_S PATTERN: every survivor must
-# exit 3, its error matching PATTERN, after waiting at most BOUND_S seconds
-# in the collective that failed (as it reports).
+# itself). fault N FAULT VICTIM TIMEOUT_S BOUND_S TYPE: every survivor must
+# exit 3 with a CommunicationError about the victim (among its peers, with
+# the rank that found it where that was another) showing the victim's pid,
+# after waiting at most BOUND_S seconds in the collective that failed (as it
+# reports); the rank that found the fault raises a TYPE about the victim
+# alone.
 fault() {
-  local n=$1 kind=$2 victim=$3 t=$4 bound=$5 pattern=$6 port r waited
+  local n=$1 kind=$2 victim=$3 t=$4 bound=$5 type=$6 port r waited
   port=$(free_port)
   local -a ranks=()
   for (( r = 0; r < n; r++ )); do
@@ -62,27 +65,37 @@ fault() {
     waited=$(sed -n 's/.*failed after \([0-9]*\) ms of waiting.*/\1/p' "$tmp/rank$r")
     if [ "$status" -ne 3 ]; then
       not_ok "$kind: survivor rank $r exited $status, expected 3"; cat "$tmp/rank$r"
-    elif ! grep -q -E -- "$pattern" "$tmp/rank$r"; then
-      not_ok "$kind: survivor rank $r does not say '$pattern'"; cat "$tmp/rank$r"
+    elif ! ddp_error "$tmp/rank$r" is=CommunicationError "rank=$r" "world=$n" backend=shm "peers~$victim" \
+           "shows=(pid ${ranks[$victim]})"; then
+      not_ok "$kind: survivor rank $r: no CommunicationError about rank $victim (pid ${ranks[$victim]})"
+      cat "$tmp/rank$r"
     elif [ -z "$waited" ] || [ "$waited" -gt $(( bound * 1000 )) ]; then
       not_ok "$kind: survivor rank $r waited '${waited}' ms (bound ${bound} s)"
     else
       ok "$kind: survivor rank $r failed after waiting ${waited} ms, naming rank $victim"
     fi
   done
+  local found=""
+  for (( r = 0; r < n; r++ )); do
+    [ "$r" -ne "$victim" ] && [ -n "$(ddp_error_facts "$tmp/rank$r" "type=$type" "peers=$victim")" ] && found=$r
+  done
+  if [ -n "$found" ]; then ok "$kind: survivor rank $found found it: a $type about rank $victim"; else
+    not_ok "$kind: no survivor raised a $type about rank $victim alone"; cat "$tmp"/rank*; fi
   kill -KILL "${ranks[$victim]}" 2>/dev/null  # the stopped one
   wait_bounded "${ranks[$victim]}" 10
   clean "$kind"
 }
 
 # The thrower closes its group, then exits: a survivor may see either first.
-fault 3 throw 1 20 3 "rank 1 \(pid [0-9]+\) (closed its group|died)"
-fault 3 kill 1 20 3 "rank 1 \(pid [0-9]+\) died"
-fault 2 kill 0 20 3 "rank 0 \(pid [0-9]+\) died"
-# A stopped rank is alive: the others fail at the timeout (3 s), naming it.
-fault 3 stop 2 3 5 "rank 2 \(pid [0-9]+\) did not .* its process is stopped"
+fault 3 throw 1 20 3 CommunicationError
+fault 3 kill 1 20 3 CommunicationError
+fault 2 kill 0 20 3 CommunicationError
+# A stopped rank is alive: the others fail at the timeout (3 s), naming it
+# (the one that found it with a TimeoutError).
+fault 3 stop 2 3 5 TimeoutError
 
-# --- ranks on two hosts (DDP_HOST_ID splits them): every rank refuses, naming both.
+# --- ranks on two hosts (DDP_HOST_ID splits them): every rank refuses, about
+# the rank on the other host, naming both hosts.
 port=$(free_port)
 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" DDP_HOST_ID=b "$job" >"$tmp/host1" 2>&1 &
 other=$!; pids+=($other)
@@ -92,7 +105,8 @@ first=$?
 wait_bounded "$other" 30
 for r in 0 1; do
   got=$([ "$r" -eq 0 ] && echo "$first" || echo "$status")
-  if [ "$got" -eq 1 ] && grep -q "needs every rank on one host, but 2 hosts take part: ranks 0 on host id:a; ranks 1 on host id:b" "$tmp/host$r"; then
+  if [ "$got" -eq 1 ] && ddp_error "$tmp/host$r" type=InvalidArgument "rank=$r" world=2 "peers=$((1 - r))" \
+       shows=id:a shows=id:b; then
     ok "two hosts: rank $r refuses, naming both"
   else
     not_ok "two hosts: rank $r (exit $got)"; cat "$tmp/host$r"

@@ -3,7 +3,10 @@
 // DDP_TIMELINE set. A small MLP with a BatchNorm (so buffers are broadcast)
 // in several buckets; every iteration one no_sync micro-step, then a
 // synchronized one, and the optimizer step marked with a TimelineSpan.
+// An error: its message, then its facts (support/error_facts.h), exit 1.
 #include <ddp/ddp.h>
+
+#include "../support/error_facts.h"
 
 #include <torch/torch.h>
 
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::cerr << e.what() << std::endl;
+    ddp::testing::print_error_facts(std::cerr, e);
     return 1;
   }
 }

@@ -89,14 +89,20 @@ run "a directory, a comm hook" "$tmp/dir" "comm hook" \
     "$tmp/dir/timeline.rank0.json" "$tmp/dir/timeline.rank1.json" --hook
 run "{rank} in the name" "$tmp/t-{rank}" allreduce "$tmp/t-0" "$tmp/t-1"
 
-# Unwritable: every rank fails at construction, naming the variable and its file.
-out=$(DDP_TIMELINE=$tmp/missing/t.json timeout -s KILL 120 "$ddprun" --nproc-per-node 2 "$job" 2>&1)
+# Unwritable: every rank fails at construction (an InvalidArgument whose
+# operation is the variable and its value), naming its own file (rank 0's
+# with the OS's reason).
+DDP_TIMELINE=$tmp/missing/t.json timeout -s KILL 120 "$ddprun" --nproc-per-node 2 "$job" >"$tmp/unwritable" 2>&1
 got=$?
+variable="DDP_TIMELINE=$tmp/missing/t.json"
 if [ "$got" -ne 0 ] &&
-   echo "$out" | grep -q "rank 0: DDP_TIMELINE=$tmp/missing/t.json: cannot write the timeline file '$tmp/missing/t.rank0.json': No such file or directory" &&
-   echo "$out" | grep -q "rank 1: DDP_TIMELINE=$tmp/missing/t.json: cannot write the timeline file '$tmp/missing/t.rank1.json'"; then
+   ddp_error "$tmp/unwritable" type=InvalidArgument rank=0 "operation=$variable" &&
+   ddp_error "$tmp/unwritable" "at=rank 0: $variable" "shows='$tmp/missing/t.rank0.json'" \
+     "shows=No such file or directory" &&
+   ddp_error "$tmp/unwritable" type=InvalidArgument rank=1 "operation=$variable" &&
+   ddp_error "$tmp/unwritable" "at=rank 1: $variable" "shows='$tmp/missing/t.rank1.json'"; then
   ok "an unwritable DDP_TIMELINE fails on every rank, naming the variable and the file"
 else
-  not_ok "an unwritable DDP_TIMELINE (exit $got)"; echo "$out" | head -20
+  not_ok "an unwritable DDP_TIMELINE (exit $got)"; head -20 "$tmp/unwritable"
 fi
 exit $failed

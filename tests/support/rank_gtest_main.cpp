@@ -1,6 +1,9 @@
 // main() of the GoogleTest programs run once per rank (support/rank_gtest.h):
 // one intra-op thread (the ranks share the cores), the device from
-// "--device NAME", the default group from the launcher's environment.
+// "--device NAME", the default group from the launcher's environment. A
+// group that cannot be made ends the program (exit 1) with the error and its
+// facts (support/error_facts.h), as the srun and mpi tests read them.
+#include "support/error_facts.h"
 #include "support/rank_gtest.h"
 
 #include <ddp/device.h>
@@ -59,8 +62,14 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   const torch::Device device =
       device_named(argc > 2 && std::string(argv[1]) == "--device" ? argv[2] : "cpu");
-  g_rank = TestRank{device,
-                    ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)))};
+  try {
+    g_rank = TestRank{
+        device, ddp::init_process_group(ddp::InitOptions().timeout(std::chrono::seconds(60)))};
+  } catch (const ddp::Error& e) {
+    std::cerr << e.what() << std::endl;
+    print_error_facts(std::cerr, e);
+    return 1;
+  }
   const auto& group = g_rank->group;
   std::cout << "rank " << group->rank() << " of " << group->size() << " on " << device.str()
             << " over " << group->backend_name() << std::endl;
