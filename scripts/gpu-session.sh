@@ -52,7 +52,7 @@ case "${1:-}" in
       { grep -B2 -A8 "error" "$out/build.log" | head -80; exit 1; }
     timeout 300 ctest --test-dir build -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1
     echo "ctest exit $?"
-    grep -E "Test +#|tests passed|not ok" "$out/gpu-tests.log" | head -40
+    grep -E "Test +#|tests passed|FAILED" "$out/gpu-tests.log" | head -40
     [ -n "${SKIP_BENCH:-}" ] && exit 0
     DDP_PYTHON=$python timeout "${BENCH_S:-200}" bench/gpu/compare.sh build "$out/bench" \
       "${ROUNDS:-1}" >"$out/bench.log" 2>&1

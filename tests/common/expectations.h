@@ -1,6 +1,6 @@
 // Inputs and locally computed expectations for collective sweeps, shared by
 // the thread-per-rank sweep (multirank/collectives_test.cpp) and the
-// process-per-rank MPI sweep (mpi/mpi_sweep.cpp). Inputs are small integers
+// process-per-rank MPI tests (mpi/mpi_backend_test.cpp). Inputs are small integers
 // periodic in the index, so the expectation is exact in every dtype and
 // cheap: a table of 15 values (lcm of the periods 5 and 3).
 #pragma once

@@ -36,6 +36,8 @@ struct Raised {
   // parameter's name, a variable and its value, a count, a path), never a
   // phrase of its sentence.
   bool mentions(const std::string& fact) const { return what.find(fact) != std::string::npos; }
+  // For a failed check's output: the message, or why there is none.
+  const std::string& text() const { return wrong.empty() ? what : wrong; }
   // Whether this rank of `group` raised it: the context's rank, world size
   // and backend are the group's.
   bool on(const ProcessGroup& group) const {
@@ -44,9 +46,7 @@ struct Raised {
   }
 };
 
-inline std::ostream& operator<<(std::ostream& out, const Raised& r) {
-  return out << (r.wrong.empty() ? r.what : r.wrong);
-}
+inline std::ostream& operator<<(std::ostream& out, const Raised& r) { return out << r.text(); }
 
 template <typename E = InvalidArgument, typename F>
 Raised raised(F&& f) {
