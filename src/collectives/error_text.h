@@ -29,4 +29,12 @@ inline std::vector<int> peers_of(const std::exception& e) {
   return error == nullptr ? std::vector<int>{} : error->context().peers;
 }
 
+// A failure inside the operation of `context` (a Work's), as the error
+// (type E) that operation fails with: its context, naming the peers the
+// wrapped exception names, and that exception cited.
+template <typename E = Error>
+E failure_in(const ErrorContext& context, const std::exception& e) {
+  return E(context.about(peers_of(e)), cited(e));
+}
+
 }  // namespace ddp::detail

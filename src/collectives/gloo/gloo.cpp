@@ -261,8 +261,7 @@ class Engine final : public detail::GlooEngine {
     } catch (const CommunicationError&) {
       return std::current_exception();
     } catch (const std::exception& e) {
-      return std::make_exception_ptr(
-          Error(work.context().about(detail::peers_of(e)), detail::cited(e)));
+      return std::make_exception_ptr(detail::failure_in(work.context(), e));
     }
   }
 

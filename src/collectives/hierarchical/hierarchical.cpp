@@ -232,8 +232,7 @@ class HierarchicalProcessGroup::Impl {
         if (r->op == ReduceOp::AVG) r->flat.div_(owner_.size());
         if (r->epilogue) r->epilogue();
       } catch (const std::exception& e) {
-        error = std::make_exception_ptr(
-            Error(r->outer->context().about(detail::peers_of(e)), detail::cited(e)));
+        error = std::make_exception_ptr(detail::failure_in(r->outer->context(), e));
       }
     } else {
       MutexLock lock(mutex_);

@@ -194,8 +194,7 @@ class MpiProcessGroup::Impl {
     try {
       error = body();
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(
-          Error(work.context().about(detail::peers_of(e)), detail::cited(e)));
+      error = std::make_exception_ptr(detail::failure_in(work.context(), e));
     }
     mpi::collective_ended();
     return error;

@@ -171,7 +171,7 @@ class NcclProcessGroup::Impl {
     }
     if (abandon_pending) {
       const CommunicationError exiting(with_operation(context_, "nccl"), "the process is exiting");
-      fail_all(std::make_exception_ptr(exiting), detail::cited(exiting));
+      fail_all(std::make_exception_ptr(exiting));
     }
     cv_.notify_all();
     watchdog_.join();
@@ -227,8 +227,8 @@ class NcclProcessGroup::Impl {
       }
       pending.end->record(stream_);
       work->mark_started();  // its kernels are queued
-    } catch (const std::exception& e) {
-      fail_all(std::current_exception(), detail::cited(e));
+    } catch (const std::exception&) {
+      fail_all(std::current_exception());
       work->finish(std::current_exception());
       return work;
     }
@@ -275,7 +275,7 @@ class NcclProcessGroup::Impl {
         CommunicationError error(front.work->context(), std::string("CUDA reported an error: ") +
                                                             e.what() +
                                                             "; the communicator is aborted.");
-        fail_all(std::make_exception_ptr(error), detail::cited(error));
+        fail_all(std::make_exception_ptr(error));
         lock.lock();
         continue;
       }
@@ -291,7 +291,7 @@ class NcclProcessGroup::Impl {
             front.work->context(),
             "nccl reported an error: " + error +
                 "; the communicator is aborted. A peer may have failed; see its output.");
-        fail_all(std::make_exception_ptr(failure), detail::cited(failure));
+        fail_all(std::make_exception_ptr(failure));
       } else if (Clock::now() >= front.deadline) {
         TimeoutError timeout(
             front.work->context(),
@@ -299,7 +299,7 @@ class NcclProcessGroup::Impl {
                 " ms (the group's timeout); the communicator is aborted. A peer may be stuck or "
                 "issuing a different collective; run with DDP_DEBUG=detail to compare "
                 "collectives across ranks.");
-        fail_all(std::make_exception_ptr(timeout), detail::cited(timeout));
+        fail_all(std::make_exception_ptr(timeout));
       } else {
         std::this_thread::sleep_for(kWatchdogPoll);
       }
@@ -307,8 +307,15 @@ class NcclProcessGroup::Impl {
     }
   }
 
-  // Breaks the group: aborts the communicator, fails every pending Work.
-  void fail_all(std::exception_ptr error, const std::string& reason) {
+  // Breaks the group: aborts the communicator, fails every pending Work
+  // with `error` (a std::exception), and keeps its text for later calls.
+  void fail_all(std::exception_ptr error) {
+    std::string reason;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      reason = detail::cited(e);
+    }
     std::deque<Pending> failed;
     {
       MutexLock lock(mutex_);

@@ -198,7 +198,7 @@ class ShmProcessGroup::Impl {
     } catch (const CollectiveMismatch&) {
       return std::current_exception();  // so did it for this
     } catch (const std::exception& e) {
-      CommunicationError error(work.context().about(detail::peers_of(e)), detail::cited(e));
+      CommunicationError error = detail::failure_in<CommunicationError>(work.context(), e);
       channel_.mark_broken(detail::cited(error));
       return std::make_exception_ptr(error);
     }
