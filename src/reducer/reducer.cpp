@@ -16,6 +16,8 @@
 // iteration's gradient order, §6.2.1) and StaticGraph (static_graph).
 #include "reducer/reducer_impl.h"
 
+#include "reducer/copy_divided.h"
+
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
 #include <ddp/mutex.h>
@@ -424,7 +426,7 @@ void Reducer::Impl::contribute(at::Tensor& view, const at::Tensor& grad) {
   } else if (in_place) {
     view.div_(divisor_);
   } else {
-    at::div_out(view, grad, divisor_);  // copy and average in one pass
+    detail::copy_divided(view, grad, divisor_);  // copy and average in one pass
   }
 }
 
