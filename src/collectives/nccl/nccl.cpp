@@ -315,6 +315,8 @@ class NcclProcessGroup::Impl {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
       reason = detail::cited(e);
+    } catch (...) {
+      reason = "an error that is not a std::exception";
     }
     std::deque<Pending> failed;
     {
