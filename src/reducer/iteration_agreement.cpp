@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <utility>
 
 namespace ddp::detail {
