@@ -1,6 +1,8 @@
 #include "reducer/copy_divided.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
 
 #include <cstdint>
 
@@ -45,26 +47,45 @@ __attribute__((target("avx2"))) void stream_divided(double* dst, const double* s
   _mm_sfence();
 }
 
-bool streams(const at::Tensor& dst, const at::Tensor& src) {
-  const auto dtype = dst.scalar_type();
-  return has_avx2() && dst.device().is_cpu() && src.device().is_cpu() &&
-         src.scalar_type() == dtype && (dtype == at::kFloat || dtype == at::kDouble) &&
-         dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous() &&
-         dst.nbytes() >= static_cast<size_t>(kStreamedCopyBytes) && !src.is_same(dst);
+// Split over libtorch's intra-op threads as at::div_out would be, in
+// chunks of at least libtorch's own grain (at::internal::GRAIN_SIZE); each
+// chunk fences its own stores before its thread reports it done.
+constexpr int64_t kElementsPerChunk = 32768;
+
+template <typename T>
+void stream_divided_in_parallel(at::Tensor& dst, const at::Tensor& src, double divisor) {
+  T* out = dst.data_ptr<T>();
+  const T* in = src.data_ptr<T>();
+  const T d = static_cast<T>(divisor);
+  at::parallel_for(0, dst.numel(), kElementsPerChunk, [&](int64_t begin, int64_t end) {
+    stream_divided(out + begin, in + begin, end - begin, d);
+  });
 }
 #endif
 
 }  // namespace
 
+bool copy_divided_streams(const at::Tensor& dst, const at::Tensor& src) {
+#ifdef DDP_STREAMED_COPY
+  const auto dtype = dst.scalar_type();
+  return has_avx2() && dst.device().is_cpu() && src.device().is_cpu() &&
+         dst.layout() == at::kStrided && src.layout() == at::kStrided &&
+         src.scalar_type() == dtype && (dtype == at::kFloat || dtype == at::kDouble) &&
+         dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous() &&
+         dst.nbytes() >= static_cast<size_t>(kStreamedCopyBytes) &&
+         at::get_overlap_status(dst, src) == at::MemOverlapStatus::No;
+#else
+  return false;
+#endif
+}
+
 void copy_divided(at::Tensor& dst, const at::Tensor& src, const at::Tensor& divisor) {
 #ifdef DDP_STREAMED_COPY
-  if (streams(dst, src)) {
-    const double d = divisor.item<double>();
+  if (copy_divided_streams(dst, src)) {
     if (dst.scalar_type() == at::kFloat) {
-      stream_divided(dst.data_ptr<float>(), src.data_ptr<float>(), dst.numel(),
-                     static_cast<float>(d));
+      stream_divided_in_parallel<float>(dst, src, divisor.item<double>());
     } else {
-      stream_divided(dst.data_ptr<double>(), src.data_ptr<double>(), dst.numel(), d);
+      stream_divided_in_parallel<double>(dst, src, divisor.item<double>());
     }
     return;
   }

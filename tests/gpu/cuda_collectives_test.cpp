@@ -101,8 +101,7 @@ TEST_F(CudaCollectives, ShmStagingFollowsTheCallersStream) {
 #ifdef DDP_WITH_NCCL
 std::shared_ptr<NcclProcessGroup> nccl_world1(const torch::Device& device) {
   return std::make_shared<NcclProcessGroup>(c10::make_intrusive<c10d::HashStore>(), 0, 1,
-                                            milliseconds(5000),
-                                            NcclOptions().device(device.index()));
+                                            kDefaultTimeout, NcclOptions().device(device.index()));
 }
 
 // Raised by rank 0 of a group of `world` ranks of the nccl backend.

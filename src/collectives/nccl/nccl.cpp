@@ -227,7 +227,7 @@ class NcclProcessGroup::Impl {
       }
       pending.end->record(stream_);
       work->mark_started();  // its kernels are queued
-    } catch (const std::exception&) {
+    } catch (...) {
       fail_all(std::current_exception());
       work->finish(std::current_exception());
       return work;
