@@ -82,10 +82,11 @@ bool copy_divided_streams(const at::Tensor& dst, const at::Tensor& src) {
 void copy_divided(at::Tensor& dst, const at::Tensor& src, const at::Tensor& divisor) {
 #ifdef DDP_STREAMED_COPY
   if (copy_divided_streams(dst, src)) {
+    const double d = divisor.item<double>();
     if (dst.scalar_type() == at::kFloat) {
-      stream_divided_in_parallel<float>(dst, src, divisor.item<double>());
+      stream_divided_in_parallel<float>(dst, src, d);
     } else {
-      stream_divided_in_parallel<double>(dst, src, divisor.item<double>());
+      stream_divided_in_parallel<double>(dst, src, d);
     }
     return;
   }

@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
