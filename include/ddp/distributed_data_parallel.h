@@ -222,6 +222,9 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  private:
   friend class NoSyncGuard;
   void initialize(DistributedDataParallelOptions options);
+  // The wrapped module's parameters that DDP synchronizes, and their names.
+  void synchronized_parameters(std::vector<torch::Tensor>& params,
+                               std::vector<std::string>& names) const;
   template <typename ReturnType, typename... Args>
   ReturnType forward_wrapped(Args&&... args) {
     return sequential_ ? sequential_->forward<ReturnType>(std::forward<Args>(args)...)

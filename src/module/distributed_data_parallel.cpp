@@ -55,42 +55,33 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   const auto& wrapped = wrapped_;
   register_module(kModuleName, wrapped);
 
-  // Parameters to synchronize: those requiring grad, minus the ignored ones.
-  std::set<std::string> ignored;
-  for (std::string name : options_.parameters_to_ignore()) {
-    const std::string prefix = std::string(kModuleName) + ".";
-    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    ignored.insert(name);
-  }
+  // What this rank can tell wrong on its own comes first, then every rank
+  // learns whether one could (a rank that stopped here would leave the
+  // others waiting in the Reducer's collectives).
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  for (const auto& item : wrapped->named_parameters()) {
-    if (ignored.erase(item.key())) continue;
-    if (!item.value().requires_grad()) continue;
-    params.push_back(item.value());
-    names.push_back(item.key());
+  std::shared_ptr<detail::RankTimeline> rank_timeline;
+  ReducerOptions reducer_options;
+  std::exception_ptr bad_setup;
+  try {
+    synchronized_parameters(params, names);
+    rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
+    options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
+    reducer_options = bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb())
+                          .find_unused_parameters(options_.find_unused_parameters())
+                          .gradient_as_bucket_view(options_.gradient_as_bucket_view())
+                          .static_graph(options_.static_graph())
+                          .overlap_communication(options_.overlap_communication())
+                          .zero_copy_buckets(options_.zero_copy_buckets())
+                          .layer_drop_hints(options_.layer_drop_hints());
+  } catch (...) {
+    bad_setup = std::current_exception();
   }
-  if (!ignored.empty()) {
-    throw InvalidArgument(group_->error_context(),
-                          "parameters_to_ignore names '" + *ignored.begin() +
-                              "', which the module does not have (names are as in the wrapped "
-                              "module's named_parameters(), e.g. 'fc1.weight')");
-  }
+  detail::raise_on_every_rank(*group_, bad_setup, "DistributedDataParallel");
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
-  // Before any collective: a rank that cannot write its file stops here.
-  auto rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
 
   // The Reducer checks the parameters across ranks (collective) first.
-  options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
-  reducer_ = std::make_unique<Reducer>(
-      params, names, group_,
-      bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb())
-          .find_unused_parameters(options_.find_unused_parameters())
-          .gradient_as_bucket_view(options_.gradient_as_bucket_view())
-          .static_graph(options_.static_graph())
-          .overlap_communication(options_.overlap_communication())
-          .zero_copy_buckets(options_.zero_copy_buckets())
-          .layer_drop_hints(options_.layer_drop_hints()));
+  reducer_ = std::make_unique<Reducer>(params, names, group_, reducer_options);
   if (rank_timeline) {
     timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
   }
@@ -102,6 +93,29 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     detail::verify_same_tensors(*group_, buffers_, buffer_names, "buffers");
     all_params.insert(all_params.end(), buffers_.begin(), buffers_.end());
     detail::broadcast_coalesced(*group_, all_params, 0);
+  }
+}
+
+// Those requiring grad, minus the ignored ones.
+void DistributedDataParallelImpl::synchronized_parameters(std::vector<torch::Tensor>& params,
+                                                          std::vector<std::string>& names) const {
+  std::set<std::string> ignored;
+  for (std::string name : options_.parameters_to_ignore()) {
+    const std::string prefix = std::string(kModuleName) + ".";
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+    ignored.insert(name);
+  }
+  for (const auto& item : wrapped_->named_parameters()) {
+    if (ignored.erase(item.key())) continue;
+    if (!item.value().requires_grad()) continue;
+    params.push_back(item.value());
+    names.push_back(item.key());
+  }
+  if (!ignored.empty()) {
+    throw InvalidArgument(group_->error_context(),
+                          "parameters_to_ignore names '" + *ignored.begin() +
+                              "', which the module does not have (names are as in the wrapped "
+                              "module's named_parameters(), e.g. 'fc1.weight')");
   }
 }
 

@@ -110,6 +110,24 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
   }
 }
 
+void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what) {
+  const auto all = allgather(group, at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong));
+  if (mine) std::rethrow_exception(mine);
+  std::vector<int> failed;
+  std::string ranks;
+  for (int r = 0; r < group.size(); ++r) {
+    if (all[r].item<int64_t>() == 0) continue;
+    failed.push_back(r);
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (failed.empty()) return;
+  const bool one = failed.size() == 1;
+  throw InvalidArgument(group.error_context().about(failed),
+                        std::string(one ? "rank " : "ranks ") + ranks + " could not build " + what +
+                            " (" + (one ? "its" : "their") +
+                            " own error says why; see its output). Every rank stops here.");
+}
+
 void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   if (group.size() == 1 || tensors.empty()) return;
   at::NoGradGuard no_grad;

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,14 @@ namespace ddp::detail {
 // error path, for the names), bounded by the group's timeout.
 void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
                          const std::vector<std::string>& names, const std::string& what);
+
+// Set-up checks that may fail on some ranks only, ahead of collectives
+// that every rank must reach: each rank passes what its own checks threw
+// (null: nothing) and the ranks allgather who failed. A rank that failed
+// rethrows its error; the others raise InvalidArgument naming those ranks
+// (`what`: what they were building), so that none waits for a rank that
+// stopped. One small collective, bounded by the group's timeout.
+void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what);
 
 // Overwrites `tensors` on every rank with `root`'s, one broadcast per dtype
 // (the tensors flattened into one buffer). Without autograd recording.

@@ -29,6 +29,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <exception>
 #include <iostream>
 
 namespace ddp {
@@ -47,6 +48,33 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   if (!group_) {
     throw InvalidArgument(ErrorContext{-1, 0, "", "Reducer", {}}, "no process group given");
   }
+  std::exception_ptr bad_arguments;
+  try {
+    check_arguments();
+  } catch (...) {
+    bad_arguments = std::current_exception();
+  }
+  detail::raise_on_every_rank(*group_, bad_arguments, "a Reducer");
+  detail::verify_same_tensors(*group_, params_, names_, "parameters");
+  check_same_collective_options();
+  check_autotune_options();  // the same on every rank by now
+  if (params_.empty()) {
+    throw InvalidArgument(group_->error_context(),
+                          "the model has no parameter that requires grad: there is "
+                          "nothing to synchronize (check requires_grad and "
+                          "parameters_to_ignore)");
+  }
+  const size_t n = params_.size();
+  local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
+  build_buckets(reverse_order(n), options_.bucket_cap_bytes());
+  for (size_t i = 0; i < n; ++i) {
+    hooks_.push_back(std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
+  }
+}
+
+// What this rank can tell wrong on its own (the constructor makes every
+// rank raise if one does).
+void Reducer::Impl::check_arguments() const {
   if (names_.size() != params_.size()) {
     throw InvalidArgument(group_->error_context("Reducer"),
                           std::to_string(params_.size()) + " parameters but " +
@@ -65,21 +93,6 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
         "static_graph and layer_drop_hints together: static_graph declares "
         "that the same parameters get gradients every iteration, hints that they change; "
         "choose one");
-  }
-  detail::verify_same_tensors(*group_, params_, names_, "parameters");
-  check_same_collective_options();
-  check_autotune_options();  // the same on every rank by now
-  if (params_.empty()) {
-    throw InvalidArgument(group_->error_context(),
-                          "the model has no parameter that requires grad: there is "
-                          "nothing to synchronize (check requires_grad and "
-                          "parameters_to_ignore)");
-  }
-  const size_t n = params_.size();
-  local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
-  build_buckets(reverse_order(n), options_.bucket_cap_bytes());
-  for (size_t i = 0; i < n; ++i) {
-    hooks_.push_back(std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
 }
 

@@ -65,6 +65,7 @@ class Reducer::Impl {
   // held: the public operations and autograd_hook take it.
   // `joined`: Join's replay on a rank out of inputs.
   void begin_synchronized_iteration(bool joined) DDP_REQUIRES(mutex_);
+  void check_arguments() const;          // this rank's own, at construction
   void check_same_collective_options();  // collective, at construction
   // Backward start and, with find_unused_parameters, the unreached parameters.
   void watch_outputs(const std::vector<at::Tensor>& outputs) DDP_REQUIRES(mutex_);

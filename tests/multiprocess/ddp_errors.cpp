@@ -215,7 +215,22 @@ void bad_input(const ProcessGroupPtr& pg) {
   check(raised_here_about(r, pg, {}) && r.mentions("parameters_to_ignore") &&
             r.mentions("'nonexistent.weight'"),
         "parameters_to_ignore with an unknown name", facts(r));
-  if (n > 1) mismatched_collectives(pg);
+  if (n > 1) {
+    // Rank 1 alone: it raises its error, the others one naming it, and
+    // none waits for it in the construction's collectives.
+    r = raised<InvalidArgument>([&] {
+      DistributedDataParallel m(ShuffledMlp(),
+                                DistributedDataParallelOptions(options).parameters_to_ignore(
+                                    rank == 1 ? std::vector<std::string>{"nonexistent.weight"}
+                                              : std::vector<std::string>{}));
+    });
+    check(rank == 1 ? raised_here_about(r, pg, {}) && r.mentions("'nonexistent.weight'")
+                    : raised_here_about(r, pg, {1}),
+          "parameters_to_ignore with an unknown name on rank 1 only: every rank throws, naming "
+          "rank 1",
+          facts(r));
+    mismatched_collectives(pg);
+  }
 }
 
 }  // namespace ddp::testing

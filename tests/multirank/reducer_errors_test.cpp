@@ -59,6 +59,32 @@ TEST(Reducer, ASkippedBackwardOrASecondBackwardIsAnErrorOnEveryRank) {
   });
 }
 
+// An argument only rank 1 gets wrong: rank 1 raises its own error, the
+// others one naming rank 1, at once (a short timeout: nobody waits in the
+// construction's collectives for it); the group works on.
+TEST(Reducer, AnArgumentOneRankGetsWrongIsAnErrorOnEveryRank) {
+  spawn(3, [](int rank, StorePtr store) {
+    Chain chain;
+    auto pg = make_group(store, rank, 3, InitOptions().timeout(std::chrono::seconds(20)));
+    const auto options = ReducerOptions().static_graph(rank == 1).layer_drop_hints(rank == 1);
+    Raised r = raised<InvalidArgument>([&] { Reducer(chain.params, chain.names, pg, options); });
+    ASSERT_TRUE(r) << r;
+    EXPECT_TRUE(r.on(*pg)) << r;
+    if (rank == 1) {
+      EXPECT_TRUE(r.mentions("static_graph and layer_drop_hints")) << r;
+      EXPECT_TRUE(r.context.peers.empty()) << r;
+    } else {
+      EXPECT_EQ(r.context.peers, std::vector<int>{1}) << r;
+      EXPECT_TRUE(r.mentions("rank 1 ")) << r;
+    }
+    Reducer reducer(chain.params, chain.names, pg);
+    at::Tensor out = chain.forward(Chain::input(rank, 0));
+    reducer.prepare_for_backward({out});
+    out.sum().backward();
+    expect_grads(chain, expected_average(3, {0}), rank);
+  });
+}
+
 TEST(Reducer, ACommHookAfterTrainingStartedIsRefused) {
   spawn(1, [](int rank, StorePtr store) {
     Chain chain;
