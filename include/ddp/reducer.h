@@ -11,6 +11,8 @@
 //   }
 //
 // Contract
+// - An argument one rank gets wrong alone (names, requires_grad, options)
+//   raises on that rank, and on the others an InvalidArgument naming it.
 // - Construction checks that every rank passes the same parameters (count,
 //   names, shapes, dtypes, in the same order); a mismatch raises
 //   InvalidArgument on every rank naming the first differing parameter and

@@ -18,7 +18,8 @@
 //   ".rank<R>.json" appended). /tmp/t.json -> /tmp/t.rank0.json, ...
 // - Written by DistributedDataParallel: the file is opened when the module
 //   is constructed (an unwritable path: InvalidArgument naming the variable
-//   and the file, on the rank that cannot write it), events are buffered and
+//   and the file on the rank that cannot write it, one naming that rank on
+//   the others), events are buffered and
 //   written every second, when the module is destroyed and at exit. The file
 //   is valid JSON after every write; a later write error is reported once on
 //   stderr and stops the timeline, never the training.

@@ -111,8 +111,16 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
 }
 
 void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what) {
-  const auto all = allgather(group, at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong));
-  if (mine) std::rethrow_exception(mine);
+  const at::Tensor flag = at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong);
+  if (mine) {
+    // This rank's own error, whatever the group does: a broken group, or
+    // peers that never come, must not replace it with a communication error.
+    try {
+      allgather(group, flag);
+    } catch (...) {}
+    std::rethrow_exception(mine);
+  }
+  const auto all = allgather(group, flag);
   std::vector<int> failed;
   std::string ranks;
   for (int r = 0; r < group.size(); ++r) {

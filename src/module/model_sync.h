@@ -25,7 +25,8 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
 // (null: nothing) and the ranks allgather who failed. A rank that failed
 // rethrows its error; the others raise InvalidArgument naming those ranks
 // (`what`: what they were building), so that none waits for a rank that
-// stopped. One small collective, bounded by the group's timeout.
+// stopped. One small collective, bounded by the group's timeout; a rank
+// that failed raises its own error even if that collective fails.
 void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what);
 
 // Overwrites `tensors` on every rank with `root`'s, one broadcast per dtype

@@ -144,7 +144,7 @@ class Reducer::Impl {
   detail::IterationAgreement agreement_ DDP_GUARDED_BY(mutex_);
   // What gradients are divided by: the world size, unless set_divisor.
   at::Tensor divisor_ DDP_GUARDED_BY(mutex_) =
-      at::scalar_tensor(static_cast<double>(group_->size()), at::kDouble);
+      at::scalar_tensor(static_cast<double>(group_ ? group_->size() : 1), at::kDouble);
   IterationStats stats_pending_ DDP_GUARDED_BY(mutex_);
   IterationStats stats_ DDP_GUARDED_BY(mutex_);
   std::unique_ptr<detail::HookRunner> hook_runner_
