@@ -19,10 +19,10 @@
 // - Written by DistributedDataParallel: the file is opened when the module
 //   is constructed (an unwritable path: InvalidArgument naming the variable
 //   and the file on the rank that cannot write it, one naming that rank on
-//   the others), events are buffered and
-//   written every second, when the module is destroyed and at exit. The file
-//   is valid JSON after every write; a later write error is reported once on
-//   stderr and stops the timeline, never the training.
+//   the others); events are buffered and written every second, when the
+//   module is destroyed and at exit. The file is valid JSON after every
+//   write; a later write error is reported once on stderr and stops the
+//   timeline, never the training.
 // - Backward and its buckets come from the module's statistics
 //   (IterationStats) and are written at the next forward or when the module
 //   is destroyed; backward passes under no_sync are not shown.

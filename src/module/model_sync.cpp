@@ -117,7 +117,8 @@ void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std
     // peers that never come, must not replace it with a communication error.
     try {
       allgather(group, flag);
-    } catch (...) {}
+    } catch (...) {  // the others learn of it as they can
+    }
     std::rethrow_exception(mine);
   }
   const auto all = allgather(group, flag);
@@ -130,10 +131,11 @@ void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std
   }
   if (failed.empty()) return;
   const bool one = failed.size() == 1;
+  const std::string their = one ? "its" : "their";
   throw InvalidArgument(group.error_context().about(failed),
                         std::string(one ? "rank " : "ranks ") + ranks + " could not build " + what +
-                            " (" + (one ? "its" : "their") +
-                            " own error says why; see its output). Every rank stops here.");
+                            " (" + their + " own error says why; see " + their +
+                            " output). Every rank stops here.");
 }
 
 void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
