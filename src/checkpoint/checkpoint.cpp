@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "checkpoint/checkpoint_file.h"
+#include "collectives/flagged_ranks.h"
 #include "rendezvous/default_group.h"
 
 #include <ATen/ATen.h>
@@ -125,27 +126,16 @@ std::optional<TrainingState> load_checkpoint(const std::string& path, torch::nn:
   } catch (const std::exception& e) {
     failure = message_of(e);
   }
-  at::Tensor failed = at::tensor({static_cast<int64_t>(!failure.empty())}, at::kLong);
-  std::vector<at::Tensor> all_failed;
-  for (int r = 0; r < pg->size(); ++r) all_failed.push_back(at::empty({1}, at::kLong));
-  pg->allgather(all_failed, failed)->wait();
+  const std::vector<int> failed = detail::ranks_flagging(*pg, !failure.empty());
   const std::string source =
       "the checkpoint rank 0 read" + (pg->rank() == 0 ? " ('" + path + "')" : std::string());
   if (!failure.empty()) {
     throw CheckpointError(context_of(*pg, "load_checkpoint"),
                           source + " does not load: " + failure);
   }
-  std::string failed_ranks;
-  std::vector<int> failed_peers;
-  for (int r = 0; r < pg->size(); ++r) {
-    if (all_failed[r].item<int64_t>() != 0) {
-      failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
-      failed_peers.push_back(r);
-    }
-  }
-  if (!failed_ranks.empty()) {
-    throw CheckpointError(context_of(*pg, "load_checkpoint", failed_peers),
-                          source + " loads here but not on rank(s) " + failed_ranks +
+  if (!failed.empty()) {
+    throw CheckpointError(context_of(*pg, "load_checkpoint", failed),
+                          source + " loads here but not on rank(s) " + detail::rank_list(failed) +
                               " (see their errors): do the ranks build different models?");
   }
   pending->apply();

@@ -62,8 +62,7 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   std::vector<std::string> names;
   std::shared_ptr<detail::RankTimeline> rank_timeline;
   ReducerOptions reducer_options;
-  std::exception_ptr bad_setup;
-  try {
+  detail::check_on_every_rank(*group_, "DistributedDataParallel", [&] {
     synchronized_parameters(params, names);
     rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
     options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
@@ -74,10 +73,7 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
                           .overlap_communication(options_.overlap_communication())
                           .zero_copy_buckets(options_.zero_copy_buckets())
                           .layer_drop_hints(options_.layer_drop_hints());
-  } catch (...) {
-    bad_setup = std::current_exception();
-  }
-  detail::raise_on_every_rank(*group_, bad_setup, "DistributedDataParallel");
+  });
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
 
   // The Reducer checks the parameters across ranks (collective) first.

@@ -2,12 +2,14 @@
 
 #include <ddp/errors.h>
 
+#include "collectives/flagged_ranks.h"
 #include "collectives/fnv1a.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <cstring>
+#include <exception>
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -110,32 +112,31 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
   }
 }
 
-void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what) {
-  const at::Tensor flag = at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong);
+void check_on_every_rank(ProcessGroup& group, const std::string& what,
+                         const std::function<void()>& checks) {
+  std::exception_ptr mine;
+  try {
+    checks();
+  } catch (...) {
+    mine = std::current_exception();
+  }
   if (mine) {
     // This rank's own error, whatever the group does: a broken group, or
     // peers that never come, must not replace it with a communication error.
     try {
-      allgather(group, flag);
+      ranks_flagging(group, true);
     } catch (...) {  // the others learn of it as they can
     }
     std::rethrow_exception(mine);
   }
-  const auto all = allgather(group, flag);
-  std::vector<int> failed;
-  std::string ranks;
-  for (int r = 0; r < group.size(); ++r) {
-    if (all[r].item<int64_t>() == 0) continue;
-    failed.push_back(r);
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  }
+  const std::vector<int> failed = ranks_flagging(group, false);
   if (failed.empty()) return;
   const bool one = failed.size() == 1;
   const std::string their = one ? "its" : "their";
-  throw InvalidArgument(group.error_context().about(failed),
-                        std::string(one ? "rank " : "ranks ") + ranks + " could not build " + what +
-                            " (" + their + " own error says why; see " + their +
-                            " output). Every rank stops here.");
+  throw InvalidArgument(
+      group.error_context().about(failed),
+      std::string(one ? "rank " : "ranks ") + rank_list(failed) + " could not build " + what +
+          " (" + their + " own error says why; see " + their + " output). Every rank stops here.");
 }
 
 void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {

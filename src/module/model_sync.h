@@ -6,7 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,13 +21,13 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
                          const std::vector<std::string>& names, const std::string& what);
 
 // Set-up checks that may fail on some ranks only, ahead of collectives
-// that every rank must reach: each rank passes what its own checks threw
-// (null: nothing) and the ranks allgather who failed. A rank that failed
-// rethrows its error; the others raise InvalidArgument naming those ranks
-// (`what`: what they were building), so that none waits for a rank that
-// stopped. One small collective, bounded by the group's timeout; a rank
-// that failed raises its own error even if that collective fails.
-void raise_on_every_rank(ProcessGroup& group, std::exception_ptr mine, const std::string& what);
+// that every rank must reach: each rank runs its `checks`, then the ranks
+// learn who failed (ranks_flagging). A rank whose checks threw rethrows
+// that, even if the collective fails; the others raise InvalidArgument
+// naming those ranks (`what`: what they were building), so that none waits
+// for a rank that stopped. Bounded by the group's timeout.
+void check_on_every_rank(ProcessGroup& group, const std::string& what,
+                         const std::function<void()>& checks);
 
 // Overwrites `tensors` on every rank with `root`'s, one broadcast per dtype
 // (the tensors flattened into one buffer). Without autograd recording.

@@ -29,7 +29,6 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <exception>
 #include <iostream>
 
 namespace ddp {
@@ -48,13 +47,7 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   if (!group_) {
     throw InvalidArgument(ErrorContext{-1, 0, "", "Reducer", {}}, "no process group given");
   }
-  std::exception_ptr bad_arguments;
-  try {
-    check_arguments();
-  } catch (...) {
-    bad_arguments = std::current_exception();
-  }
-  detail::raise_on_every_rank(*group_, bad_arguments, "a Reducer");
+  detail::check_on_every_rank(*group_, "a Reducer", [this] { check_arguments(); });
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
   check_same_collective_options();
   check_autotune_options();  // the same on every rank by now

@@ -1,6 +1,7 @@
 #include "collectives/shm/setup.h"
 
 #include "collectives/error_text.h"
+#include "collectives/flagged_ranks.h"
 #include "collectives/host_identity.h"
 #include "collectives/shm/peers.h"
 #include "rendezvous/arrival.h"
@@ -110,14 +111,11 @@ void await_attached(const StorePtr& store, Segment& seg, const std::string& name
                                "the shm set-up failed on " + report);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::string missing;
       std::vector<int> missing_ranks;
       for (int r = 0; r < size; ++r) {
-        if (seg.control(r).pid.load() == 0) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-          missing_ranks.push_back(r);
-        }
+        if (seg.control(r).pid.load() == 0) missing_ranks.push_back(r);
       }
+      const std::string missing = rank_list(missing_ranks);
       Segment::unlink(name);  // nobody else may come: leave nothing behind
       throw TimeoutError(context.about(std::move(missing_ranks)),
                          "rank(s) " + missing + " did not map the shm segment within " +
