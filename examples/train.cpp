@@ -404,6 +404,8 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     }
     std::printf("final: parameters fnv1a64 %016llx\n",
                 static_cast<unsigned long long>(parameters_hash(net->parameters())));
+    std::fflush(stdout);
+    if (f.checkpoint.empty()) return;
     // The wrapped module, as a plain (non-DDP) checkpoint: it loads into a Net.
     torch::save(model->module_as<NetImpl>(), f.checkpoint);
     Net restored(net->kind, net->side, net->hidden, net->classes);
@@ -499,8 +501,10 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
             step.world_size());
         std::printf("final: parameters fnv1a64 %016llx\n",
                     static_cast<unsigned long long>(parameters_hash(net->parameters())));
-        torch::save(net, f.checkpoint);
-        std::printf("saved %s\n", f.checkpoint.c_str());
+        if (!f.checkpoint.empty()) {
+          torch::save(net, f.checkpoint);
+          std::printf("saved %s\n", f.checkpoint.c_str());
+        }
         std::fflush(stdout);
       }
       return false;

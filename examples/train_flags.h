@@ -21,8 +21,8 @@ inline const char* const kUsage =
     "  --lr LR             SGD learning rate, momentum 0.9 (default 0.01)\n"
     "  --log-every N       progress line every N steps on rank 0 (default 50)\n"
     "  --checkpoint PATH   where rank 0 saves the trained module at the end: a plain\n"
-    "                      module, torch::load reads it into a Net\n"
-    "                      (default train_checkpoint.pt)\n"
+    "                      module, torch::load reads it into a Net (default: none;\n"
+    "                      the job writes no file unless asked)\n"
     "  --checkpoint-every N  every N steps, rank 0 saves a snapshot of the whole\n"
     "                      training state (module, optimizer, epoch, step, sampler\n"
     "                      position, every rank's RNG) to --snapshot, atomically,\n"
@@ -80,7 +80,7 @@ struct Flags {
   int64_t batch_size = 64;
   double lr = 0.01;
   int64_t log_every = 50;
-  std::string checkpoint = "train_checkpoint.pt";
+  std::string checkpoint;  // empty: the trained module is not saved
   int64_t checkpoint_every = 0;  // 0: no snapshots
   std::string snapshot = "train_snapshot.ckpt";
   int64_t train_size = 40000;

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Installs the dependencies (scripts/install-deps.sh) and builds everything
-# (Release, -j2): against pip's torch into build/, or with
-# DDP_LIBTORCH=debian against Debian's libtorch 1.13 into build-debian/.
-# Used by scripts/test.sh and scripts/run.sh. Prints the build directory's
-# name last. DDP_CMAKE_ARGS: more arguments for CMake (e.g. -DGTest_DIR=...);
-# DDP_BUILD_DIR: another build directory; DDP_BUILD_TARGETS: only these targets.
+# Installs the dependencies (scripts/install-deps.sh) and builds (Release,
+# -j2) against the tier's libtorch (scripts/env.sh: DDP_LIBTORCH=pip into
+# build/, newest into build-newest/, debian into build-debian/). Used by
+# scripts/test.sh and scripts/run.sh. Prints the build directory's name last.
+#   DDP_BUILD_TARGETS  only these targets (words), e.g. "ddprun train" (what
+#                      scripts/run.sh needs) or "unit_tests"; default: all
+#   DDP_CMAKE_ARGS     more arguments for CMake (e.g. -DGTest_DIR=...)
+#   DDP_BUILD_DIR      another build directory
+#   DDP_BUILD_JOBS     parallel jobs (default 2)
+# CMake configures again only when these arguments change (a build re-runs
+# CMake by itself when a CMakeLists.txt changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -12,6 +17,11 @@ cd "$(dirname "$0")/.."
 # libtorch's headers cost ~15 s a file: ccache (paths relative to the
 # checkout, so another clone of the same sources hits too) keeps rebuilds short.
 export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
+# The library's precompiled header (CMakeLists.txt): ccache caches its
+# creation too, and takes a cached one as the same header in another build
+# directory with these sloppinesses. Five tiers' builds fit in 20 GB.
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-20G}
 command -v ccache >/dev/null || unset CMAKE_CXX_COMPILER_LAUNCHER
 if [ "$DDP_LIBTORCH" = debian ]; then
   dir=${DDP_BUILD_DIR:-build-debian}
@@ -21,9 +31,11 @@ if [ "$DDP_LIBTORCH" = debian ]; then
   args=(-DDDP_REFERENCE_PYTHON=/usr/bin/python3 -DDDP_BUILD_BENCH=OFF)
 else
   dir=${DDP_BUILD_DIR:-build}
+  [ "$DDP_LIBTORCH" = pip ] || dir=${DDP_BUILD_DIR:-build-$DDP_LIBTORCH}
   # The torch package's own folder as the prefix: its lib/ then comes before
   # the system's, where Debian's libtorch also lies.
-  prefix=$("$DDP_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  # (Found without importing torch, which takes seconds.)
+  prefix=$("$DDP_PYTHON" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])')
   torch_dir=$prefix/share/cmake/Torch
   args=(-DCMAKE_PREFIX_PATH="$prefix" -DDDP_REFERENCE_PYTHON="$DDP_PYTHON")
 fi
@@ -34,9 +46,13 @@ if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:PATH=$torch_dir" "$dir/
   rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
 fi
 mkdir -p "$dir"
-# shellcheck disable=SC2086  # DDP_CMAKE_ARGS: words
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" ${DDP_CMAKE_ARGS:-} >"$dir/configure.log" 2>&1 || {
-  cat "$dir/configure.log" >&2; exit 1; }
+# shellcheck disable=SC2206  # DDP_CMAKE_ARGS: words
+configure=(cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" ${DDP_CMAKE_ARGS:-})
+if [ ! -f "$dir/CMakeCache.txt" ] || [ "$(cat "$dir/configure.args" 2>/dev/null)" != "${configure[*]}" ]; then
+  rm -f "$dir/configure.args"
+  "${configure[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
+  echo "${configure[*]}" >"$dir/configure.args"
+fi
 targets=()
 for t in ${DDP_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" "${targets[@]}" >&2

@@ -52,8 +52,9 @@ fi
 
 # pip's torch (several GB with NVIDIA's wheels): once per machine; pip's
 # cache keeps the download for a venv made again.
-installed=$("$DDP_PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
-if [ "$installed" != "$DDP_TORCH_VERSION" ]; then
+# (Its version from the package's metadata: importing torch takes seconds.)
+installed=$("$DDP_PYTHON" -c 'import importlib.metadata as m; print(m.version("torch").split("+")[0])' 2>/dev/null || true)
+if [ "$DDP_LIBTORCH" != debian ] && [ "$installed" != "$DDP_TORCH_VERSION" ]; then
   echo "install-deps: torch $DDP_TORCH_VERSION into $DDP_VENV" >&2
   [ -x "$DDP_VENV/bin/python" ] || /usr/bin/python3 -m venv "$DDP_VENV"
   "$DDP_VENV/bin/python" -m pip install -q "torch==$DDP_TORCH_VERSION" numpy >&2

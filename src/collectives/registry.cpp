@@ -6,6 +6,7 @@
 #include <ddp/errors.h>
 
 #include "collectives/builtin_backends.h"
+#include "compat/one_libtorch.h"
 #include "rendezvous/env.h"
 
 #include <c10/util/Type.h>
@@ -81,6 +82,9 @@ std::string joined(const std::vector<std::string>& names) {
 void register_backend(Backend backend) { add(registry(), std::move(backend)); }
 
 const Backend& find_backend(const std::string& name, const std::string& chosen_by) {
+  // Every group is made through here: a process with two libtorchs stops
+  // before its first collective, with a reason rather than a crash.
+  compat::check_one_libtorch();
   Registry& r = registry();
   {
     MutexLock lock(r.mutex);
