@@ -48,24 +48,45 @@ ${ddp_TORCH_CXX11_ABI}) from ${ddp_TORCH_DIR}")
 share/cmake/Torch folder> (at ddp's build: ${ddp_TORCH_DIR}) or -DCMAKE_PREFIX_PATH=<its \
 install prefix> (pip's torch: the folder `python -c 'import torch; print(torch.__path__[0])'` \
 prints); or build ddp against the libtorch this project uses.")
+  if(TARGET torch)
+    _ddp_mixed_caffe2_check()
+    _ddp_torch_facts(_ddp_found)
+  endif()
   if(NOT TARGET torch)
     set(ddp_FOUND FALSE)
     set(ddp_NOT_FOUND_MESSAGE "ddp ${ddp_VERSION} needs the ${_ddp_built_against}, and CMake \
 found no libtorch. ${_ddp_remedy}")
-  else()
-    _ddp_torch_facts(_ddp_found)
-    if(NOT _ddp_found_VERSION STREQUAL ddp_TORCH_VERSION
-       OR NOT _ddp_found_CXX11_ABI STREQUAL ddp_TORCH_CXX11_ABI
-       OR NOT _ddp_found_FLAVOUR STREQUAL ddp_TORCH_FLAVOUR)
-      set(ddp_FOUND FALSE)
-      set(ddp_NOT_FOUND_MESSAGE "ddp ${ddp_VERSION} was built against ${_ddp_built_against}, \
+  elseif(_ddp_mixed)
+    set(ddp_FOUND FALSE)
+    set(ddp_NOT_FOUND_MESSAGE "CMake found libtorch in ${Torch_DIR} but its Caffe2 package \
+(the targets torch, torch_cpu, c10) in ${Caffe2_DIR}, another libtorch's: a program that links \
+both crashes. Set -DCaffe2_DIR=${_ddp_own_caffe2} (find_package(Torch) looks for Caffe2 in the \
+system's folders before its own).")
+  elseif(NOT _ddp_found_VERSION STREQUAL ddp_TORCH_VERSION
+         OR NOT _ddp_found_CXX11_ABI STREQUAL ddp_TORCH_CXX11_ABI
+         OR NOT _ddp_found_FLAVOUR STREQUAL ddp_TORCH_FLAVOUR)
+    set(ddp_FOUND FALSE)
+    set(ddp_NOT_FOUND_MESSAGE "ddp ${ddp_VERSION} was built against ${_ddp_built_against}, \
 but CMake found libtorch ${_ddp_found_VERSION} (${_ddp_found_FLAVOUR}, C++11 ABI \
 ${_ddp_found_CXX11_ABI}) in ${Torch_DIR}: a program that links both crashes. ${_ddp_remedy}")
-    else()
-      _ddp_own_torch_libraries()
-    endif()
+  else()
+    _ddp_own_torch_libraries()
   endif()
 endmacro()
+
+# Whether the Caffe2 package found (Caffe2_DIR) is not the one beside the
+# Torch package found (Torch_DIR), which _ddp_own_caffe2 then names. (A
+# function, for if(): its result in _ddp_mixed.)
+function(_ddp_mixed_caffe2_check)
+  get_filename_component(own "${Torch_DIR}/../Caffe2" REALPATH)
+  get_filename_component(found "${Caffe2_DIR}" REALPATH)
+  set(_ddp_own_caffe2 "${own}" PARENT_SCOPE)
+  if(Caffe2_DIR AND EXISTS "${own}/Caffe2Config.cmake" AND NOT own STREQUAL found)
+    set(_ddp_mixed TRUE PARENT_SCOPE)
+  else()
+    set(_ddp_mixed FALSE PARENT_SCOPE)
+  endif()
+endfunction()
 
 # Sets Torch_DIR to the libtorch _ddp_find_torch() takes (its order above),
 # and Caffe2_DIR to the Caffe2 package beside it. TorchConfig.cmake looks for

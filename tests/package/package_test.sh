@@ -8,6 +8,8 @@
 #                the package finds the libtorch ddp was built against
 #   torch_dir    Torch_DIR at that libtorch's CMake folder
 #   prefix_path  CMAKE_PREFIX_PATH at that libtorch's install prefix
+#   own_find     the project finds Torch itself first, by Torch_DIR alone:
+#                refused where that took another libtorch's Caffe2 package
 #   other        Torch_DIR at another libtorch (Debian's, or pip's for the
 #                Debian tier): refused at configure time
 #   another_libtorch  a program that loads the other libtorch's libc10 at run
@@ -75,6 +77,25 @@ works() {  # works NAME CMAKE_ARGS...: configures, builds and runs on 2 ranks
 works default -DCMAKE_PREFIX_PATH="$prefix"
 works torch_dir -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir"
 works prefix_path -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix"
+# The project finds Torch itself, by Torch_DIR alone, before ddp: where the
+# system holds another libtorch's Caffe2 package, TorchConfig.cmake takes
+# that one (the targets torch_cpu, c10), and ddp must refuse it naming the
+# Caffe2 beside Torch_DIR; elsewhere the program works.
+system_caffe2=/usr/lib/$(gcc -print-multiarch)/cmake/Caffe2
+if [ -f "$system_caffe2/Caffe2Config.cmake" ] && ! same_dir "$system_caffe2" "$torch_dir/../Caffe2"; then
+  if configure own_find -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" \
+       -DCONSUMER_FINDS_TORCH_FIRST=ON; then
+    fail "own_find: a project whose Torch took another libtorch's Caffe2 configured"
+  fi
+  tr -s ' \n' ' ' <"$tmp/own_find.configure.log" >"$tmp/own_find.message"
+  for fact in "$(realpath "$torch_dir/../Caffe2")" Caffe2_DIR; do
+    grep -qF -- "$fact" "$tmp/own_find.message" || {
+      cat "$tmp/own_find.configure.log"; fail "own_find: the refusal does not name '$fact'"; }
+  done
+  echo "ok: own_find (refused: Caffe2 from $system_caffe2)"
+else
+  works own_find -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" -DCONSUMER_FINDS_TORCH_FIRST=ON
+fi
 
 if [ -z "$other" ]; then
   echo "ok: other # SKIP no other libtorch on this machine"
