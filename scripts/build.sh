@@ -14,8 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 [ -n "${DDP_SKIP_INSTALL:-}" ] || scripts/install-deps.sh >&2
-# libtorch's headers cost ~15 s a file: ccache (paths relative to the
-# checkout, so another clone of the same sources hits too) keeps rebuilds short.
+# libtorch's headers cost seconds a file even precompiled: ccache (paths
+# relative to the checkout, so another clone of the same sources hits too)
+# keeps rebuilds short.
 export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
 # The library's precompiled header (CMakeLists.txt): ccache caches its
 # creation too, and takes a cached one as the same header in another build
@@ -48,10 +49,12 @@ fi
 mkdir -p "$dir"
 # shellcheck disable=SC2206  # DDP_CMAKE_ARGS: words
 configure=(cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" ${DDP_CMAKE_ARGS:-})
-if [ ! -f "$dir/CMakeCache.txt" ] || [ "$(cat "$dir/configure.args" 2>/dev/null)" != "${configure[*]}" ]; then
+# (What a first configuration also reads from the environment counts too.)
+stamp="${configure[*]} CC=${CC:-} CXX=${CXX:-} CXXFLAGS=${CXXFLAGS:-} LDFLAGS=${LDFLAGS:-}"
+if [ ! -f "$dir/CMakeCache.txt" ] || [ "$(cat "$dir/configure.args" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$dir/configure.args"
   "${configure[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
-  echo "${configure[*]}" >"$dir/configure.args"
+  echo "$stamp" >"$dir/configure.args"
 fi
 targets=()
 for t in ${DDP_BUILD_TARGETS:-}; do targets+=(--target "$t"); done

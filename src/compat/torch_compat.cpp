@@ -1,5 +1,7 @@
 #include "compat/torch_compat.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/optim/optimizer.h>
 
@@ -41,6 +43,14 @@ void clear_as_zero_grad_does(at::Tensor& grad) {
     grad.detach_();
     grad.zero_();
   }
+}
+
+std::shared_ptr<torch::autograd::Node> grad_accumulator(const at::Tensor& leaf) {
+  // autograd's handle (a shared_ptr or an intrusive_ptr), held by the
+  // returned pointer's deleter and dropped with its last copy.
+  auto handle = torch::autograd::impl::grad_accumulator(leaf);
+  auto* node = handle.get();
+  return std::shared_ptr<torch::autograd::Node>(node, [handle](torch::autograd::Node*) {});
 }
 
 }  // namespace ddp::compat

@@ -30,6 +30,11 @@
 // - pytorch.org's and pip's libtorch bundle and export Gloo: the Gloo module
 //   (src/collectives/gloo/module.cpp); with the pre-C++11 string ABI the
 //   module is not built (cmake/gloo_module.cmake).
+// - Autograd's nodes are held by std::shared_ptr up to 2.14 and by
+//   c10::intrusive_ptr from 2.15 on: grad_accumulator() below; code that
+//   only follows them uses raw pointers (.get() works on both).
+// - libtorch 2.13 and later need C++20: their CMake package asks for it
+//   (cxx_std_20 on the torch target); ddp's code compiles as either.
 // - Optimizer::state() is keyed by the parameter's TensorImpl address
 //   printed as a string (1.13) or by the address itself, void* (2.x):
 //   optimizer_state_key() below, a template switching on the map's key type
@@ -37,12 +42,16 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
 
 namespace c10d {
 struct TCPStoreOptions;
+}
+namespace torch::autograd {
+struct Node;
 }
 
 namespace ddp::compat {
@@ -58,6 +67,12 @@ void clear_as_zero_grad_does(at::Tensor& grad);
 // libuv (Debian's) then refuse to start the store; the classic server is in
 // every version and is what 1.13 uses.
 void use_classic_tcp_store(c10d::TCPStoreOptions& options);
+
+// The gradient accumulator of a leaf that requires grad (autograd's node
+// for it), kept alive by the returned pointer as by autograd's own handle:
+// impl::grad_accumulator returns a std::shared_ptr<Node> up to 2.14 and a
+// c10::intrusive_ptr<Node> from 2.15 on (autograd's nodes became intrusive).
+std::shared_ptr<torch::autograd::Node> grad_accumulator(const at::Tensor& leaf);
 
 // The key of `param`'s entry in an optimizer's state() map.
 template <typename StateMap>

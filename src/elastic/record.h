@@ -28,7 +28,10 @@ struct GenerationRecord {
 
   static std::string join(const std::vector<int>& ids) {
     std::string out;
-    for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(ids[i]);
+    }
     return out;
   }
 

@@ -1,5 +1,7 @@
 #include "reducer/autograd_hooks.h"
 
+#include "compat/torch_compat.h"
+
 #include <ddp/errors.h>
 
 #include <torch/csrc/autograd/engine.h>
@@ -43,7 +45,7 @@ const at::Tensor& leaf_requiring_grad(const at::Tensor& param) {
 namespace ddp {
 
 GradReadyHook::GradReadyHook(const at::Tensor& param, std::function<void()> on_ready)
-    : accumulator_(torch::autograd::impl::grad_accumulator(detail::leaf_requiring_grad(param))) {
+    : accumulator_(compat::grad_accumulator(detail::leaf_requiring_grad(param))) {
   key_ = accumulator_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
       [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
                                        const torch::autograd::variable_list&) {
