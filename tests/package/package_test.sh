@@ -37,8 +37,9 @@ fi
 # Another libtorch on this machine, for the refusals: Debian's, or for a
 # build against Debian's the project's pip torch.
 same_dir() { [ "$(realpath "$1")" = "$(realpath "$2")" ]; }
+system_cmake=/usr/lib/$(gcc -print-multiarch)/cmake  # Debian's packages' CMake folder
 other=""
-for candidate in /usr/lib/x86_64-linux-gnu/cmake/Torch \
+for candidate in "$system_cmake/Torch" \
                  "${XDG_CACHE_HOME:-$HOME/.cache}"/ddp/venv-torch-*/lib/python3*/site-packages/torch/share/cmake/Torch; do
   if [ -f "$candidate/TorchConfig.cmake" ] && ! same_dir "$candidate" "$torch_dir"; then
     other=$candidate; break
@@ -73,6 +74,14 @@ works() {  # works NAME CMAKE_ARGS...: configures, builds and runs on 2 ranks
     fail "$name: the program failed"
   echo "ok: $name (Torch_DIR $found)"
 }
+refused() {  # refused NAME FACT...: NAME's configure failed naming every FACT
+  local name=$1; shift
+  tr -s ' \n' ' ' <"$tmp/$name.configure.log" >"$tmp/$name.message"
+  for fact in "$@"; do
+    grep -qF -- "$fact" "$tmp/$name.message" || {
+      cat "$tmp/$name.configure.log"; fail "$name: the refusal does not name '$fact'"; }
+  done
+}
 
 works default -DCMAKE_PREFIX_PATH="$prefix"
 works torch_dir -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir"
@@ -81,17 +90,13 @@ works prefix_path -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix"
 # system holds another libtorch's Caffe2 package, TorchConfig.cmake takes
 # that one (the targets torch_cpu, c10), and ddp must refuse it naming the
 # Caffe2 beside Torch_DIR; elsewhere the program works.
-system_caffe2=/usr/lib/$(gcc -print-multiarch)/cmake/Caffe2
+system_caffe2=$system_cmake/Caffe2
 if [ -f "$system_caffe2/Caffe2Config.cmake" ] && ! same_dir "$system_caffe2" "$torch_dir/../Caffe2"; then
   if configure own_find -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" \
        -DCONSUMER_FINDS_TORCH_FIRST=ON; then
     fail "own_find: a project whose Torch took another libtorch's Caffe2 configured"
   fi
-  tr -s ' \n' ' ' <"$tmp/own_find.configure.log" >"$tmp/own_find.message"
-  for fact in "$(realpath "$torch_dir/../Caffe2")" Caffe2_DIR; do
-    grep -qF -- "$fact" "$tmp/own_find.message" || {
-      cat "$tmp/own_find.configure.log"; fail "own_find: the refusal does not name '$fact'"; }
-  done
+  refused own_find "$(realpath "$torch_dir/../Caffe2")" Caffe2_DIR
   echo "ok: own_find (refused: Caffe2 from $system_caffe2)"
 else
   works own_find -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" -DCONSUMER_FINDS_TORCH_FIRST=ON
@@ -109,11 +114,7 @@ if configure other -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$other"; then
 fi
 ours=$(sed -n 's/^set(ddp_TORCH_VERSION "\(.*\)").*/\1/p' "$prefix"/lib*/cmake/ddp/ddpConfig.cmake)
 theirs=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$other/TorchConfigVersion.cmake")
-tr -s ' \n' ' ' <"$tmp/other.configure.log" >"$tmp/other.message"
-for fact in "libtorch $ours" "libtorch $theirs" "$other" Torch_DIR CMAKE_PREFIX_PATH; do
-  grep -qF -- "$fact" "$tmp/other.message" || {
-    cat "$tmp/other.configure.log"; fail "other: the refusal does not name '$fact'"; }
-done
+refused other "libtorch $ours" "libtorch $theirs" "$other" Torch_DIR CMAKE_PREFIX_PATH
 echo "ok: other (refused: built against $ours, found $theirs)"
 
 # Two libtorchs that are both linked into a program crash inside the
