@@ -1,12 +1,21 @@
 // The NCCL backend: collectives on CUDA tensors through NCCL's C API
-// (written on NCCL 2.28, the one PyTorch 2.11's wheel brings).
+// (written on NCCL 2.28, the one PyTorch 2.11's wheel brings; 2.30 and later
+// also let ranks share a GPU).
 //
 // Contract
 // - Launch: any launcher that sets up a store (ddprun, torchrun, env://).
 //   Rank 0 makes NCCL's unique id and the ranks exchange it through the
-//   store, with each rank's host and GPU; two ranks on one GPU are an
-//   InvalidArgument on every rank naming both (NCCL before 2.30 refuses
-//   them; use shm, which stages CUDA tensors through host memory).
+//   store, with each rank's host and GPU. Two ranks on one GPU are an
+//   InvalidArgument on every rank naming both, unless the loaded NCCL is
+//   2.30 or later and NCCL_MULTI_RANK_GPU_ENABLE=1 is set (the error names
+//   what is missing; shm also takes ranks sharing a GPU, staging CUDA
+//   tensors through host memory).
+// - The NCCL used is the libnccl.so.2 the process loaded first (LD_PRELOAD
+//   wins; else whichever of libddp and libtorch asks first, usually the one
+//   beside libtorch), which may not be the one whose headers libddp was
+//   compiled with. Making a group checks that the loaded one is of the same
+//   major version and no older, and refuses it otherwise, naming both and
+//   the file; nccl_version() says which one runs.
 // - The communicator is made non-blocking: its initialisation and every
 //   collective are polled, so a peer that never arrives ends in a
 //   TimeoutError after the group's timeout, and the communicator is aborted
@@ -63,7 +72,7 @@ class NcclProcessGroup : public ProcessGroup {
   c10::Device staging_device() const override;               // device()
   // This rank's GPU.
   c10::Device device() const;
-  // NCCL's version, e.g. "2.28.9".
+  // The loaded NCCL's version, e.g. "2.28.9".
   static std::string nccl_version();
 
  protected:

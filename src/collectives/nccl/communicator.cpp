@@ -1,9 +1,13 @@
 #include "collectives/nccl/communicator.h"
 
+#include "collectives/nccl/version_gate.h"
+
 #include <ddp/errors.h>
 #include <ddp/mutex.h>
 
 #include <c10/cuda/CUDAGuard.h>
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <thread>
@@ -59,12 +63,26 @@ ncclRedOp_t red_op(ReduceOp op) {
   return ncclSum;
 }
 
-std::string version() {
+int loaded_version_code() {
   int v = 0;
   ncclGetVersion(&v);
-  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9.
-  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-         std::to_string(v % 100);
+  return v;
+}
+
+std::string version() { return version_text(loaded_version_code()); }
+
+std::string loaded_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) == 0 || info.dli_fname == nullptr) {
+    return "an unknown file";
+  }
+  return info.dli_fname;
+}
+
+void check_loaded_version(const ErrorContext& context) {
+  const std::string mismatch =
+      loaded_version_mismatch(loaded_version_code(), loaded_path(), NCCL_VERSION_CODE);
+  if (!mismatch.empty()) throw InvalidArgument(context, mismatch);
 }
 
 std::string new_unique_id() {

@@ -21,8 +21,14 @@ using Clock = std::chrono::steady_clock;
 // NCCL's type for one of the collective dtypes (collectives/dtypes.h).
 ncclDataType_t data_type(at::ScalarType dtype);
 ncclRedOp_t red_op(ReduceOp op);
-// "2.28.9": the NCCL this process loaded.
+// The NCCL this process loaded: its version code (NCCL_VERSION_CODE's
+// form), as text ("2.28.9"), and the file it came from.
+int loaded_version_code();
 std::string version();
+std::string loaded_path();
+// InvalidArgument in `context` unless the loaded NCCL serves the headers ddp
+// was compiled with (version_gate.h's loaded_version_mismatch).
+void check_loaded_version(const ErrorContext& context);
 
 // `n` bytes as lowercase hex, two digits a byte: ids for the store.
 std::string hex(const void* bytes, size_t n);

@@ -10,6 +10,7 @@
 #include "collectives/dtypes.h"
 #include "collectives/error_text.h"
 #include "collectives/nccl/communicator.h"
+#include "collectives/nccl/version_gate.h"
 #include "collectives/work_detail.h"
 #include "rendezvous/arrival.h"
 
@@ -103,24 +104,23 @@ std::string gpu_uuid(int device) {
 }
 
 // Every rank's "<GPU UUID> <host> cuda:<device>", then rank 0's NCCL id,
-// through the store. Two ranks on one GPU are refused on every rank, naming
-// both.
+// through the store. Ranks sharing a GPU are refused on every rank, naming
+// both, unless the loaded NCCL accepts them (version_gate.h).
 std::string exchange_id(const StorePtr& store, int rank, int size, int device,
                         std::chrono::milliseconds timeout, const ErrorContext& group) {
   const std::string uuid = gpu_uuid(device);
   const std::string mine = uuid + " " + host_name() + " cuda:" + std::to_string(device);
   auto all = detail::allgather_on_store(store, "nccl_gpu/", rank, size, mine, timeout,
                                         "nccl: the ranks' GPUs", "; see their output.");
-  for (int r = 0; r < size; ++r) {
+  const std::string refusal = detail::nccl::shared_gpu_refusal(
+      detail::nccl::loaded_version_code(), std::getenv(detail::nccl::kMultiRankGpuVariable));
+  for (int r = 0; r < size && !refusal.empty(); ++r) {
     if (r != rank && !uuid.empty() && all[r].substr(0, uuid.size() + 1) == uuid + " ") {
       // About the other rank on this GPU.
       throw InvalidArgument(with_operation(group, "nccl").about({r}),
                             "ranks " + std::to_string(std::min(r, rank)) + " and " +
                                 std::to_string(std::max(r, rank)) + " both use GPU " + mine +
-                                "; NCCL " + detail::nccl::version() +
-                                " needs a GPU per rank (NcclOptions::device, LOCAL_RANK). Ranks "
-                                "sharing a GPU can use shm, which stages CUDA tensors through "
-                                "host memory");
+                                "; " + refusal);
     }
   }
   auto ids = detail::allgather_on_store(store, "nccl_id/", rank, size,
@@ -143,6 +143,7 @@ class NcclProcessGroup::Impl {
     static const bool at_exit = (std::atexit(shut_down_live_groups), true);
     (void)at_exit;
     const auto deadline = Clock::now() + timeout;
+    detail::nccl::check_loaded_version(with_operation(context_, "nccl"));
     const std::string id = exchange_id(store, rank, size, device_, timeout, context_);
     comm_ = std::make_unique<detail::nccl::Communicator>(detail::nccl::unique_id_from(id), rank,
                                                          size, device_, deadline,
