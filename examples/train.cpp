@@ -25,6 +25,7 @@
 // `ddprun --max-restarts 3`.
 #include "fashion_mnist.h"
 #include "synthetic_dataset.h"
+#include "train_device.h"
 #include "train_flags.h"
 
 #include <ddp/ddp.h>
@@ -34,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -184,14 +186,25 @@ std::optional<std::string> fashion_mnist_on_every_rank(ddp::ProcessGroup& pg,
 uint64_t parameters_hash(const std::vector<torch::Tensor>& parameters) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (const auto& p : parameters) {
-    const auto t = p.detach().contiguous();
+    const auto t = p.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
     for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
   }
   return h;
 }
 
-// The training loop, for either dataset (`train`: examples of one sample).
+// The loader's batches: the examples stacked and put on the training device
+// in the model's dtype (the targets on the device too), so that the loop
+// never copies.
+using Example = torch::data::Example<>;
+using OntoDevice = torch::data::transforms::BatchLambda<std::vector<Example>, Example>;
+OntoDevice stacked_onto(torch::Device device, torch::Dtype dtype) {
+  return OntoDevice([device, dtype](std::vector<Example> examples) {
+    Example batch = torch::data::transforms::Stack<>().apply_batch(std::move(examples));
+    return Example{batch.data.to(device, dtype), batch.target.to(device)};
+  });
+}
+
 // --compress as the hook's options (the flag was checked by train::parse).
 ddp::AdaptiveCompressionOptions compression_options(const Flags& f) {
   auto options = ddp::AdaptiveCompressionOptions().window(f.compress_window);
@@ -225,10 +238,12 @@ std::string compression_summary(const ddp::AdaptiveCompressionState& state) {
          std::to_string(critical) + " critical)";
 }
 
+// The training loop, for either dataset (`train`: examples of one sample),
+// on `where` (train_device.h).
 template <typename Dataset>
-void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset train,
-         const std::string& data_name, Net net, const torch::Tensor& test_images,
-         const torch::Tensor& test_targets) {
+void run(const Flags& f, const train::DeviceChoice& where,
+         const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset train, const std::string& data_name,
+         Net net, const torch::Tensor& test_images, const torch::Tensor& test_targets) {
   using torch::data::samplers::DistributedRandomSampler;
   const int rank = pg->rank(), world = pg->size();
   const bool lead = rank == 0;
@@ -236,8 +251,9 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   const int64_t per_rank = (static_cast<int64_t>(train_size) + world - 1) / world;
   const int64_t steps_per_epoch = (per_rank + f.batch_size - 1) / f.batch_size;
   const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
+  const torch::Device device = train::device_of(where);
 
-  net->to(dtype);
+  net->to(device, dtype);
   ddp::DistributedDataParallel model(
       net, ddp::DistributedDataParallelOptions()
                .bucket_cap_mb(f.bucket_cap_mb)
@@ -266,6 +282,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   if (lead) {
     int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
+    std::printf("train: device %s\n", where.why.c_str());
     std::printf(
         "train: %d ranks, %s: %zu training samples (%lld per rank), %lld held out\n"
         "train: %s with %lld %s parameters, batch %lld per rank (%lld global), "
@@ -323,7 +340,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     DistributedRandomSampler shard(train_size, world, rank);
     shard.set_epoch(epoch);
     auto loader = torch::data::make_data_loader(
-        train.map(torch::data::transforms::Stack<>()),
+        train.map(stacked_onto(device, dtype)),
         ddp::ResumingSampler<DistributedRandomSampler>(std::move(shard), state.epoch_samples),
         torch::data::DataLoaderOptions().batch_size(f.batch_size));
     int64_t epoch_step = state.epoch_samples / f.batch_size;
@@ -364,7 +381,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     for (auto& batch : *loader) {
       if (epoch_step == my_steps) break;
       opt.zero_grad();
-      torch::Tensor loss = torch::nll_loss(model->forward(batch.data.to(dtype)), batch.target);
+      torch::Tensor loss = torch::nll_loss(model->forward(batch.data), batch.target);
       loss.backward();
       {
         ddp::TimelineSpan span("optimizer step");  // shown in a DDP_TIMELINE trace
@@ -390,7 +407,8 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
   if (f.checkpoint_every > 0 && state.iteration != first_step) save_snapshot();
   const double train_s = seconds_since(start);
 
-  auto [test_loss, accuracy] = evaluate(*pg, net, test_images.to(dtype), test_targets);
+  auto [test_loss, accuracy] =
+      evaluate(*pg, net, test_images.to(device, dtype), test_targets.to(device));
   if (lead) {
     std::printf(
         "final: last epoch's train loss %.4f | held-out loss %.4f, accuracy %.2f%% "
@@ -413,7 +431,7 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
     torch::load(restored, f.checkpoint);
     auto saved = net->parameters(), loaded = restored->parameters();
     for (size_t i = 0; i < saved.size(); ++i) {
-      if (!torch::equal(saved[i], loaded[i])) {
+      if (!torch::equal(saved[i].cpu(), loaded[i].cpu())) {
         throw std::runtime_error("checkpoint " + f.checkpoint + " does not reload the same model");
       }
     }
@@ -430,10 +448,13 @@ void run(const Flags& f, const std::shared_ptr<ddp::ProcessGroup>& pg, Dataset t
 // start of a step, before anything changes, so that a failure in their
 // collective costs nothing.
 template <typename Dataset>
-void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Net net,
-                 const torch::Tensor& test_images, const torch::Tensor& test_targets) {
+void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train,
+                 const std::string& data_name, Net net, const torch::Tensor& test_images,
+                 const torch::Tensor& test_targets) {
   const auto dtype = f.float64 ? torch::kDouble : torch::kFloat;
-  net->to(dtype);
+  const torch::Device device = train::device_of(where);
+  auto to_device = stacked_onto(device, dtype);
+  net->to(device, dtype);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
   ddp::ElasticState state(net, opt);
   const int64_t train_size = static_cast<int64_t>(train.size().value());
@@ -444,6 +465,7 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
                   .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb.resolved().mib()))
                   .find_unused_parameters(f.find_unused));
   if (f.timeout_s > 0) options.init().timeout(std::chrono::seconds(f.timeout_s));
+  options.init().backend(where.backend);
   torch::manual_seed(1000);  // dropout: a stream per process (not carried over a change)
 
   double window_loss = 0, window_samples = 0;
@@ -458,6 +480,7 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
     std::string members;
     for (int m : now.members) members += (members.empty() ? "" : ",") + std::to_string(m);
     if (was.generation < 0) {
+      std::printf("train: device %s\n", where.why.c_str());
       std::printf(
           "train: elastic, %s: %lld training samples, %s, batch %lld per rank, SGD lr %g "
           "momentum 0.9, %d epochs\n",
@@ -493,7 +516,8 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
     const auto indices = sampler.indices(state.training, step.rank(), step.world_size());
     if (indices.empty()) {
       if (sampler.next_epoch(state.training) < f.epochs) return true;
-      auto [test_loss, accuracy] = evaluate(pg, net, test_images.to(dtype), test_targets);
+      auto [test_loss, accuracy] =
+          evaluate(pg, net, test_images.to(device, dtype), test_targets.to(device));
       if (lead) {
         std::printf(
             "final: held-out loss %.4f, accuracy %.2f%% | %lld steps, %d ranks at the end\n",
@@ -510,9 +534,9 @@ void run_elastic(const Flags& f, Dataset train, const std::string& data_name, Ne
       return false;
     }
     const std::vector<size_t> request(indices.begin(), indices.end());
-    auto batch = torch::data::transforms::Stack<>().apply_batch(train.get_batch(request));
+    auto batch = to_device.apply_batch(train.get_batch(request));
     opt.zero_grad();
-    torch::Tensor loss = torch::nll_loss(step.model()->forward(batch.data.to(dtype)), batch.target);
+    torch::Tensor loss = torch::nll_loss(step.model()->forward(batch.data), batch.target);
     loss.backward();
     opt.step();
     window_loss += loss.item<double>() * static_cast<double>(indices.size());
@@ -547,6 +571,30 @@ void with_data(const Flags& f, const std::optional<std::string>& fashion, TrainO
   }
 }
 
+// --device for this process: libtorch's GPU count and the launcher's place
+// of this rank on its host (ddprun, torchrun, mpirun, srun).
+train::DeviceChoice choose_device(const Flags& f) {
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  int local_rank = 0, local_ranks = 1;
+  if (f.elastic) {
+    // ddprun --elastic: a joiner has no RANK yet, only its place on the host.
+    if (const char* r = std::getenv("LOCAL_RANK")) local_rank = std::atoi(r);
+    if (const char* n = std::getenv("LOCAL_WORLD_SIZE")) local_ranks = std::max(1, std::atoi(n));
+  } else {
+    const auto launch = ddp::launch_info_from_env();
+    local_rank = launch.local_rank;
+    local_ranks = launch.local_world_size;
+  }
+  const char* backend = std::getenv("DDP_BACKEND");
+#ifdef DDP_WITH_NCCL
+  const bool nccl_built = true;
+#else
+  const bool nccl_built = false;
+#endif
+  return train::choose_device(f.device, gpus, local_rank, local_ranks,
+                              backend != nullptr ? backend : "", nccl_built, f.elastic);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -564,6 +612,7 @@ int main(int argc, char** argv) {
   try {
     torch::set_num_threads(f.threads);
     torch::manual_seed(f.seed);  // the same model on every rank (DDP broadcasts rank 0's anyway)
+    const train::DeviceChoice where = choose_device(f);
     if (f.elastic) {
       // No group yet (the runner forms them): each process looks for the
       // data alone (on one host they all find the same).
@@ -574,12 +623,13 @@ int main(int argc, char** argv) {
       with_data(f, fashion,
                 [&](auto train, const std::string& name, Net net, const torch::Tensor& images,
                     const torch::Tensor& targets) {
-                  run_elastic(f, std::move(train), name, net, images, targets);
+                  run_elastic(f, where, std::move(train), name, net, images, targets);
                 });
       return 0;
     }
     ddp::InitOptions init;
     if (f.timeout_s > 0) init.timeout(std::chrono::seconds(f.timeout_s));
+    init.backend(where.backend);
     auto pg = ddp::init_process_group(init);
     std::optional<std::string> fashion;  // the unzipped files' directory
     if (f.mnist.empty() && f.data == "fashion-mnist") {
@@ -594,7 +644,7 @@ int main(int argc, char** argv) {
     with_data(f, fashion,
               [&](auto train, const std::string& name, Net net, const torch::Tensor& images,
                   const torch::Tensor& targets) {
-                run(f, pg, std::move(train), name, net, images, targets);
+                run(f, where, pg, std::move(train), name, net, images, targets);
               });
     ddp::destroy_process_group();
     return 0;

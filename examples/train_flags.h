@@ -66,6 +66,12 @@ inline const char* const kUsage =
     "  --float64           train in float64 instead of float32\n"
     "  --seed S            the seed of the model's initial parameters (default 1)\n"
     "  --threads T         intra-op threads per rank (default 1)\n"
+    "  --device D          cpu, cuda or auto: auto trains on the GPUs where libtorch\n"
+    "                      sees any (a GPU per rank over nccl where there are enough,\n"
+    "                      else ranks sharing them over shm, which stages CUDA\n"
+    "                      tensors through host memory), else on the CPU; cuda\n"
+    "                      without a GPU is an error. $DDP_BACKEND, when set, is the\n"
+    "                      backend. The job prints what it chose and why (default auto)\n"
     "  --timeout S         seconds a collective may wait for the other ranks before\n"
     "                      the job fails (default 30 minutes; $DDP_TIMEOUT, read\n"
     "                      by init_process_group, takes precedence)\n"
@@ -98,6 +104,7 @@ struct Flags {
   std::string data_dir = kFashionMnistDir;
   std::string mnist;
   int threads = 1;
+  std::string device = "auto";  // cpu, cuda or auto (train_device.h)
   int timeout_s = 0;  // 0: the default
   bool help = false;
 };
@@ -195,6 +202,8 @@ inline Flags parse(int argc, char** argv) {
       f.data_dir = next();
     else if (flag == "--mnist")
       f.mnist = next();
+    else if (flag == "--device")
+      f.device = next();
     else if (flag == "--threads")
       f.threads = number<int>(flag, next(), 1);
     else if (flag == "--timeout")
@@ -208,6 +217,9 @@ inline Flags parse(int argc, char** argv) {
   }
   if (f.data != "fashion-mnist" && f.data != "synthetic") {
     throw UsageError("--data expects fashion-mnist or synthetic, got '" + f.data + "'");
+  }
+  if (f.device != "cpu" && f.device != "cuda" && f.device != "auto") {
+    throw UsageError("--device expects cpu, cuda or auto, got '" + f.device + "'");
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
   for (const auto& level : compression_ladder(f.compress)) {
