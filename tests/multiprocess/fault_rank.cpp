@@ -18,9 +18,11 @@
 // refused) prints "fault_rank: <error>" and its facts, and exits 1.
 //
 //   fault_rank --victim R --after K --timeout-s T [--fault kill|stop|exit|skip|shape|op|dtype|wide|reduce|root]
-//              [--iterations N] [--elements E] [--linger-s S]
+//              [--iterations N] [--elements E] [--linger-s S] [--device cpu|cuda]
+// --device cuda: the tensors on ddp::local_device() (for nccl; default cpu).
 // A survivor stays S seconds (default 2) after its error before it exits.
 #include <ddp/ddp.h>
+#include <ddp/device.h>
 
 #include "../support/error_facts.h"
 
@@ -33,11 +35,11 @@
 int main(int argc, char** argv) {
   int victim = 1, after = 3, timeout_s = 20, iterations = 1000, linger_s = 2;
   int64_t elements = 4 << 20;
-  std::string fault = "kill";
+  std::string fault = "kill", device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--fault") {
-      fault = argv[i + 1];
+    if (flag == "--fault" || flag == "--device") {
+      (flag == "--fault" ? fault : device) = argv[i + 1];
       continue;
     }
     int value = std::stoi(argv[i + 1]);
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   }
   const auto start = std::chrono::steady_clock::now();
   const bool is_victim = pg->rank() == victim;
+  const c10::Device on = device == "cuda" ? ddp::local_device() : c10::Device(c10::kCPU);
   try {
     for (int i = 0; i < iterations; ++i) {
       const bool faulty = is_victim && i == after;
@@ -72,7 +75,8 @@ int main(int argc, char** argv) {
                                  !faulty             ? torch::kFloat
                                  : fault == "dtype" ? torch::kInt
                                  : fault == "wide"  ? torch::kDouble
-                                                    : torch::kFloat);
+                                                    : torch::kFloat)
+                       .to(on);
       ddp::WorkPtr work;
       if (i == after && fault == "root") {
         work = pg->broadcast(t, faulty ? 1 : 0);

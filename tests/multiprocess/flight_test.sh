@@ -4,7 +4,9 @@
 # one line, and ddp-flight's, must name the faulty rank and the collective,
 # on shm (the default on one host) and on Gloo. A directory the ranks cannot
 # write loses the dump, not the job's own error.
-#   flight_test.sh BUILD_DIR
+#   flight_test.sh BUILD_DIR [BACKEND...]
+# BACKENDs: default shm and gloo, then the unwritable directory; nccl (CUDA
+# tensors, tests/gpu) runs the faults alone.
 set -uo pipefail
 build=$1
 ddprun=$build/tools/ddprun/ddprun
@@ -21,9 +23,11 @@ trap 'rm -rf "$tmp"' EXIT
 # "ddp-flight: ".
 run() {
   local backend=$1 fault=$2 pattern=$3 dir=$tmp/$1-$2 log=$tmp/$1-$2.log
+  local device=cpu
+  [[ $backend == nccl ]] && device=cuda
   DDP_BACKEND=$backend timeout 120 "$ddprun" --nproc-per-node 3 --grace-period-s 1 \
     --flight-recorder "$dir" "$job" --victim 1 --after 4 --timeout-s 5 --fault "$fault" \
-    --iterations 12 --elements 1024 >"$log" 2>&1
+    --iterations 12 --elements 1024 --device "$device" >"$log" 2>&1
   local status=$? line
   line=$(grep '^ddprun: flight recorder: ' "$log")
   line=${line#ddprun: flight recorder: }
@@ -45,13 +49,17 @@ group=generation1
 # A victim killed or stopped just after issuing #4 may have done its part of
 # it already (its worker runs on): the others are then in #5.
 allreduce4or5="allreduce #[45] \(SUM, Float, 1024 elements\) of group $group"
-for backend in shm gloo; do
+backends=("${@:2}")
+[[ ${#backends[@]} -gt 0 ]] || backends=(shm gloo)
+for backend in "${backends[@]}"; do
   run "$backend" kill "^rank 1 left no dump .* while ranks 0, 2 were in $allreduce4or5"
   run "$backend" stop "^rank 1 left no dump .* while ranks 0, 2 were in $allreduce4or5"
   run "$backend" skip "^rank 1 never issued allreduce #11 \(SUM, Float, 1024 elements\) of group $group \(last: #10, completed\), which ranks 0, 2 issued"
   run "$backend" shape "^rank 1 issued allreduce \(SUM, Float, 1025 elements\) as collective #4 of group $group where ranks 0, 2 issued allreduce \(SUM, Float, 1024 elements\)"
   run "$backend" op "^rank 1 issued broadcast \(root 0, Float, 1024 elements\) as collective #4 of group $group where ranks 0, 2 issued allreduce"
 done
+
+[[ $# -gt 1 ]] && exit $failed  # backends named: their faults alone
 
 # An unwritable directory: the job's own error still ends it, with one line
 # saying the dump was not written. (ddprun would refuse the directory: the

@@ -5,9 +5,11 @@
 # reduce op or root. Every rank must fail with an error (fault_rank exits
 # 3); none may finish with a wrong result or hang. (A rank that skips a
 # collective is a hang, not a disagreement: flight_test.sh.)
-#   mismatch_test.sh BUILD_DIR shm|gloo|mpi
-# shm checks always; gloo and mpi with DDP_DEBUG=detail (gloo also catches a
-# different byte count without it, at the group's timeout: the "count" case).
+#   mismatch_test.sh BUILD_DIR shm|gloo|mpi|nccl
+# shm checks always; gloo, mpi and nccl with DDP_DEBUG=detail (gloo also
+# catches a different byte count without it, at the group's timeout: the
+# "count" case). nccl: CUDA tensors on one GPU per rank, or on one GPU
+# shared (NCCL 2.30 and later, NCCL_MULTI_RANK_GPU_ENABLE=1; tests/gpu).
 set -uo pipefail
 build=$1 backend=$2
 job=$build/tests/multiprocess/fault_rank
@@ -63,6 +65,10 @@ expect() {
 case $backend in
 shm) debug=off ;;
 gloo | mpi) debug=detail ;;
+nccl)
+  debug=detail
+  args+=(--device cuda)
+  ;;
 *) echo "unknown backend $backend" >&2; exit 2 ;;
 esac
 for name in kind count dtype wide reduce root; do expect "$name" "$debug"; done
