@@ -32,7 +32,10 @@ ops="(Sum|Prod|MinMax|PreMulSum|SumPostDiv)"
 only_funcs="AllReduce $ops $dtypes * *|ReduceScatter $ops $dtypes * *|Broadcast * *|AllGather * *|SendRecv"
 
 report() {
-  echo "nccl: $lib ($(du -m "$lib" | cut -f1) MB, $(tr -d '\n' <"$cache/funcs")); built in $(cat "$cache/seconds") s"
+  local bytes
+  bytes=$(stat -L -c %s "$lib")
+  echo "nccl: $lib: $((bytes / 1000000)) MB stripped, built in $(cat "$cache/seconds") s"
+  echo "nccl: functions kept: $(cat "$cache/funcs")"
 }
 
 if [ -f "$lib" ] && [ "$(cat "$cache/funcs" 2>/dev/null)" = "$only_funcs" ]; then

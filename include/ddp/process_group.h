@@ -112,6 +112,14 @@ class ProcessGroup {
   // The memory lives as long as a tensor on it does.
   virtual at::Tensor allocate_zero_copy(int64_t bytes);
 
+  // Breaks this group on this rank: pending and later operations fail with a
+  // CommunicationError carrying `reason`. For a watcher that learns that a
+  // peer is gone before the backend can (the elastic runner's heartbeat).
+  // The nccl backend aborts its communicator (a dead peer's collective would
+  // otherwise wait for the group's timeout); the default does nothing, as
+  // shm, gloo and mpi notice a dead peer themselves. Thread-safe.
+  virtual void abort(const std::string& reason);
+
   // What this group issued since the last take_tally() (or its creation):
   // how many collectives, and an order-sensitive hash of each one's kind,
   // reduce op, dtype, element count and root. DDP compares it across ranks

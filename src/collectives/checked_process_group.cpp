@@ -33,6 +33,8 @@ bool CheckedProcessGroup::handles_device(c10::DeviceType type) const {
 c10::Device CheckedProcessGroup::staging_device() const { return inner_->staging_device(); }
 
 // Zero-copy tensors pass through check() like any other.
+void CheckedProcessGroup::abort(const std::string& reason) { inner_->abort(reason); }
+
 at::Tensor CheckedProcessGroup::allocate_zero_copy(int64_t bytes) {
   return inner_->allocate_zero_copy(bytes);
 }

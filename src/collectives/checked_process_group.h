@@ -21,6 +21,7 @@ class CheckedProcessGroup : public ProcessGroup {
   bool handles_device(c10::DeviceType type) const override;  // the inner group's
   c10::Device staging_device() const override;               // the inner group's
   at::Tensor allocate_zero_copy(int64_t bytes) override;
+  void abort(const std::string& reason) override;  // the inner group's
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;

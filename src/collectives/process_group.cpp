@@ -79,6 +79,8 @@ c10::Device ProcessGroup::staging_device() const { return c10::Device(c10::Devic
 
 at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
 
+void ProcessGroup::abort(const std::string&) {}
+
 ErrorContext ProcessGroup::error_context(std::string operation) const {
   return ErrorContext{rank_, size_, backend_name(), std::move(operation), {}};
 }

@@ -45,6 +45,10 @@ RoundRobinProcessGroup::RoundRobinProcessGroup(std::vector<ProcessGroupPtr> grou
   }
 }
 
+void RoundRobinProcessGroup::abort(const std::string& reason) {
+  for (const auto& group : groups_) group->abort(reason);
+}
+
 std::string RoundRobinProcessGroup::backend_name() const {
   return "round_robin(" + std::to_string(groups_.size()) + "x" + groups_[0]->backend_name() + ")";
 }

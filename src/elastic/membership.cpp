@@ -161,7 +161,7 @@ void Membership::heartbeat() {
       if (!store) store = connect(10 * options_.heartbeat_interval());
       store->add(key("hb/" + std::to_string(id_)), 1);
       for (int m : members) {
-        if (m != id_) observe(store, m);
+        if (m != id_ && gone(store, m)) generation_abort_.member_gone(generation, m);
       }
       const bool room = options_.max_world_size() <= 0 ||
                         static_cast<int>(members.size()) < options_.max_world_size();

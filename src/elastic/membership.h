@@ -7,6 +7,7 @@
 #include <ddp/mutex.h>
 #include <ddp/store.h>
 
+#include "elastic/generation_abort.h"
 #include "elastic/record.h"
 
 #include <atomic>
@@ -58,6 +59,9 @@ class Membership {
   // True once such a process waits (the heartbeat looks every
   // heartbeat_interval), and there is room for it (max_world_size).
   bool change_wanted() const { return change_wanted_.load(std::memory_order_acquire); }
+  // What the heartbeat calls when it finds a watched member gone: the
+  // runner arms it with the generation's group.
+  GenerationAbort& generation_abort() { return generation_abort_; }
 
  private:
   struct Liveness {
@@ -93,6 +97,7 @@ class Membership {
   bool stopping_ DDP_GUARDED_BY(mutex_) = false;
   CondVar wake_;
   std::atomic<bool> change_wanted_{false};
+  GenerationAbort generation_abort_;
   std::thread heartbeat_;
 };
 

@@ -6,11 +6,8 @@
 # Run with DDP_BACKEND=nccl through skip_without_gpu.sh --nccl-ranks 3.
 #   nccl_faults_test.sh BUILD_DIR
 set -uo pipefail
-build=$1
+. "$(dirname "$0")/../support/scratch.sh" "$1"
 job=$build/tests/multiprocess/fault_rank
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/../support/tap.sh"
 timeout_s=5
 
 # run WORLD FAULT: rank 1 faulty at its 4th allreduce; prints each rank's output to $tmp/W-F.R.

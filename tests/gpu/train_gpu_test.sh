@@ -6,12 +6,7 @@
 # Run through skip_without_gpu.sh (CTest label gpu).
 #   train_gpu_test.sh BUILD_DIR
 set -uo pipefail
-build=$1
-ddprun=$build/tools/ddprun/ddprun
-train=$build/examples/train
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/../support/tap.sh"
+. "$(dirname "$0")/../support/scratch.sh" "$1"
 
 # job NAME RANKS FLAGS...: a short synthetic run, output in $tmp/NAME.log.
 job() {

@@ -6,12 +6,7 @@
 # (tests/gpu/train_gpu_test.sh is the GPU side.)
 #   train_device_test.sh BUILD_DIR
 set -uo pipefail
-build=$1
-ddprun=$build/tools/ddprun/ddprun
-train=$build/examples/train
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/../support/tap.sh"
+. "$(dirname "$0")/../support/scratch.sh" "$1"
 if "$build/tests/gpu/gpu_probe" >/dev/null 2>&1; then
   echo "skipped: libtorch sees a GPU here (tests/gpu/train_gpu_test.sh covers this machine)"
   exit 77

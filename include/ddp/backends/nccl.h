@@ -72,6 +72,8 @@ class NcclProcessGroup : public ProcessGroup {
   c10::Device staging_device() const override;               // device()
   // This rank's GPU.
   c10::Device device() const;
+  // Aborts the communicator and fails every pending Work (ProcessGroup::abort).
+  void abort(const std::string& reason) override;
   // The loaded NCCL's version, e.g. "2.28.9".
   static std::string nccl_version();
 

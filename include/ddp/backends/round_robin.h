@@ -25,6 +25,7 @@ class RoundRobinProcessGroup : public ProcessGroup {
   // The members' rule (they are of one backend).
   std::string unsupported_reason(const at::Tensor& tensor) const override;
   const std::vector<ProcessGroupPtr>& groups() const { return groups_; }
+  void abort(const std::string& reason) override;  // every member's
 
  protected:
   WorkPtr do_allreduce(at::Tensor tensor, ReduceOp op) override;

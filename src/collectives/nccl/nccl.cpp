@@ -183,6 +183,10 @@ class NcclProcessGroup::Impl {
     return {c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)};
   }
 
+  void abort(const std::string& reason) {
+    fail_all(std::make_exception_ptr(CommunicationError(with_operation(context_, "nccl"), reason)));
+  }
+
   ncclComm_t comm() const { return comm_->get(); }
   cudaStream_t stream() const { return stream_.stream(); }
 
@@ -358,6 +362,8 @@ NcclProcessGroup::~NcclProcessGroup() = default;
 std::string NcclProcessGroup::nccl_version() { return detail::nccl::version(); }
 
 c10::Device NcclProcessGroup::device() const { return impl_->device(); }
+
+void NcclProcessGroup::abort(const std::string& reason) { impl_->abort(reason); }
 
 bool NcclProcessGroup::handles_device(c10::DeviceType type) const {
   return type == c10::DeviceType::CUDA;

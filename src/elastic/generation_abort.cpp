@@ -1,0 +1,31 @@
+#include "elastic/generation_abort.h"
+
+#include <utility>
+
+namespace ddp::detail::elastic {
+
+void GenerationAbort::arm(int64_t generation, Abort abort) {
+  MutexLock lock(mutex_);
+  generation_ = generation;
+  abort_ = std::move(abort);
+}
+
+void GenerationAbort::disarm() {
+  MutexLock lock(mutex_);
+  generation_ = -1;
+  abort_ = nullptr;
+}
+
+bool GenerationAbort::member_gone(int64_t generation, int member) {
+  Abort abort;
+  {
+    MutexLock lock(mutex_);
+    if (generation < 0 || generation != generation_ || !abort_) return false;
+    abort.swap(abort_);  // once: later news of this generation finds nothing armed
+  }
+  abort("member " + std::to_string(member) + " of generation " + std::to_string(generation) +
+        " is gone (the elastic heartbeat found it dead or silent); re-forming");
+  return true;
+}
+
+}  // namespace ddp::detail::elastic
