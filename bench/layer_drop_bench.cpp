@@ -1,11 +1,13 @@
 // layer_drop_bench: layer-drop hints (paper §6.2.2) against what a user has
 // without them, on a residual MLP with stochastic depth, in one run with the
-// three interleaved round by round:
+// four interleaved round by round:
 //
 //   ddprun --nproc-per-node 2 build/bench/layer_drop_bench [--json out.jsonl]
 //
 //   hints        --blocks blocks, layer_drop_hints, the dropped blocks hinted
 //   find_unused  --blocks blocks, find_unused_parameters (PyTorch's way)
+//   skip_unused  the same with skip_all_reduce_unused_params (PyTorch 2.8):
+//                the unused blocks found by the walk are not sent
 //   removed      the live blocks' count of blocks (a model without the
 //                dropped ones), plain DDP: the floor hints aim for
 //
@@ -120,10 +122,11 @@ int run(ddp_bench::Args args) {
 
   torch::set_num_threads(1);
   auto pg = ddp::init_process_group();
-  std::vector<Config> configs(3);
+  std::vector<Config> configs(4);
   configs[0].name = "hints";
   configs[1].name = "find_unused";
-  configs[2].name = "removed";
+  configs[2].name = "skip_unused";
+  configs[3].name = "removed";
   for (auto& c : configs) {
     torch::manual_seed(0);
     c.net = ResidualMlp(c.name == "removed" ? blocks - dropped : blocks, width);
@@ -131,8 +134,10 @@ int run(ddp_bench::Args args) {
     c.drops = c.name != "removed";
     c.model = std::make_unique<ddp::DistributedDataParallel>(
         c.net,
-        ddp::DistributedDataParallelOptions().layer_drop_hints(c.hints).find_unused_parameters(
-            c.name == "find_unused"));
+        ddp::DistributedDataParallelOptions()
+            .layer_drop_hints(c.hints)
+            .find_unused_parameters(c.name == "find_unused" || c.name == "skip_unused")
+            .skip_all_reduce_unused_params(c.name == "skip_unused"));
     c.opt = std::make_unique<torch::optim::SGD>((*c.model)->parameters(),
                                                 torch::optim::SGDOptions(1e-3));
   }
@@ -196,8 +201,8 @@ int run(ddp_bench::Args args) {
   const double vs_removed = median["hints"] / median["removed"];
   std::printf(
       "\nhints / find_unused = %.3f (target <= 0.80)\nhints / removed = %.3f "
-      "(target <= 1.05)\n",
-      vs_unused, vs_removed);
+      "(target <= 1.05)\nskip_unused / find_unused = %.3f\n",
+      vs_unused, vs_removed, median["skip_unused"] / median["find_unused"]);
   if (!json.empty()) {
     std::ofstream out(json, std::ios::app);
     for (const auto& c : configs) {

@@ -19,6 +19,12 @@ namespace ddp {
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& tensors,
                                                 const std::vector<size_t>& order,
                                                 int64_t first_cap_bytes, int64_t cap_bytes);
+// The same with a cap per bucket: the k-th bucket of each (dtype, device)
+// closes at caps_bytes[k], the last cap repeating (PyTorch's
+// bucket_size_limits); {first, cap} is the form above. Non-empty.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& tensors,
+                                                const std::vector<size_t>& order,
+                                                const std::vector<int64_t>& caps_bytes);
 
 // The default visiting order: reverse of the given (parameters()) order, the
 // order in which backward usually produces gradients.

@@ -71,6 +71,12 @@ struct DistributedDataParallelOptions {
   // 1.13 (PyTorch 2.6 uses bucket_cap_mb for the first bucket too when
   // bucket_cap_mb is given). Set both for buckets of one size.
   TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // A cap per bucket in MiB (PyTorch's bucket_cap_mb_list, 2.13): the k-th
+  // bucket (in backward order, per dtype and device) closes at the k-th,
+  // the last repeating; {1, 25} is the default pair above. When set it
+  // replaces bucket_cap_mb and first_bucket_cap_mb; not with
+  // bucket_cap_mb("auto"). Default empty.
+  TORCH_ARG(std::vector<double>, bucket_cap_mb_list) = {};
   // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each
   // forward. Default true.
   TORCH_ARG(bool, broadcast_buffers) = true;
@@ -81,6 +87,13 @@ struct DistributedDataParallelOptions {
   // SGD's momentum and weight decay still move a parameter whose gradient is
   // zero. model->zero_grad(/*set_to_none=*/true) clears on both versions.
   TORCH_ARG(bool, find_unused_parameters) = false;
+  // With find_unused_parameters: parameters the forward did not use are not
+  // sent; a bucket of them alone is not reduced at all (PyTorch 2.8's
+  // skip_all_reduce_unused_params). Every rank must leave the same ones
+  // unused: DDP_DEBUG=detail checks it; otherwise ranks that differ issue
+  // different collectives (ReducerOptions::skip_all_reduce_unused_params).
+  // Default false.
+  TORCH_ARG(bool, skip_all_reduce_unused_params) = false;
   // Gradients become views into the communication buckets (no copy, less
   // memory). Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
@@ -91,7 +104,12 @@ struct DistributedDataParallelOptions {
   // Parameters left out of synchronization, by name as in the wrapped
   // module's named_parameters() (e.g. {"embedding.weight"}). Default none.
   TORCH_ARG(std::vector<std::string>, parameters_to_ignore) = {};
-  // Check and broadcast parameters and buffers at construction. Default true.
+  // Check and broadcast parameters and buffers at construction (PyTorch's
+  // init_sync, 2.6). false: for ranks already made identical (a checkpoint
+  // loaded on each, an elastic handover); only the parameters' names,
+  // shapes and dtypes are still checked, and with DDP_DEBUG=detail every
+  // value too (verify_same_model). Separate from broadcast_buffers, which
+  // is about each forward. Default true.
   TORCH_ARG(bool, init_sync) = true;
   // Overlap communication with backward (false: reduce all buckets after
   // backward, for measurements). Default true.
@@ -280,5 +298,18 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
 };
 
 TORCH_MODULE(DistributedDataParallel);
+
+// Collective over `group` (default: ddp::default_process_group()):
+// InvalidArgument on every rank unless every rank's `module` holds the same
+// parameters and buffers as rank 0's: names, dtypes, shapes and values, bit
+// for bit. The error names the first that differs and the ranks that differ
+// from rank 0 (its peers). For callers that made the ranks identical
+// themselves and construct DDP with init_sync(false):
+//   load_my_checkpoint(net);
+//   ddp::verify_same_model(*net);
+//   ddp::DistributedDataParallel model(net, DistributedDataParallelOptions().init_sync(false));
+// Four collectives (a fifth on an error), of a few bytes per tensor; the
+// values are hashed on the host (a device copy for CUDA tensors).
+void verify_same_model(const torch::nn::Module& module, ProcessGroupPtr group = nullptr);
 
 }  // namespace ddp

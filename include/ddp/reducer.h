@@ -78,12 +78,30 @@ struct ReducerOptions {
   // Default 1 MiB. Not capped by bucket_cap_bytes (as in PyTorch 1.13): set
   // both for buckets of one size.
   TORCH_ARG(int64_t, first_bucket_cap_bytes) = 1 << 20;
+  // A cap per bucket (bytes): the k-th bucket of each dtype and device closes
+  // at the k-th, the last repeating (assign_buckets). When set it replaces
+  // first_bucket_cap_bytes and bucket_cap_bytes; not with autotuning.
+  // Default empty.
+  TORCH_ARG(std::vector<int64_t>, bucket_caps_bytes) = {};
   // Walk the graph from the outputs each iteration; parameters not reached
   // count as ready, and globally unused ones keep their gradients untouched
   // (clear gradients between steps rather than zero them, or momentum and
   // weight decay still move those; see DistributedDataParallelOptions).
   // Default false.
   TORCH_ARG(bool, find_unused_parameters) = false;
+  // With find_unused_parameters: the parameters the walk does not reach
+  // (and that no no_sync pass since the last synchronized one used) are left
+  // out of their buckets, whose other gradients are packed and sent alone;
+  // a bucket left empty is not sent at all (PyTorch 2.8's
+  // skip_all_reduce_unused_params). It requires the same unused parameters
+  // on every rank: DDP_DEBUG=detail checks that in each iteration (one
+  // small allreduce) and raises InvalidArgument on every rank naming the
+  // first that differs; without it, ranks that differ issue different
+  // collectives (an error on shm, a timeout or wrong results on gloo and
+  // mpi). With a communication hook or gradient_as_bucket_view, or inside a
+  // Join, they are sent as zeros as without it. Not with layer_drop_hints.
+  // Default false.
+  TORCH_ARG(bool, skip_all_reduce_unused_params) = false;
   // Gradients become views into the buckets: no copy back, less memory.
   // Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;

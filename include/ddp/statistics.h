@@ -54,6 +54,7 @@ struct IterationStats {
   int64_t unused_parameters = 0;  // globally unused (find_unused_parameters / static_graph)
   std::vector<std::string> unused_parameter_names;  // filled when DDP_DEBUG=detail
   int64_t dropped_parameters = 0;  // left out by layer-drop hints (Reducer::hint_unused)
+  int64_t skipped_parameters = 0;  // left out as unused (skip_all_reduce_unused_params)
 
   size_t bucket_count() const { return bucket_bytes.size(); }
   // One line, e.g. for DDP_DEBUG=info logs.

@@ -51,14 +51,10 @@ ElasticRunner::ElasticRunner(ElasticOptions options) : impl_(std::make_unique<Im
     options.max_world_size(static_cast<int>(*n));
   }
   const std::string backend = resolve_backend_name(options.init().backend());
-  if (!find_backend(backend).needs_store || backend == "nccl") {
-    throw InvalidArgument(
-        "elastic training needs a backend that forms its groups on a store "
-        "and takes CPU tensors; " +
-        backend +
-        (backend == "nccl" ? " takes CUDA tensors only"
-                           : " takes its world from its own launcher") +
-        ". Use gloo, shm or auto.");
+  if (!find_backend(backend).needs_store) {
+    throw InvalidArgument("elastic training needs a backend that forms its groups on a store; " +
+                          backend +
+                          " takes its world from its own launcher. Use gloo, shm, nccl or auto.");
   }
   const int lo = options.min_world_size(), hi = options.max_world_size(),
             initial = options.initial_world_size();
@@ -116,11 +112,22 @@ bool ElasticRunner::run_generation(ElasticState& state,
           detail::elastic::generation_key(world.generation, "group"), membership.connect()),
       world.rank, world.world_size, o.init());
   membership.watch(world);
+  // A member the heartbeat finds gone ends this generation's collectives at
+  // once (nccl's would wait for the group's timeout); disarmed on the way out.
+  membership.generation_abort().arm(
+      world.generation, [group](const std::string& reason) { group->abort(reason); });
+  struct Disarm {
+    detail::elastic::GenerationAbort& armed;
+    ~Disarm() { armed.disarm(); }
+  } disarm{membership.generation_abort()};
   state.synchronize(group, member(world, membership.id()));
   if (impl_->on_world_change) impl_->on_world_change(previous, world);
+  // synchronize() made every member's state the same: DDP need not check
+  // and broadcast it again (DDP_DEBUG=detail still checks every value).
   auto ddp_options = o.ddp();
-  DistributedDataParallel model = state.make_model(ddp_options.process_group(group));
-  state.commit(/*full=*/true);  // after DDP's broadcast, which bumps the versions
+  DistributedDataParallel model =
+      state.make_model(ddp_options.process_group(group).init_sync(false));
+  state.commit(/*full=*/true);
   if (world.rank == 0) {
     std::fprintf(stderr,
                  "ddp: elastic: generation %lld: %d member(s) (%s), at step %lld, ready %.3f s "

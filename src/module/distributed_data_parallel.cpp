@@ -5,6 +5,7 @@
 
 #include "module/model_sync.h"
 #include "rendezvous/default_group.h"
+#include "rendezvous/env.h"
 #include "module/module_timeline.h"
 
 #include <c10/core/GradMode.h>
@@ -28,10 +29,22 @@ int64_t mib_to_bytes(double mib, const char* option) {
 // bucket_cap_mb "auto" tries the sizes of the paper's §5.3 sweep.
 constexpr double kAutotuneMib[] = {1, 2, 5, 10, 25, 50, 100};
 
-ReducerOptions bucket_options(const BucketCapMb& cap, double first_cap_mb) {
+ReducerOptions bucket_options(const BucketCapMb& cap, double first_cap_mb,
+                              const std::vector<double>& cap_list_mb) {
   ReducerOptions out;
   out.bucket_cap_bytes(mib_to_bytes(cap.mib(), "bucket_cap_mb"))
       .first_bucket_cap_bytes(mib_to_bytes(first_cap_mb, "first_bucket_cap_mb"));
+  if (!cap_list_mb.empty()) {
+    if (cap.is_auto()) {
+      throw InvalidArgument(
+          "DistributedDataParallelOptions::bucket_cap_mb_list with bucket_cap_mb(\"auto\"): "
+          "the list fixes the buckets that auto would choose; use one");
+    }
+    std::vector<int64_t> caps;
+    for (double mib : cap_list_mb) caps.push_back(mib_to_bytes(mib, "bucket_cap_mb_list"));
+    out.bucket_caps_bytes(caps);
+    return out;
+  }
   if (cap.is_auto()) {
     std::vector<int64_t> caps;
     for (double mib : kAutotuneMib) caps.push_back(mib_to_bytes(mib, "bucket_cap_mb"));
@@ -66,8 +79,10 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     synchronized_parameters(params, names);
     rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
     options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
-    reducer_options = bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb())
+    reducer_options = bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb(),
+                                     options_.bucket_cap_mb_list())
                           .find_unused_parameters(options_.find_unused_parameters())
+                          .skip_all_reduce_unused_params(options_.skip_all_reduce_unused_params())
                           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
                           .static_graph(options_.static_graph())
                           .overlap_communication(options_.overlap_communication())
@@ -81,6 +96,9 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   if (rank_timeline) {
     timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
   }
+  if (!options_.init_sync() && detail::debug_level_from_env() == detail::DebugLevel::DETAIL) {
+    verify_same_model(*wrapped, group_);
+  }
   if (options_.init_sync()) {
     std::vector<torch::Tensor> all_params;
     for (const auto& p : wrapped->parameters()) all_params.push_back(p);
@@ -90,6 +108,25 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     all_params.insert(all_params.end(), buffers_.begin(), buffers_.end());
     detail::broadcast_coalesced(*group_, all_params, 0);
   }
+}
+
+void verify_same_model(const torch::nn::Module& module, ProcessGroupPtr group) {
+  if (!group) group = default_process_group();
+  std::vector<torch::Tensor> params, buffers;
+  std::vector<std::string> param_names, buffer_names;
+  for (const auto& item : module.named_parameters()) {
+    params.push_back(item.value());
+    param_names.push_back(item.key());
+  }
+  for (const auto& item : module.named_buffers()) {
+    buffers.push_back(item.value());
+    buffer_names.push_back(item.key());
+  }
+  detail::verify_same_tensors(*group, params, param_names, "parameters");
+  detail::verify_same_tensors(*group, buffers, buffer_names, "buffers");
+  params.insert(params.end(), buffers.begin(), buffers.end());
+  param_names.insert(param_names.end(), buffer_names.begin(), buffer_names.end());
+  detail::verify_same_values(*group, params, param_names, "parameters and buffers");
 }
 
 // Those requiring grad, minus the ignored ones.

@@ -12,6 +12,7 @@
 #include <exception>
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <utility>
 
 namespace ddp::detail {
@@ -109,6 +110,37 @@ void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& ten
                                                   names.at(i) +
                                                   "' here) differs across ranks:" + detail +
                                                   "\nEvery rank must build the same model.");
+  }
+}
+
+void verify_same_values(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
+                        const std::vector<std::string>& names, const std::string& what) {
+  std::vector<int64_t> hashes;
+  for (const auto& t : tensors) {
+    const at::Tensor bytes = t.detach().to(at::kCPU).contiguous();
+    hashes.push_back(static_cast<int64_t>(
+        Fnv1a()
+            .add(std::string_view(static_cast<const char*>(bytes.data_ptr()), bytes.nbytes()))
+            .value()));
+  }
+  if (hashes.empty()) return;
+  auto all = allgather(group, at::tensor(hashes, at::kLong));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<int> differ;  // from rank 0
+    for (int r = 1; r < group.size(); ++r) {
+      if (all[r][static_cast<int64_t>(i)].item<int64_t>() !=
+          all[0][static_cast<int64_t>(i)].item<int64_t>()) {
+        differ.push_back(r);
+      }
+    }
+    if (differ.empty()) continue;
+    throw InvalidArgument(
+        group.error_context().about(differ),
+        "'" + names.at(i) + "' (#" + std::to_string(i) + " of the " + what +
+            ", the first that differs) holds other values on " +
+            (differ.size() == 1 ? "rank " : "ranks ") + rank_list(differ) +
+            " than on rank 0. Load the same state on every rank, or let DDP broadcast "
+            "rank 0's (init_sync(true), the default).");
   }
 }
 

@@ -20,6 +20,13 @@ namespace ddp::detail {
 void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
                          const std::vector<std::string>& names, const std::string& what);
 
+// After verify_same_tensors: InvalidArgument on every rank unless every
+// tensor's bytes equal rank 0's (a 64-bit hash of each, one allgather),
+// naming the first tensor that differs (index and name) and the ranks whose
+// value differs from rank 0's (the error's peers).
+void verify_same_values(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
+                        const std::vector<std::string>& names, const std::string& what);
+
 // Set-up checks that may fail on some ranks only, ahead of collectives
 // that every rank must reach: each rank runs its `checks`, then the ranks
 // learn who failed (ranks_flagging). A rank whose checks threw rethrows

@@ -10,6 +10,12 @@ namespace ddp {
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& tensors,
                                                 const std::vector<size_t>& order,
                                                 int64_t first_cap_bytes, int64_t cap_bytes) {
+  return assign_buckets(tensors, order, std::vector<int64_t>{first_cap_bytes, cap_bytes});
+}
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& tensors,
+                                                const std::vector<size_t>& order,
+                                                const std::vector<int64_t>& caps_bytes) {
   struct Open {
     std::vector<size_t> members;
     int64_t bytes = 0;
@@ -29,7 +35,7 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& t
     const at::Tensor& t = tensors.at(index);
     Open& o = open[{static_cast<int>(t.scalar_type()), static_cast<int>(t.device().type()),
                     t.device().index()}];
-    const int64_t cap = o.closed == 0 ? first_cap_bytes : cap_bytes;
+    const int64_t cap = caps_bytes.at(std::min<size_t>(o.closed, caps_bytes.size() - 1));
     const int64_t bytes = static_cast<int64_t>(t.numel()) * t.element_size();
     if (bytes > cap) {  // too large to share: a bucket of its own, closed at once
       close(o);

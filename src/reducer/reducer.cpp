@@ -17,6 +17,7 @@
 #include "reducer/reducer_impl.h"
 
 #include "reducer/copy_divided.h"
+#include "reducer/unused_agreement.h"
 
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
@@ -80,12 +81,32 @@ void Reducer::Impl::check_arguments() const {
                                 "' does not require grad; leave it out");
     }
   }
+  if (options_.skip_all_reduce_unused_params() &&
+      (!options_.find_unused_parameters() || options_.layer_drop_hints())) {
+    throw InvalidArgument(group_->error_context("Reducer"),
+                          options_.layer_drop_hints()
+                              ? "skip_all_reduce_unused_params and layer_drop_hints together: "
+                                "both leave parameters out of their buckets; choose one"
+                              : "skip_all_reduce_unused_params needs find_unused_parameters(true): "
+                                "the parameters it skips are those the graph walk does not reach");
+  }
   if (options_.static_graph() && options_.layer_drop_hints()) {
     throw InvalidArgument(
         group_->error_context("Reducer"),
         "static_graph and layer_drop_hints together: static_graph declares "
         "that the same parameters get gradients every iteration, hints that they change; "
         "choose one");
+  }
+  for (int64_t cap : options_.bucket_caps_bytes()) {
+    if (cap < 0) {
+      throw InvalidArgument(group_->error_context("ReducerOptions"),
+                            "bucket_caps_bytes must be >= 0 each, got " + std::to_string(cap));
+    }
+  }
+  if (!options_.bucket_caps_bytes().empty() && autotuning()) {
+    throw InvalidArgument(group_->error_context("ReducerOptions"),
+                          "bucket_caps_bytes and autotune_caps_bytes together: per-bucket caps "
+                          "fix the buckets that autotuning would choose; use one");
   }
 }
 
@@ -96,15 +117,17 @@ void Reducer::Impl::check_arguments() const {
 // bucket's allreduce. Every rank has the
 // same, or all raise here.
 void Reducer::Impl::check_same_collective_options() {
-  const bool mine[] = {options_.zero_copy_buckets(), autotuning(), options_.layer_drop_hints()};
-  at::Tensor votes = at::tensor({mine[0] ? 1 : 0, mine[1] ? 1 : 0, mine[2] ? 1 : 0}, at::kInt);
+  const bool mine[] = {options_.zero_copy_buckets(), autotuning(), options_.layer_drop_hints(),
+                       options_.skip_all_reduce_unused_params()};
+  at::Tensor votes = at::tensor(
+      {mine[0] ? 1 : 0, mine[1] ? 1 : 0, mine[2] ? 1 : 0, mine[3] ? 1 : 0}, at::kInt);
   group_->allreduce(votes)->wait();
   const ErrorContext context = group_->error_context();
   const std::string fix =
       "; give every rank the same DistributedDataParallelOptions (and $DDP_BUCKET_CAP_MB)";
   const char* what[] = {"zero_copy_buckets", "bucket autotuning (bucket_cap_mb \"auto\")",
-                        "layer_drop_hints"};
-  for (int k = 0; k < 3; ++k) {
+                        "layer_drop_hints", "skip_all_reduce_unused_params"};
+  for (int k = 0; k < 4; ++k) {
     const int yes = votes.data_ptr<int>()[k];
     if (yes == 0 || yes == group_->size()) continue;
     throw InvalidArgument(context, what[k] + std::string(" is ") + (mine[k] ? "on" : "off") +
@@ -115,6 +138,7 @@ void Reducer::Impl::check_same_collective_options() {
   // and smallest value across ranks are equal when every rank's is.
   detail::Fnv1a hash;
   hash.add(options_.bucket_cap_bytes()).add(options_.first_bucket_cap_bytes());
+  for (int64_t cap : options_.bucket_caps_bytes()) hash.add(cap);
   for (int64_t cap : options_.autotune_caps_bytes()) hash.add(cap);
   hash.add(options_.autotune_iterations());
   const double fingerprint = static_cast<double>(hash.value() >> 44);
@@ -125,6 +149,7 @@ void Reducer::Impl::check_same_collective_options() {
         context, "the bucket sizes differ across ranks (here bucket_cap " +
                      std::to_string(options_.bucket_cap_bytes()) + " bytes, first bucket " +
                      std::to_string(options_.first_bucket_cap_bytes()) + " bytes, " +
+                     std::to_string(options_.bucket_caps_bytes().size()) + " per-bucket caps, " +
                      std::to_string(options_.autotune_caps_bytes().size()) +
                      " sizes to autotune in " + std::to_string(options_.autotune_iterations()) +
                      " iterations)" + fix);
@@ -174,10 +199,11 @@ void Reducer::Impl::watch_outputs(const std::vector<at::Tensor>& outputs) {
   // Line 10: parameters the graph does not reach are ready now.
   if (options_.find_unused_parameters()) {
     auto reached = detail::reachable_nodes(outputs);
+    std::vector<bool> unused(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (it_.ready[i]) continue;  // hinted unused
-      if (!reached.count(hooks_[i]->accumulator())) mark_ready_without_gradient(i);
+      unused[i] = !it_.ready[i] && !reached.count(hooks_[i]->accumulator());  // not hinted
     }
+    leave_out_unused(unused);
   } else if (options_.static_graph() && static_graph_.learned()) {
     for (size_t i : static_graph_.unused()) mark_ready_without_gradient(i);
   }
@@ -293,21 +319,45 @@ void Reducer::Impl::begin_synchronized_iteration(bool joined) {
   it_.joined = joined;
   if (joined) local_used_.zero_();  // what no_sync passes accumulated here is not contributed
   if (options_.layer_drop_hints()) leave_out_dropped();
+  // skip_all_reduce_unused_params: the whole layout again, in case the walk
+  // packs nothing out (a Join's shadow iteration walks no forward at all).
+  if (options_.skip_all_reduce_unused_params() && packs()) {
+    pack_out(std::vector<bool>(params_.size()));
+  }
+}
+
+void Reducer::Impl::pack_out(const std::vector<bool>& out) {
+  buckets_.pack(out);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // A gradient an earlier write-back left in this buffer may lie where
+    // another parameter's slice now is: it gets its own memory first.
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (grad.defined() && buckets_.in_buffer(i, grad)) grad = grad.clone();
+    if (out[i]) it_.ready[i] = true;
+  }
+}
+
+void Reducer::Impl::leave_out_unused(const std::vector<bool>& unused) {
+  std::vector<bool> out(params_.size());
+  if (skips_unused()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      out[i] = unused[i] && local_used_.data_ptr<int32_t>()[i] == 0;  // nothing accumulated
+    }
+    if (debug_ == detail::DebugLevel::DETAIL) {
+      detail::check_same_unused(*group_, out, names_);
+    }
+    stats_pending_.skipped_parameters = std::count(out.begin(), out.end(), true);
+  }
+  if (skips_unused()) pack_out(out);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (unused[i] && !out[i]) mark_ready_without_gradient(i);
+  }
 }
 
 void Reducer::Impl::leave_out_dropped() {
   const std::vector<bool>& dropped = layer_drop_.dropped();
   stats_pending_.dropped_parameters = std::count(dropped.begin(), dropped.end(), true);
-  if (packs()) {
-    buckets_.pack(dropped);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      // A gradient an earlier write-back left in this buffer may lie where
-      // another parameter's slice now is: it gets its own memory first.
-      at::Tensor& grad = params_[i].mutable_grad();
-      if (grad.defined() && buckets_.in_buffer(i, grad)) grad = grad.clone();
-      if (dropped[i]) it_.ready[i] = true;
-    }
-  }
+  if (packs()) pack_out(dropped);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (it_.ready[i]) continue;
     // Sent as zeros (not packed), or hinted by this pass only: what no_sync
@@ -318,10 +368,15 @@ void Reducer::Impl::leave_out_dropped() {
   }
 }
 
+std::vector<int64_t> Reducer::Impl::bucket_caps(int64_t cap) const {
+  if (!options_.bucket_caps_bytes().empty()) return options_.bucket_caps_bytes();
+  return {options_.first_bucket_cap_bytes(), cap};
+}
+
 // Line 4.
 void Reducer::Impl::build_buckets(std::vector<size_t> sequence, int64_t cap) {
   buckets_ = detail::BucketSet(
-      params_, assign_buckets(params_, sequence, options_.first_bucket_cap_bytes(), cap),
+      params_, assign_buckets(params_, sequence, bucket_caps(cap)),
       options_.gradient_as_bucket_view(), options_.zero_copy_buckets() ? group_.get() : nullptr);
   bucket_sequence_ = std::move(sequence);
   bucket_cap_ = cap;

@@ -72,6 +72,9 @@ class Reducer::Impl {
   // Cuts `sequence` into buckets of `cap` bytes (the first one small); they
   // become bucket_sequence_ and bucket_cap_ once the buckets are built.
   void build_buckets(std::vector<size_t> sequence, int64_t cap) DDP_REQUIRES(mutex_);
+  // The per-bucket caps for a later-bucket `cap`: bucket_caps_bytes when
+  // set, else {first_bucket_cap_bytes, cap}.
+  std::vector<int64_t> bucket_caps(int64_t cap) const;
   void on_backward_start() DDP_EXCLUDES(mutex_);
   void queue_finalize() DDP_REQUIRES(mutex_);
   void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
@@ -86,6 +89,17 @@ class Reducer::Impl {
   // of their buckets where the buckets are the Reducer's alone (no hook
   // reads them, no gradient is a view of them), else sent as zeros.
   void leave_out_dropped() DDP_REQUIRES(mutex_);
+  // Packs `out` out of their buckets and counts them ready (packs() only).
+  void pack_out(const std::vector<bool>& out) DDP_REQUIRES(mutex_);
+  // skip_all_reduce_unused_params: the parameters in `unused` that nothing
+  // accumulated are left out of their buckets (checked alike on every rank
+  // with DDP_DEBUG=detail); the others become ready as zeros (or with what
+  // no_sync passes accumulated).
+  void leave_out_unused(const std::vector<bool>& unused) DDP_REQUIRES(mutex_);
+  // Whether unused parameters are packed out this iteration.
+  bool skips_unused() const DDP_REQUIRES(mutex_) {
+    return options_.skip_all_reduce_unused_params() && packs() && !uneven_inputs_;
+  }
   bool packs() const DDP_REQUIRES(mutex_) {
     return !options_.gradient_as_bucket_view() && !hook_runner_;
   }

@@ -42,6 +42,9 @@ std::string IterationStats::summary() const {
     out += (i ? ", " : ": ") + unused_parameter_names[i];
   }
   if (dropped_parameters > 0) out += ", " + std::to_string(dropped_parameters) + " hinted unused";
+  if (skipped_parameters > 0) {
+    out += ", " + std::to_string(skipped_parameters) + " unused and not sent";
+  }
   return out;
 }
 

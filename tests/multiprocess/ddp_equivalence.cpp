@@ -185,6 +185,16 @@ void equivalence(const ProcessGroupPtr& pg) {
                                         " buckets, expected 6";
                  }
                });
+      // A cap per bucket: the first bucket alone, the rest two by two.
+      run_case(pg, "bucket_cap_mb_list (a cap per bucket)", mlp, plain_fwd,
+               DistributedDataParallelOptions().bucket_cap_mb_list({1e-6, 1}), v,
+               [&](int step, DistributedDataParallel& model) {
+                 if (step == 0 && model->stats().bucket_count() != 2) {
+                   ADD_FAILURE() << "bucket_cap_mb_list {1e-6, 1} gave " +
+                                        std::to_string(model->stats().bucket_count()) +
+                                        " buckets, expected 2";
+                 }
+               });
       run_case(pg, "bucket rebuild in gradient order", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
                [&](int step, DistributedDataParallel& model) {
@@ -228,6 +238,19 @@ void equivalence(const ProcessGroupPtr& pg) {
       // hinted: left out of the buckets, the rest exact; under no_sync only
       // blocks dropped in every micro-batch are left out.
       auto drop = [](int step, int micro) { return int64_t{(step * 5 + micro * 3 + 1) % 16}; };
+      // After step `step`: `left_out` parameters (`what`) must be those of
+      // the blocks that every micro-batch dropped.
+      auto expect_left_out = [drop](const std::string& what, int64_t left_out, int step,
+                                    int micro_batches) {
+        int64_t all = 0xf;
+        for (int m = 0; m < micro_batches; ++m) all &= drop(step, m);
+        const int64_t expected = 2 * __builtin_popcountll(all);
+        if (left_out != expected) {
+          ADD_FAILURE() << what + " step " + std::to_string(step) + ": " +
+                               std::to_string(left_out) + " parameters left out, expected " +
+                               std::to_string(expected);
+        }
+      };
       auto depth_fwd = [drop](auto& m, torch::Tensor x, int, int step, int micro) {
         const int64_t mask = drop(step, micro);
         if constexpr (std::is_same_v<std::decay_t<decltype(m)>, DistributedDataParallel>) {
@@ -253,14 +276,29 @@ void equivalence(const ProcessGroupPtr& pg) {
             DistributedDataParallelOptions().layer_drop_hints(true),
             Variant{dtype, optim, micro_batches},
             [&](int step, DistributedDataParallel& model) {
-              int64_t all = 0xf;
-              for (int m = 0; m < micro_batches; ++m) all &= drop(step, m);
-              const int64_t expected = 2 * __builtin_popcountll(all);
-              if (model->stats().dropped_parameters != expected) {
-                ADD_FAILURE() << "layer-drop step " + std::to_string(step) + ": " +
-                                     std::to_string(model->stats().dropped_parameters) +
-                                     " parameters left out, expected " + std::to_string(expected);
-              }
+              expect_left_out("layer-drop", model->stats().dropped_parameters, step,
+                              micro_batches);
+            });
+      }
+      // The same stochastic depth without hints: find_unused_parameters
+      // finds the dropped blocks (the same on every rank) and
+      // skip_all_reduce_unused_params leaves them out; under no_sync only
+      // those no micro-batch used.
+      auto depth_unhinted = [drop](auto& m, torch::Tensor x, int, int step, int micro) {
+        return m->forward(x, drop(step, micro));
+      };
+      for (int micro_batches : {1, 3}) {
+        run_case(
+            pg,
+            "skip_all_reduce_unused_params, stochastic depth" +
+                std::string(micro_batches > 1 ? " under no_sync (3 micro-batches)" : ""),
+            [] { return StochasticDepth(); }, depth_unhinted,
+            DistributedDataParallelOptions().find_unused_parameters(true).skip_all_reduce_unused_params(
+                true),
+            Variant{dtype, optim, micro_batches},
+            [&](int step, DistributedDataParallel& model) {
+              expect_left_out("skip_all_reduce_unused_params", model->stats().skipped_parameters,
+                              step, micro_batches);
             });
       }
       run_case(

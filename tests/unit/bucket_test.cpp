@@ -29,6 +29,27 @@ TEST(AssignBuckets, FirstCapIsNotCappedByTheCap) {
   EXPECT_EQ(b, (Buckets{{5, 4, 3}, {2}, {1}, {0}}));
 }
 
+// A cap per bucket (bucket_cap_mb_list): the k-th bucket closes at the k-th
+// cap, the last repeating; {first, cap} is the two-cap form.
+TEST(AssignBuckets, ACapPerBucketTheLastRepeating) {
+  auto t = floats(std::vector<int64_t>(12, 100));  // 400 B each
+  Buckets b = assign_buckets(t, reverse_order(12), std::vector<int64_t>{400, 1200, 800});
+  EXPECT_EQ(b, (Buckets{{11}, {10, 9, 8}, {7, 6}, {5, 4}, {3, 2}, {1, 0}}));
+  EXPECT_EQ(assign_buckets(t, reverse_order(12), std::vector<int64_t>{800, 1200}),
+            assign_buckets(t, reverse_order(12), 800, 1200));
+  EXPECT_EQ(assign_buckets(t, reverse_order(12), std::vector<int64_t>{1600}),
+            assign_buckets(t, reverse_order(12), 1600, 1600));
+}
+
+// Each (dtype, device) counts its own buckets against the list.
+TEST(AssignBuckets, EachDtypeWalksTheListOnItsOwn) {
+  std::vector<at::Tensor> t = {at::empty({100}, at::kFloat), at::empty({50}, at::kDouble),
+                               at::empty({100}, at::kFloat), at::empty({50}, at::kDouble),
+                               at::empty({100}, at::kFloat)};
+  Buckets b = assign_buckets(t, {0, 1, 2, 3, 4}, std::vector<int64_t>{400, 800});
+  EXPECT_EQ(b, (Buckets{{0}, {1}, {2, 4}, {3}}));
+}
+
 TEST(AssignBuckets, LargeTensorGetsItsOwnBucket) {
   auto t = floats({10, 1000, 10, 10});  // 40 B, 4000 B, 40 B, 40 B
   Buckets b = assign_buckets(t, {0, 1, 2, 3}, 1000, 1000);
