@@ -29,7 +29,9 @@ case "${1:-}" in
     mkdir -p .gpu
     (cd .gpu && apt-get download libgtest-dev libgloo-dev libgloo0 libssl-dev libssl3)
     nccl=$(scripts/build-nccl.sh --print) || { scripts/build-nccl.sh && nccl=$(scripts/build-nccl.sh --print); }
-    rm -rf .gpu/nccl && mkdir -p .gpu/nccl && cp -a "$nccl"/* "$(dirname "$nccl")"/LICENSE.txt .gpu/nccl/
+    # The library itself (no links: a carried tree may drop them), and its licence.
+    rm -rf .gpu/nccl && mkdir -p .gpu/nccl/lib
+    cp -L "$nccl/libnccl.so.2" .gpu/nccl/lib/ && cp "$(dirname "$nccl")/LICENSE.txt" .gpu/nccl/
     du -sh .gpu
     ;;
   run)
