@@ -17,7 +17,8 @@
 # NCCL_MULTI_RANK_GPU_ENABLE=1, so that the nccl tests run at 2-4 ranks on
 # the one GPU: first without NVIDIA's MPS daemon, then, where the image has
 # nvidia-cuda-mps-control, the nccl tests again under MPS. The summary says
-# which passed.
+# which passed. NCCL_MAX_CTAS (default 2 here) limits NCCL's kernels, for
+# ranks that time-slice the GPU.
 # Environment for `run`: ROUNDS (compare.sh's rounds, default 1), BENCH_S
 # (its time limit, default 200 s), SKIP_BENCH=1 (tests only), TESTS_S (the
 # gpu tests' time limit, default 360 s).
@@ -66,6 +67,10 @@ case "${1:-}" in
       >"$out/build.log" 2>&1 || { grep -B2 -A8 "error" "$out/build.log" | head -80; exit 1; }
     if [ -f .gpu/nccl/lib/libnccl.so.2 ]; then
       export LD_PRELOAD=$PWD/.gpu/nccl/lib/libnccl.so.2 NCCL_MULTI_RANK_GPU_ENABLE=1
+      # Ranks sharing the GPU without MPS time-slice it: fewer CTAs per
+      # NCCL kernel leave room for the other ranks' kernels.
+      export NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-2}
+      echo "NCCL preloaded; NCCL_MAX_CTAS=$NCCL_MAX_CTAS"
     fi
     build/tests/gpu/nccl_probe 4 | tee "$out/nccl-probe.log"
     timeout "${TESTS_S:-360}" ctest --test-dir build -L gpu --timeout 150 --output-on-failure \
