@@ -128,10 +128,7 @@ void verify_same_values(ProcessGroup& group, const std::vector<at::Tensor>& tens
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::vector<int> differ;  // from rank 0
     for (int r = 1; r < group.size(); ++r) {
-      if (all[r][static_cast<int64_t>(i)].item<int64_t>() !=
-          all[0][static_cast<int64_t>(i)].item<int64_t>()) {
-        differ.push_back(r);
-      }
+      if (all[r].data_ptr<int64_t>()[i] != all[0].data_ptr<int64_t>()[i]) differ.push_back(r);
     }
     if (differ.empty()) continue;
     throw InvalidArgument(
