@@ -6,6 +6,7 @@
 #include <ddp/init.h>
 #include <ddp/store.h>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <exception>
@@ -18,6 +19,13 @@
 namespace ddp::testing {
 
 inline void spawn(int size, const std::function<void(int rank, StorePtr store)>& body) {
+  // One intra-op thread in every rank and on the test thread, as in the
+  // process tier (support/rank_gtest_main.cpp): ranks sharing a process on
+  // two cores would otherwise race for them, and a BLAS kernel's result can
+  // differ in the last bit with the threads it got (MKL chooses at run time),
+  // which the tests' bit-for-bit comparisons with a one-process oracle
+  // cannot allow. Threads started later take the global setting.
+  at::set_num_threads(1);
   StorePtr store = c10::make_intrusive<c10d::HashStore>();
   std::mutex mutex;
   std::exception_ptr first;
