@@ -14,6 +14,7 @@ packages=(
   libssl-dev                     # OpenSSL's libcrypto: the job secret's HMAC (rendezvous)
   clang                          # scripts/thread-safety.sh: the thread-safety annotations checked
   python3-venv                   # the virtual environment of pip's torch
+  python3-dev                    # Python's headers: ddp_torch's extension module (python/)
   libgtest-dev                   # GoogleTest: the multirank test tier
   libtorch-dev                   # libtorch 1.13: the second tier (DDP_LIBTORCH=debian)
   libgloo-dev                    # Gloo headers: our collective backend
@@ -58,4 +59,9 @@ if [ "$DDP_LIBTORCH" != debian ] && [ "$installed" != "$DDP_TORCH_VERSION" ]; th
   echo "install-deps: torch $DDP_TORCH_VERSION into $DDP_VENV" >&2
   [ -x "$DDP_VENV/bin/python" ] || /usr/bin/python3 -m venv "$DDP_VENV"
   "$DDP_VENV/bin/python" -m pip install -q "torch==$DDP_TORCH_VERSION" numpy >&2
+fi
+# wheel: pip builds ddp_torch (python/, `pip install --no-build-isolation`)
+# with the venv's own setuptools, which needs it (python/tests/test_install.sh).
+if [ "$DDP_LIBTORCH" != debian ] && ! "$DDP_VENV/bin/python" -c 'import wheel' 2>/dev/null; then
+  "$DDP_VENV/bin/python" -m pip install -q wheel >&2
 fi

@@ -1,0 +1,46 @@
+#include "completions.h"
+
+#include <thread>
+#include <utility>
+
+namespace ddp_torch {
+
+Completions& Completions::instance() {
+  // Leaked: its threads outlive every static destructor.
+  static Completions* completions = new Completions();
+  return *completions;
+}
+
+void Completions::post(std::function<void()> task) {
+  ddp::MutexLock lock(mutex_);
+  tasks_.push_back(std::move(task));
+  queued_.notify_one();
+  // Every queued task has an idle thread to take it, or no more may start.
+  if (static_cast<int>(tasks_.size()) <= idle_ || threads_ >= kMaxThreads) return;
+  ++threads_;
+  std::thread([this] { serve(); }).detach();
+}
+
+bool Completions::drain(std::chrono::milliseconds timeout) {
+  ddp::MutexLock lock(mutex_);
+  return idled_.wait_for(mutex_, timeout, [this]() DDP_REQUIRES(mutex_) {
+    return tasks_.empty() && idle_ == threads_;
+  });
+}
+
+void Completions::serve() {
+  ddp::MutexLock lock(mutex_);
+  for (;;) {
+    ++idle_;
+    idled_.notify_all();
+    queued_.wait(mutex_, [this]() DDP_REQUIRES(mutex_) { return !tasks_.empty(); });
+    --idle_;
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+}  // namespace ddp_torch

@@ -1,0 +1,44 @@
+// ddp_torch::Work: one of ddp's Works (ddp/work.h) as PyTorch's c10d::Work,
+// so that torch.distributed can wait on it and chain futures from it (DDP's
+// comm hooks call get_future()).
+//
+// Contract
+// - wait(timeout) waits at most `timeout`, else the collective's own timeout
+//   (its options'), else the group's; a failure is rethrown as PyTorch's
+//   exception type (errors.h), carrying ddp's message.
+// - getFuture() completes with the result tensors, or with the failure, on
+//   a completion thread (completions.h), where its callbacks run; wait()
+//   returns once it has.
+#pragma once
+
+#include <ddp/work.h>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <vector>
+
+namespace ddp_torch {
+
+class Work : public c10d::Work {
+ public:
+  // `timeout`: the collective's options' (c10d::kUnsetTimeout: the group's).
+  Work(ddp::WorkPtr work, int rank, c10d::OpType type, std::chrono::milliseconds timeout,
+       std::vector<at::Tensor> results);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  const ddp::WorkPtr work_;
+  const std::chrono::milliseconds timeout_;
+  const std::vector<at::Tensor> results_;
+  const c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace ddp_torch

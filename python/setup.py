@@ -1,0 +1,53 @@
+"""Builds ddp_torch against the torch of the Python that runs pip:
+
+    pip install --no-build-isolation ./python
+
+(--no-build-isolation: the build must see your torch, not a fresh one.)
+CMake builds libddp and the extension module from this checkout into
+$DDP_TORCH_BUILD_DIR (default: build-python/ beside python/), with ccache
+when it is installed; the package then holds the module, libddp and ddp's
+Gloo module side by side.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        try:
+            import torch
+        except ImportError:
+            sys.exit("ddp-torch: the build needs the torch it is for; install torch, then "
+                     "pip install --no-build-isolation ./python")
+        build = Path(os.environ.get("DDP_TORCH_BUILD_DIR", ROOT / "build-python")).resolve()
+        configure = ["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DCMAKE_PREFIX_PATH={os.path.dirname(torch.__file__)}",
+                     f"-DDDP_REFERENCE_PYTHON={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}",
+                     "-DDDP_BUILD_TESTS=OFF", "-DDDP_BUILD_BENCH=OFF", "-DDDP_BUILD_EXAMPLES=OFF",
+                     "-DDDP_BUILD_PYTHON=ON"]
+        if shutil.which("ccache"):
+            configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+        subprocess.check_call(configure)
+        jobs = os.environ.get("DDP_BUILD_JOBS", str(os.cpu_count() or 2))
+        subprocess.check_call(["cmake", "--build", str(build), "--target", "ddp_torch_C", "-j", jobs])
+        module = Path(self.get_ext_fullpath(ext.name))
+        module.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(glob.glob(str(build / "python" / "ddp_torch" / "_C*.so"))[0], module)
+        # The module finds libddp beside itself ($ORIGIN), and libddp its
+        # Gloo module beside itself.
+        for lib in ("libddp.so.0", "libddp_gloo.so"):
+            if (build / lib).exists():
+                shutil.copy2(build / lib, module.parent / lib)
+
+
+setup(ext_modules=[Extension("ddp_torch._C", sources=[])], cmdclass={"build_ext": CMakeBuild})
