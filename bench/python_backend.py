@@ -12,7 +12,8 @@ reversed every other sample), each sample preceded by an untimed barrier.
   asynchronously (the Python, dispatcher and backend overhead before any
   communication: async_op=True, not waited on in the timed part);
 - PyTorch's DDP iteration (zero_grad, forward, loss, backward, SGD step) on
-  bench/models' MLP and ResNet-18, with PyTorch's defaults.
+  bench/models' MLP and ResNet-18, with PyTorch's defaults, and the same
+  iteration without DDP ("no DDP": the floor that no backend goes under).
 Rank 0 prints the table (medians, and the ratio ddp / gloo).
 """
 
@@ -77,10 +78,10 @@ def main():
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
     rows = []  # (what, {impl: median seconds})
 
-    def measure(what, sample):
-        times = {impl: [] for impl in groups}
+    def measure(what, sample, impls=tuple(groups)):
+        times = {impl: [] for impl in impls}
         for i in range(args.rounds + 2):  # two warm-up samples
-            order = list(groups) if i % 2 == 0 else list(reversed(groups))
+            order = list(impls) if i % 2 == 0 else list(reversed(impls))
             for impl in order:
                 dist.barrier(group=groups["gloo"])
                 t = slowest(sample(impl), groups["gloo"])
@@ -98,23 +99,28 @@ def main():
     for name in args.models.split(","):
         opts = bench_models.with_defaults(bench_models.ModelOptions(name=name, seed=1))
         trainers = {}  # impl: (model, optimizer)
-        for impl, group in groups.items():
+        for impl in (*groups, "local"):
             torch.manual_seed(1)
-            model = DDP(bench_models.make_model(opts), process_group=group)
+            model = bench_models.make_model(opts)
+            if impl != "local":
+                model = DDP(model, process_group=groups[impl])
             trainers[impl] = (model, torch.optim.SGD(model.parameters(), lr=0.01))
         batch = bench_models.make_batch(opts, data_seed=100 + rank)
         iters = 10 if name == "mlp" else 2
         measure(f"DDP iteration, {name}",
-                lambda impl: ddp_sample(*trainers[impl], opts, batch, iters))
+                lambda impl: ddp_sample(*trainers[impl], opts, batch, iters),
+                impls=(*groups, "local"))
 
     if rank == 0:
         print(f"# {dist.get_world_size()} ranks, torch {torch.__version__}, ddp chose "
               f"{backend.ddp_backend}; medians of {args.rounds} interleaved samples")
-        print(f"| {'measurement':<36} | {'ddp':>10} | {'gloo':>10} | ddp / gloo |")
-        print(f"|{'-' * 38}|{'-' * 12}|{'-' * 12}|------------|")
+        print(f"| {'measurement':<36} | {'ddp':>10} | {'gloo':>10} | ddp / gloo | "
+              f"{'no DDP':>10} |")
+        print(f"|{'-' * 38}|{'-' * 12}|{'-' * 12}|------------|{'-' * 12}|")
         for what, t in rows:
+            local = f"{t['local'] * 1e3:>7.3f} ms" if "local" in t else "–"
             print(f"| {what:<36} | {t['ddp'] * 1e3:>7.3f} ms | {t['gloo'] * 1e3:>7.3f} ms | "
-                  f"{t['ddp'] / t['gloo']:>10.3f} |")
+                  f"{t['ddp'] / t['gloo']:>10.3f} | {local:>10} |")
     dist.destroy_process_group()
 
 

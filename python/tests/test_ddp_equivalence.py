@@ -2,7 +2,8 @@
 as over "gloo": each rank runs both, on two groups, from the same start on
 the same data, and compares after every step.
 - 2 ranks: an MLP with tanh in float64 and float32; no hook, the fp16
-  compression hook, and PowerSGD (rank 1, after two plain steps). With two
+  compression hook, PowerSGD (rank 1, after two plain steps), and no hook
+  with ZeroRedundancyOptimizer. With two
   ranks a sum has one order, whatever the algorithm.
 - 4 ranks: a two-layer linear model whose values are small dyadic fractions,
   so that every sum is exact and the backends' different orders of summing
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launch import main
@@ -50,8 +52,12 @@ def train(make, dtype, group, hook, rank, exact_data):
         state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
                                        start_powerSGD_iter=2, min_compression_rate=0.5)
         model.register_comm_hook(state, powersgd.powerSGD_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=1 / 64 if exact_data else 0.05,
-                          momentum=0 if exact_data else 0.9)
+    lr, momentum = (1 / 64, 0) if exact_data else (0.05, 0.9)
+    if hook == "zero":  # each rank steps its shard, then broadcasts it
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD,
+                                      process_group=group, lr=lr, momentum=momentum)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(100 + rank)
     after = []
     for _ in range(STEPS):
@@ -83,7 +89,7 @@ def body(rank, world_size):
     ours = dist.group.WORLD
     if world_size == 2:
         for dtype in (torch.float64, torch.float32):
-            for hook in ("none", "fp16", "powersgd"):
+            for hook in ("none", "fp16", "powersgd", "zero"):
                 compare(f"MLP {dtype} hook {hook}", rank, ours, gloo, mlp, dtype, hook, rank, False)
     else:
         compare("dyadic float64", rank, ours, gloo, dyadic, torch.float64, "none", rank, True)
