@@ -3,10 +3,15 @@ every rank concerned, carrying ddp's message, within the timeout.
 - a call the backend does not offer: NotImplementedError naming it;
 - ranks that reduce different sizes, under DDP_DEBUG=detail: an error on
   every rank naming the sizes;
-- a rank that dies: the survivors raise DistBackendError naming it."""
+- a rank that dies: the survivors raise DistBackendError naming it, and
+  with DDP_FLIGHT_RECORDER_DIR each survivor dumps its last collectives,
+  which ddp-flight ($DDP_FLIGHT_TOOL, when CTest passes it) reads."""
 
+import glob
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -70,12 +75,22 @@ if __name__ == "__main__":
         CASES[CASE][0](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         sys.stdout.flush()
         os._exit(0)  # a broken group is not torn down: its peers are gone
+    flights = tempfile.mkdtemp(prefix="ddp-torch-flights.")
+    CASES["dead_peer"][2]["DDP_FLIGHT_RECORDER_DIR"] = flights
     for case, (_, world_size, env) in CASES.items():
         results = launch(__file__, world_size, dict(env, CASE=case), timeout=120)
         if case == "dead_peer":  # the last rank died on purpose
             assert results[-1][0] == 3, results[-1]
             results = results[:-1]
         check_all_passed(__file__, world_size, results)
+        if case == "dead_peer":
+            dumps = glob.glob(os.path.join(flights, "*"))
+            assert len(dumps) >= world_size - 1, f"the survivors' flight dumps: {dumps}"
+            if os.environ.get("DDP_FLIGHT_TOOL"):
+                said = subprocess.run([os.environ["DDP_FLIGHT_TOOL"], flights],
+                                      capture_output=True, text=True, timeout=60)
+                print(f"ddp-flight: {said.stdout.strip()}")
+                assert f"rank {world_size - 1}" in said.stdout, said.stdout + said.stderr
         for rank, (_, out) in enumerate(results):
             print(f"{case}, rank {rank}: " + " | ".join(
                 l for l in out.splitlines() if l.startswith("raised")))
