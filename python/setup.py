@@ -9,7 +9,6 @@ when it is installed; the package then holds the module, libddp and ddp's
 Gloo module side by side.
 """
 
-import glob
 import os
 import shutil
 import subprocess
@@ -30,8 +29,14 @@ class CMakeBuild(build_ext):
             sys.exit("ddp-torch: the build needs the torch it is for; install torch, then "
                      "pip install --no-build-isolation ./python")
         build = Path(os.environ.get("DDP_TORCH_BUILD_DIR", ROOT / "build-python")).resolve()
+        import sysconfig
+        from torch.utils import cmake_prefix_path
+        # Torch_DIR as well as the prefix: a build folder reused for another
+        # torch would otherwise keep the one in its cache.
         configure = ["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
                      f"-DCMAKE_PREFIX_PATH={os.path.dirname(torch.__file__)}",
+                     f"-DTorch_DIR={os.path.join(cmake_prefix_path, 'Torch')}",
+                     "-UDDP_TORCH_PYTHON_LIBRARY", "-UPython3_*",
                      f"-DDDP_REFERENCE_PYTHON={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}",
                      "-DDDP_BUILD_TESTS=OFF", "-DDDP_BUILD_BENCH=OFF", "-DDDP_BUILD_EXAMPLES=OFF",
                      "-DDDP_BUILD_PYTHON=ON"]
@@ -42,12 +47,15 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", str(build), "--target", "ddp_torch_C", "-j", jobs])
         module = Path(self.get_ext_fullpath(ext.name))
         module.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(glob.glob(str(build / "python" / "ddp_torch" / "_C*.so"))[0], module)
+        built = build / "python" / "ddp_torch" / ("_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+        shutil.copy2(built, module)
         # The module finds libddp beside itself ($ORIGIN), and libddp its
         # Gloo module beside itself.
-        for lib in ("libddp.so.0", "libddp_gloo.so"):
-            if (build / lib).exists():
-                shutil.copy2(build / lib, module.parent / lib)
+        if not (build / "libddp.so.0").exists():
+            sys.exit(f"ddp-torch: the build made no {build / 'libddp.so.0'}")
+        shutil.copy2(build / "libddp.so.0", module.parent)
+        if (build / "libddp_gloo.so").exists():  # not built without Gloo's headers
+            shutil.copy2(build / "libddp_gloo.so", module.parent)
 
 
 setup(ext_modules=[Extension("ddp_torch._C", sources=[])], cmdclass={"build_ext": CMakeBuild})

@@ -12,9 +12,10 @@
 //   contiguous, of the dtypes ddp's CPU backends take.
 // - Offers allreduce (SUM, AVG, MIN, MAX, PRODUCT), allreduce_coalesced,
 //   broadcast, allgather (into a list and into a tensor), reduce_scatter
-//   (from a list and from a tensor), and barrier: what PyTorch's DDP,
-//   ZeroRedundancyOptimizer and FSDP's CPU path call. Everything else raises
-//   NotImplementedError naming the call.
+//   (from a list and from a tensor), and barrier: what PyTorch's DDP and
+//   ZeroRedundancyOptimizer call. The other calls of c10d::Backend raise
+//   NotImplementedError naming the call (errors.h), coalescing managers
+//   included.
 // - Every collective is asynchronous: it returns a Work (work.h) at once.
 //   Misuse raises ValueError with ddp's message; a failure (a peer gone, a
 //   timeout) raises torch.distributed.DistBackendError from the Work.
@@ -59,6 +60,20 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   // Not offered: NotImplementedError naming the call (errors.h).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -86,10 +101,11 @@ class Backend : public c10d::Backend {
   std::string where(const char* call) const;
   // The one tensor of PyTorch's one-device form; ValueError naming `call`
   // otherwise.
-  const at::Tensor& only(const std::vector<at::Tensor>& tensors, const char* call) const;
-  c10::intrusive_ptr<c10d::Work> wrapped(ddp::WorkPtr work, c10d::OpType type,
-                                         std::chrono::milliseconds timeout,
-                                         std::vector<at::Tensor> results) const;
+  const at::Tensor& single_tensor(const std::vector<at::Tensor>& tensors,
+                                  const char* call) const;
+  c10::intrusive_ptr<c10d::Work> make_work(ddp::WorkPtr work, c10d::OpType type,
+                                           std::chrono::milliseconds timeout,
+                                           std::vector<at::Tensor> results) const;
 
   const ddp::ProcessGroupPtr group_;
 };

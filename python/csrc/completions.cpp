@@ -1,5 +1,6 @@
 #include "completions.h"
 
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -18,12 +19,22 @@ void Completions::post(std::function<void()> task) {
   // Every queued task has an idle thread to take it, or no more may start.
   if (static_cast<int>(tasks_.size()) <= idle_ || threads_ >= kMaxThreads) return;
   ++threads_;
-  std::thread([this] { serve(); }).detach();
+  try {
+    std::thread([this] { serve(); }).detach();
+  } catch (const std::system_error&) {
+    // No thread to be had: the queued task waits for a running one; with
+    // none at all, it runs here rather than never.
+    if (--threads_ > 0) return;
+    std::function<void()> orphan = std::move(tasks_.back());
+    tasks_.pop_back();
+    lock.unlock();
+    orphan();
+  }
 }
 
 bool Completions::drain(std::chrono::milliseconds timeout) {
   ddp::MutexLock lock(mutex_);
-  return idled_.wait_for(mutex_, timeout, [this]() DDP_REQUIRES(mutex_) {
+  return became_idle_.wait_for(mutex_, timeout, [this]() DDP_REQUIRES(mutex_) {
     return tasks_.empty() && idle_ == threads_;
   });
 }
@@ -32,13 +43,16 @@ void Completions::serve() {
   ddp::MutexLock lock(mutex_);
   for (;;) {
     ++idle_;
-    idled_.notify_all();
+    became_idle_.notify_all();
     queued_.wait(mutex_, [this]() DDP_REQUIRES(mutex_) { return !tasks_.empty(); });
     --idle_;
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
     task();
+    // What it held (a future, tensors, Python callbacks) goes before the
+    // lock is taken again: dropping a Python object takes the GIL.
+    task = nullptr;
     lock.lock();
   }
 }

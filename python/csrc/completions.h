@@ -10,7 +10,7 @@
 // - post() returns at once; tasks start in the order posted.
 // - A task never waits for a thread that a waiting task holds: while there
 //   are more queued tasks than idle threads a new thread starts, up to
-//   kMaxThreads; past that, tasks queue.
+//   kMaxThreads (or as many as the system gives); past that, tasks queue.
 // - Process-wide and never destroyed: idle threads wait for the next task
 //   until the process exits. Python must not finalize while a task runs (a
 //   task that releases a Python callback then takes the GIL, which a
@@ -43,7 +43,7 @@ class Completions {
 
   ddp::Mutex mutex_;
   ddp::CondVar queued_;  // a task was posted
-  ddp::CondVar idled_;   // a thread became idle
+  ddp::CondVar became_idle_;
   std::deque<std::function<void()>> tasks_ DDP_GUARDED_BY(mutex_);
   int threads_ DDP_GUARDED_BY(mutex_) = 0;
   int idle_ DDP_GUARDED_BY(mutex_) = 0;

@@ -10,7 +10,7 @@ namespace ddp_torch {
 namespace {
 
 template <typename TorchError>
-std::exception_ptr made(const std::string& message) {
+std::exception_ptr exception_of(const std::string& message) {
   try {
     throw TorchError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
   } catch (...) {
@@ -24,16 +24,16 @@ std::exception_ptr as_torch_error(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const ddp::InvalidArgument& e) {
-    return made<c10::ValueError>(e.what());
+    return exception_of<c10::ValueError>(e.what());
   } catch (const ddp::Error& e) {
-    return made<c10::DistBackendError>(e.what());
+    return exception_of<c10::DistBackendError>(e.what());
   } catch (...) {
     return error;
   }
 }
 
 void not_supported(const char* call, const char* instead) {
-  std::rethrow_exception(made<c10::NotImplementedError>(
+  std::rethrow_exception(exception_of<c10::NotImplementedError>(
       std::string("ddp: the torch.distributed backend \"ddp\" does not support ") + call +
       "; " + instead));
 }

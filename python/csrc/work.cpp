@@ -5,7 +5,10 @@
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 namespace ddp_torch {
@@ -18,10 +21,13 @@ Work::Work(ddp::WorkPtr work, int rank, c10d::OpType type, std::chrono::millisec
       results_(std::move(results)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()))) {
-  // Completed on a thread of its own (completions.h). The callback holds
-  // no reference to this Work: only to what the future completes with.
-  work_->on_complete([future = future_, work = work_.get(), results = results_] {
-    std::exception_ptr error = work->exception();
+  // Completed on a thread of its own (completions.h). The callback lives in
+  // ddp's Work: it holds that Work weakly (a strong reference would be a
+  // cycle) and no reference to this one.
+  work_->on_complete([future = future_, weak = std::weak_ptr<ddp::Work>(work_),
+                      results = results_] {
+    const ddp::WorkPtr work = weak.lock();  // held by whoever completes it
+    std::exception_ptr error = work ? work->exception() : nullptr;
     Completions::instance().post([future, error, results] {
       if (error) {
         future->setError(as_torch_error(error));
@@ -32,9 +38,9 @@ Work::Work(ddp::WorkPtr work, int rank, c10d::OpType type, std::chrono::millisec
   });
 }
 
-bool Work::isCompleted() { return work_->is_completed(); }
+bool Work::isCompleted() { return work_->is_completed() && future_->completed(); }
 
-bool Work::isSuccess() const { return work_->is_success(); }
+bool Work::isSuccess() const { return work_->is_success() && future_->completed(); }
 
 std::exception_ptr Work::exception() const {
   std::exception_ptr error = work_->exception();
@@ -44,9 +50,23 @@ std::exception_ptr Work::exception() const {
 std::vector<at::Tensor> Work::result() { return results_; }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
-  if (timeout == kNoTimeout) timeout = timeout_;  // kUnsetTimeout: the group's
+  if (timeout == kNoTimeout) timeout = timeout_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   translating_errors([&] { work_->wait(timeout); });
-  future_->wait();  // so that get_future() is complete too (it is being completed)
+  // The future is being completed on a completion thread: wait for it too
+  // (within the same deadline), so that get_future() is complete when this
+  // returns.
+  auto pause = std::chrono::microseconds(10);
+  while (!future_->completed()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      C10_THROW_ERROR(DistBackendError,
+                      "ddp: " + work_->description() + ": completed, but its future's callbacks did not finish within " +
+                          std::to_string(timeout.count()) +
+                          " ms (a callback that waits for a collective that never comes?)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
   return true;
 }
 

@@ -8,7 +8,7 @@
 //   exception type (errors.h), carrying ddp's message.
 // - getFuture() completes with the result tensors, or with the failure, on
 //   a completion thread (completions.h), where its callbacks run; wait()
-//   returns once it has.
+//   returns once it has, and isCompleted() is true only then.
 #pragma once
 
 #include <ddp/work.h>
@@ -22,7 +22,8 @@ namespace ddp_torch {
 
 class Work : public c10d::Work {
  public:
-  // `timeout`: the collective's options' (c10d::kUnsetTimeout: the group's).
+  // `timeout`: wait()'s default (the collective's options', else the
+  // group's).
   Work(ddp::WorkPtr work, int rank, c10d::OpType type, std::chrono::milliseconds timeout,
        std::vector<at::Tensor> results);
 

@@ -83,18 +83,31 @@ def body(rank, world_size):
                                   dtype), f"all_gather_into_tensor {dtype} {n}")
             # reduce_scatter: rank r's part p is values(r, world_size * n)[p]
             whole = values(rank, world_size * n)
-            expected = oracle("SUM", world_size, world_size * n)[rank * n:(rank + 1) * n]
-            out = torch.empty(n, dtype=dtype)
-            dist.reduce_scatter(out, list(tensor_of(whole, dtype).chunk(world_size))
-                                if n else [torch.empty(0, dtype=dtype)] * world_size)
-            check(out, tensor_of(expected, dtype), f"reduce_scatter {dtype} {n}")
-            out = torch.empty(n, dtype=dtype)
-            dist.reduce_scatter_tensor(out, tensor_of(whole, dtype))
-            check(out, tensor_of(expected, dtype), f"reduce_scatter_tensor {dtype} {n}")
-        a, b = tensor_of(values(rank, 5), dtype), tensor_of(values(rank, 7), dtype)
-        dist.all_reduce_coalesced([a, b])
-        check(a, tensor_of(oracle("SUM", world_size, 5), dtype), f"all_reduce_coalesced {dtype}")
-        check(b, tensor_of(oracle("SUM", world_size, 7), dtype), f"all_reduce_coalesced {dtype}")
+            for name, op in OPS.items():
+                if name == "AVG" and not floating:
+                    continue
+                expected = tensor_of(oracle(name, world_size, world_size * n)[rank * n:(rank + 1) * n],
+                                     dtype)
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, list(tensor_of(whole, dtype).chunk(world_size))
+                                    if n else [torch.empty(0, dtype=dtype)] * world_size, op=op)
+                check(out, expected, f"reduce_scatter {name} {dtype} {n}", exact=name != "AVG")
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, tensor_of(whole, dtype), op=op)
+                check(out, expected, f"reduce_scatter_tensor {name} {dtype} {n}",
+                      exact=name != "AVG")
+        for name in ("SUM", "MAX"):
+            a, b = tensor_of(values(rank, 5), dtype), tensor_of(values(rank, 7), dtype)
+            dist.all_reduce_coalesced([a, b], op=OPS[name])
+            check(a, tensor_of(oracle(name, world_size, 5), dtype), f"all_reduce_coalesced {dtype}")
+            check(b, tensor_of(oracle(name, world_size, 7), dtype), f"all_reduce_coalesced {dtype}")
+    # The Work: wait with a timeout, then its state.
+    t = torch.ones(1000)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait(timeout=timedelta(seconds=30))
+    assert work.is_completed() and work.is_success()  # (exception(): PyTorch cannot convert it)
+    assert work.get_future().done()
+    check(t, torch.full((1000,), float(world_size)), "all_reduce waited with a timeout")
     dist.barrier()
     # A subgroup: its own PrefixStore, its own ddp group.
     evens = dist.new_group([r for r in range(world_size) if r % 2 == 0], backend="ddp")

@@ -2,7 +2,7 @@
 as over "gloo": each rank runs both, on two groups, from the same start on
 the same data, and compares after every step.
 - 2 ranks: an MLP with tanh in float64 and float32; no hook, the fp16
-  compression hook, PowerSGD (rank 1, after two plain steps), and no hook
+  compression hook, PowerSGD (matrix rank 1, after two plain steps), and no hook
   with ZeroRedundancyOptimizer. With two
   ranks a sum has one order, whatever the algorithm.
 - 4 ranks: a two-layer linear model whose values are small dyadic fractions,
@@ -43,7 +43,8 @@ def dyadic(dtype):
 def train(make, dtype, group, hook, rank, exact_data):
     # Several buckets, but one for PowerSGD: its hook issues a bucket's
     # second all_reduce from the first one's callback, so with several
-    # buckets the ranks may issue them in different orders (Gloo aborts).
+    # buckets the ranks may issue them in different orders, on any backend
+    # (Gloo aborts; docs/python.md, "What works").
     model = DDP(make(dtype), process_group=group,
                 bucket_cap_mb=25 if hook == "powersgd" else 0.01)
     if hook == "fp16":

@@ -4,7 +4,8 @@
 # rather than downloaded again), `pip install --no-build-isolation ./python`
 # from this checkout, then, from another folder, `import ddp_torch` and two
 # ranks all-reducing over "ddp". The build goes to $1 (CMake's, reused by
-# the next run; ccache keeps a rebuild short).
+# the next run; ccache keeps a rebuild short), which is hidden while the
+# installed package runs, so that it cannot lean on it.
 #   test_install.sh BUILD_DIR PYTHON
 set -euo pipefail
 build=$1 python=$2
@@ -20,9 +21,12 @@ site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 export CCACHE_BASEDIR=$repo CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 DDP_TORCH_BUILD_DIR=$build DDP_BUILD_JOBS=2 \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$repo/python"
+# The installed package must stand alone: the build folder out of sight.
+mv "$build" "$build.hidden"
+trap 'mv "$build.hidden" "$build"; rm -rf "$venv"' EXIT
 cd "$venv"
 "$venv/bin/python" - <<'PY'
-import importlib.metadata, os, subprocess, sys
+import importlib.metadata, os, socket, subprocess, sys
 import ddp_torch
 where = os.path.dirname(ddp_torch.__file__)
 assert where.startswith(sys.prefix), f"ddp_torch imported from {where}, not the venv"
@@ -34,7 +38,10 @@ t = torch.ones(4) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 assert torch.equal(t, torch.full((4,), 3.0)), t
 """
-env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", WORLD_SIZE="2")
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
 procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(env, RANK=str(r))) for r in range(2)]
 codes = [p.wait(timeout=120) for p in procs]
 assert codes == [0, 0], codes
