@@ -7,8 +7,6 @@
 #include <ATen/core/jit_type.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <thread>
 #include <utility>
 
 namespace ddp_torch {
@@ -24,16 +22,19 @@ Work::Work(ddp::WorkPtr work, int rank, c10d::OpType type, std::chrono::millisec
   // Completed on a thread of its own (completions.h). The callback lives in
   // ddp's Work: it holds that Work weakly (a strong reference would be a
   // cycle) and no reference to this one.
-  work_->on_complete([future = future_, weak = std::weak_ptr<ddp::Work>(work_),
-                      results = results_] {
+  work_->on_complete([future = future_, done = future_done_,
+                      weak = std::weak_ptr<ddp::Work>(work_), results = results_] {
     const ddp::WorkPtr work = weak.lock();  // held by whoever completes it
     std::exception_ptr error = work ? work->exception() : nullptr;
-    Completions::instance().post([future, error, results] {
+    Completions::instance().post([future, done, error, results] {
       if (error) {
         future->setError(as_torch_error(error));
       } else {
         future->markCompleted(c10::IValue(results));
       }
+      ddp::MutexLock lock(done->mutex);
+      done->done = true;
+      done->cv.notify_all();
     });
   });
 }
@@ -56,16 +57,16 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   // The future is being completed on a completion thread: wait for it too
   // (within the same deadline), so that get_future() is complete when this
   // returns.
-  auto pause = std::chrono::microseconds(10);
-  while (!future_->completed()) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      C10_THROW_ERROR(DistBackendError,
-                      "ddp: " + work_->description() + ": completed, but its future's callbacks did not finish within " +
-                          std::to_string(timeout.count()) +
-                          " ms (a callback that waits for a collective that never comes?)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  ddp::MutexLock lock(future_done_->mutex);
+  const bool done = future_done_->cv.wait_until(
+      future_done_->mutex, deadline,
+      [this]() DDP_REQUIRES(future_done_->mutex) { return future_done_->done; });
+  if (!done) {
+    C10_THROW_ERROR(DistBackendError,
+                    "ddp: " + work_->description() +
+                        ": completed, but its future's callbacks did not finish within " +
+                        std::to_string(timeout.count()) +
+                        " ms (a callback that waits for a collective that never comes?)");
   }
   return true;
 }

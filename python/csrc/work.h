@@ -11,11 +11,13 @@
 //   returns once it has, and isCompleted() is true only then.
 #pragma once
 
+#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
+#include <memory>
 #include <vector>
 
 namespace ddp_torch {
@@ -36,10 +38,18 @@ class Work : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  // Set once the future is complete (its callbacks ran): wait() blocks on it.
+  struct FutureDone {
+    ddp::Mutex mutex;
+    ddp::CondVar cv;
+    bool done DDP_GUARDED_BY(mutex) = false;
+  };
+
   const ddp::WorkPtr work_;
   const std::chrono::milliseconds timeout_;
   const std::vector<at::Tensor> results_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const std::shared_ptr<FutureDone> future_done_ = std::make_shared<FutureDone>();
 };
 
 }  // namespace ddp_torch
