@@ -27,13 +27,19 @@ ddp::ReduceOp reduce_op(const c10d::ReduceOp& op, const char* call) {
                 "it reduces with SUM, AVG, PRODUCT, MIN and MAX");
 }
 
-// `tensor`, flat, in `parts` equal consecutive pieces of `part` elements:
-// the one-tensor forms of allgather and reduce_scatter.
-std::vector<at::Tensor> pieces(const at::Tensor& tensor, int parts, int64_t part,
-                               const std::string& where) {
+const char kUseGlooInstead[] =
+    "ddp offers allreduce, allreduce_coalesced, broadcast, all_gather, "
+    "all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor and barrier; use a "
+    "\"gloo\" group (dist.new_group(backend=\"gloo\")) for the rest";
+
+}  // namespace
+
+std::vector<at::Tensor> Backend::pieces(const at::Tensor& tensor, int64_t part,
+                                        const char* call) const {
+  const int parts = getSize();
   if (tensor.numel() != parts * part || !tensor.is_contiguous()) {
     C10_THROW_ERROR(ValueError,
-                    where + ": the large tensor must be contiguous and hold " +
+                    where(call) + ": the large tensor must be contiguous and hold " +
                         std::to_string(parts) + " x " + std::to_string(part) +
                         " elements (the group's size times the other tensor's), not " +
                         std::to_string(tensor.numel()));
@@ -44,13 +50,6 @@ std::vector<at::Tensor> pieces(const at::Tensor& tensor, int parts, int64_t part
   for (int r = 0; r < parts; ++r) out.push_back(flat.narrow(0, r * part, part));
   return out;
 }
-
-const char kUseGlooInstead[] =
-    "ddp offers allreduce, allreduce_coalesced, broadcast, all_gather, "
-    "all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor and barrier; use a "
-    "\"gloo\" group (dist.new_group(backend=\"gloo\")) for the rest";
-
-}  // namespace
 
 Backend::Backend(const ddp::StorePtr& store, int rank, int size,
                  std::chrono::milliseconds timeout)
@@ -119,7 +118,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
                                                         const c10d::AllgatherOptions& opts) {
   auto work = translating_errors([&] {
     return group_->allgather(
-        pieces(output, getSize(), input.numel(), where("all_gather_into_tensor")), input);
+        pieces(output, input.numel(), "all_gather_into_tensor"), input);
   });
   return make_work(std::move(work), c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output});
 }
@@ -142,7 +141,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
   const ddp::ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter_tensor");
   auto work = translating_errors([&] {
     return group_->reduce_scatter(
-        output, pieces(input, getSize(), output.numel(), where("reduce_scatter_tensor")), op);
+        output, pieces(input, output.numel(), "reduce_scatter_tensor"), op);
   });
   return make_work(std::move(work), c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout, {output});
 }

@@ -103,6 +103,11 @@ class Backend : public c10d::Backend {
   // otherwise.
   const at::Tensor& single_tensor(const std::vector<at::Tensor>& tensors,
                                   const char* call) const;
+  // `tensor`, flat, in getSize() consecutive pieces of `part` elements: the
+  // one-tensor forms of allgather and reduce_scatter; ValueError naming
+  // `call` when it does not hold them.
+  std::vector<at::Tensor> pieces(const at::Tensor& tensor, int64_t part,
+                                 const char* call) const;
   c10::intrusive_ptr<c10d::Work> make_work(ddp::WorkPtr work, c10d::OpType type,
                                            std::chrono::milliseconds timeout,
                                            std::vector<at::Tensor> results) const;

@@ -25,8 +25,10 @@ DDP_TORCH_BUILD_DIR=$build DDP_BUILD_JOBS=2 \
 mv "$build" "$build.hidden"
 trap 'mv "$build.hidden" "$build"; rm -rf "$venv"' EXIT
 cd "$venv"
-"$venv/bin/python" - <<'PY'
-import importlib.metadata, os, socket, subprocess, sys
+DDP_TORCH_TESTS=$repo/python/tests "$venv/bin/python" - <<'PY'
+import importlib.metadata, os, subprocess, sys
+sys.path.append(os.environ["DDP_TORCH_TESTS"])  # launch.py's free_port, after the venv's own
+from launch import free_port
 import ddp_torch
 where = os.path.dirname(ddp_torch.__file__)
 assert where.startswith(sys.prefix), f"ddp_torch imported from {where}, not the venv"
@@ -38,10 +40,7 @@ t = torch.ones(4) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 assert torch.equal(t, torch.full((4,), 3.0)), t
 """
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
 procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(env, RANK=str(r))) for r in range(2)]
 codes = [p.wait(timeout=120) for p in procs]
 assert codes == [0, 0], codes
