@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the thread-safety annotations (include/ddp/thread_annotations.h):
+# Checks the thread-safety annotations (src/base/thread_annotations.h):
 # builds the library, the Gloo module and (against pip's torch) ddp_torch's
 # extension module (python/) with clang, -Wthread-safety -Werror, into
 # build-clang/. Exit status 0: every guarded member is read and written

@@ -1,7 +1,7 @@
 // GradReadyHook: runs a callback each time a parameter's gradient has been
 // accumulated into param.grad(). It is the hook DDP's Reducer puts on every
 // parameter (the paper's Algorithm 1, autograd_hook), public for programs
-// that reduce gradients their own way (bench/variants.cpp writes the blog's
+// that reduce gradients their own way (experiments/paper/variants.cpp writes the blog's
 // data-parallel variants with it) or act on a parameter as soon as its
 // gradient is complete: PyTorch's Tensor.register_post_accumulate_grad_hook,
 // which libtorch's C++ API lacks.

@@ -88,11 +88,6 @@ LaunchInfo launch_info_from_env();
 // all ranks arrived. The rank and size used are returned through the options.
 StorePtr rendezvous(InitOptions& options);
 
-// The host of the rendezvous master named by `options` (MASTER_ADDR for
-// env://, under srun derived as above; the host of tcp://host:port); "" for
-// file:// or when unset.
-std::string rendezvous_master_host(const InitOptions& options);
-
 // Rendezvous, then the group; also becomes the default group. Calling it
 // twice without destroy_process_group() is an error. For a backend that
 // needs no store, its own world replaces the rendezvous; a rank or world

@@ -26,12 +26,10 @@
 #pragma once
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <ATen/core/Tensor.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -39,6 +37,10 @@
 #include <vector>
 
 namespace ddp {
+
+namespace detail {
+class IssuedLog;
+}
 
 enum class ReduceOp : uint8_t { SUM, AVG, MIN, MAX, PRODUCT };
 
@@ -120,25 +122,6 @@ class ProcessGroup {
   // shm, gloo and mpi notice a dead peer themselves. Thread-safe.
   virtual void abort(const std::string& reason);
 
-  // What this group issued since the last take_tally() (or its creation):
-  // how many collectives, and an order-sensitive hash of each one's kind,
-  // reduce op, dtype, element count and root. DDP compares it across ranks
-  // in the status allreduce it runs each iteration, so ranks that issued
-  // different collectives fail there even without DDP_DEBUG=detail. Every
-  // rank must take it at the same point of its program.
-  struct Tally {
-    uint64_t count = 0;
-    uint64_t hash = 0;
-  };
-  Tally take_tally();
-
-  // Records every collective issued on this group in the flight recorder
-  // (flight_recorder.h) under `name`, which must be the same on every rank.
-  // new_process_group (and so init_process_group) does it for the group it
-  // returns; the groups inside it (a composition's parts) are not recorded.
-  // At most once per group.
-  void record_flights(const std::string& name);
-
   // This rank, the group's size and backend, and `operation`: the context of
   // the errors raised about this group (ddp/errors.h).
   ErrorContext error_context(std::string operation = {}) const;
@@ -162,18 +145,10 @@ class ProcessGroup {
   const int size_;
   const std::chrono::milliseconds timeout_;
 
-  struct Issued {
-    OpKind kind;
-    int64_t op, dtype, count, root;  // -1 where it does not apply
-  };
-  void note_issued(const Issued& collective);
-  // Records `collective` in the flight recorder as queued, before the
-  // backend sees it; returns its record, 0 when this group does not record.
-  uint64_t record_flight(const Issued& collective);
-  std::atomic<int> flight_group_{-1};    // the recorder's index; -1: not recorded
-  std::atomic<uint64_t> flight_seq_{0};  // the next recorded collective's number
-  Mutex tally_mutex_;
-  Tally tally_ DDP_GUARDED_BY(tally_mutex_);
+  // What it issued: the tally DDP compares across ranks, and its recording
+  // in the flight recorder (src/collectives/issued_log.h).
+  friend class detail::IssuedLog;
+  const std::unique_ptr<detail::IssuedLog> issued_;
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

@@ -34,7 +34,7 @@
 //   carries each rank's count of forward passes (no_sync ones included),
 //   whether a backward ran that no forward prepared (backward() twice), and
 //   the group's tally of the collectives issued since the previous one
-//   (ProcessGroup::take_tally). If the ranks disagree, backward() raises on
+//   (the group keeps it: src/collectives/issued_log.h). If the ranks disagree, backward() raises on
 //   every rank (InvalidArgument, or CollectiveMismatch for the collectives)
 //   naming the ranks and what they did, before any gradient is written.
 // - Threads: hooks and the end-of-backward callback run on the autograd

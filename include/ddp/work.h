@@ -17,7 +17,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 
 #include <chrono>
 #include <cstdint>
@@ -40,6 +39,7 @@ class Work {
   // context has the description as its operation.
   Work(std::string description, std::chrono::milliseconds default_timeout,
        std::vector<at::Tensor> outputs = {});
+  ~Work();
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
@@ -77,13 +77,10 @@ class Work {
   const std::chrono::milliseconds default_timeout_;
   const std::vector<at::Tensor> outputs_;
 
-  mutable Mutex mutex_;
-  CondVar done_cv_;                              // signalled when settled
-  bool done_ DDP_GUARDED_BY(mutex_) = false;     // result set
-  bool settled_ DDP_GUARDED_BY(mutex_) = false;  // callbacks ran too
-  std::chrono::steady_clock::time_point completed_at_ DDP_GUARDED_BY(mutex_);
-  std::exception_ptr error_ DDP_GUARDED_BY(mutex_);
-  std::vector<std::function<void()>> callbacks_ DDP_GUARDED_BY(mutex_);
+  // Whether and how it completed, the callbacks still to run, and the lock
+  // and condition variable around them (work.cpp).
+  struct Completion;
+  const std::unique_ptr<Completion> completion_;
   // The flight recorder's record of this Work's collective, 0 for none:
   // the first Work made on the thread of a recording group's collective
   // takes it (src/flight/recorder.h, PendingRecord).

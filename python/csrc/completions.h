@@ -19,7 +19,7 @@
 
 #pragma once
 
-#include <ddp/mutex.h>
+#include "base/mutex.h"
 
 #include <chrono>
 #include <deque>

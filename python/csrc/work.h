@@ -11,8 +11,9 @@
 //   returns once it has, and isCompleted() is true only then.
 #pragma once
 
-#include <ddp/mutex.h>
 #include <ddp/work.h>
+
+#include "base/mutex.h"
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 

@@ -1,7 +1,7 @@
 #include "collectives/host_identity.h"
 
-#include "rendezvous/arrival.h"
-#include "rendezvous/env.h"
+#include "base/arrival.h"
+#include "base/env.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,11 +1,11 @@
 // Argument validation shared by every backend: a misuse is reported on the
 // caller's thread, naming the rank, the operation and the argument, before
 // anything is sent.
-#include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
 #include <ddp/errors.h>
 
+#include "collectives/issued_log.h"
 #include "collectives/staging.h"
 #include "flight/clock.h"
 #include "flight/recorder.h"
@@ -52,7 +52,7 @@ const char* to_string(OpKind kind) {
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), timeout_(timeout) {
+    : rank_(rank), size_(size), timeout_(timeout), issued_(std::make_unique<detail::IssuedLog>()) {
   if (size < 1) {
     throw InvalidArgument("process group size must be >= 1, got " + std::to_string(size));
   }
@@ -149,6 +149,18 @@ class Checker {
   const ErrorContext context_;
 };
 
+// A record that no Work took (the group handed back a Work made by one of
+// its parts): `work` carries it from now on, started now, finished with it.
+void carry_flight_record(uint64_t record, const WorkPtr& work) {
+  if (record == 0) return;
+  detail::flight::started(record, detail::flight::now_ticks());
+  Work* w = work.get();  // the callback runs on this Work: it is alive then
+  work->on_complete([w, record] {
+    detail::flight::finished(record, w->exception(),
+                             w->completion_time().time_since_epoch().count());
+  });
+}
+
 std::string nth(const char* name, size_t i) {
   return std::string(name) + "[" + std::to_string(i) + "]";
 }
@@ -159,9 +171,9 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   Checker check(*this, "allreduce");
   check.tensor(tensor, "tensor");
   check.op(op, tensor);
-  const Issued issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
+  const detail::IssuedLog::Collective issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
     at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
@@ -169,8 +181,8 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   } else {
     work = do_allreduce(std::move(tensor), op);
   }
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
 }
 
@@ -188,10 +200,10 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   check.op(op, tensors[0]);
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
-  const Issued issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
+  const detail::IssuedLog::Collective issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
                       static_cast<int64_t>(tensors[0].scalar_type()), total,
                       static_cast<int64_t>(tensors.size())};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensors)) {
     auto staged = detail::staged_copies(tensors, staging_device(), /*copy=*/true);
@@ -200,8 +212,8 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   } else {
     work = do_allreduce_coalesced(std::move(tensors), op);
   }
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
 }
 
@@ -211,9 +223,9 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   if (root < 0 || root >= size()) {
     check.fail("root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
   }
-  const Issued issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
+  const detail::IssuedLog::Collective issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
                       tensor.numel(), root};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
     at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
@@ -222,8 +234,8 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   } else {
     work = do_broadcast(std::move(tensor), root);
   }
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
 }
 
@@ -235,9 +247,9 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
     check.tensor(outputs[i], nth("outputs", i));
     check.same(outputs[i], input, nth("outputs", i), "input");
   }
-  const Issued issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
+  const detail::IssuedLog::Collective issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
                       input.numel(), -1};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(outputs) || check.staged(input)) {
     auto staged = detail::staged_copies(outputs, staging_device(), /*copy=*/false);
@@ -247,8 +259,8 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   } else {
     work = do_allgather(std::move(outputs), std::move(input));
   }
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
 }
 
@@ -262,9 +274,9 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
     check.same(inputs[i], output, nth("inputs", i), "output");
   }
   check.op(op, output);
-  const Issued issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
+  const detail::IssuedLog::Collective issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
                       static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(inputs) || check.staged(output)) {
     auto staged = detail::staged_copies(inputs, staging_device(), /*copy=*/true);
@@ -274,65 +286,18 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   } else {
     work = do_reduce_scatter(std::move(output), std::move(inputs), op);
   }
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
 }
 
 WorkPtr ProcessGroup::barrier() {
-  const Issued issued{OpKind::BARRIER, -1, -1, 0, -1};
-  detail::flight::PendingRecord flight(record_flight(issued));
+  const detail::IssuedLog::Collective issued{OpKind::BARRIER, -1, -1, 0, -1};
+  detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work = do_barrier();
-  flight.settle(work);
-  note_issued(issued);  // after: a refused call is not counted
+  carry_flight_record(flight.settle(), work);
+  issued_->note(issued);  // after: a refused call is not counted
   return work;
-}
-
-// Each field is mixed (splitmix64's finalizer) into the running value, so
-// the order of the collectives matters, as it does on the wire. Cheap (a lock
-// and a few multiplies): it runs for every collective, without DDP_DEBUG too.
-void ProcessGroup::note_issued(const Issued& c) {
-  const int64_t fields[] = {static_cast<int64_t>(c.kind), c.op, c.dtype, c.count, c.root};
-  MutexLock lock(tally_mutex_);
-  uint64_t h = tally_.hash;
-  for (int64_t f : fields) {
-    h ^= static_cast<uint64_t>(f) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-  }
-  tally_.hash = h;
-  ++tally_.count;
-}
-
-uint64_t ProcessGroup::record_flight(const Issued& c) {
-  const int group = flight_group_.load(std::memory_order_relaxed);
-  if (group < 0) return 0;
-  detail::flight::Issue issue;
-  issue.issued_ticks = detail::flight::now_ticks();
-  issue.group = group;
-  issue.seq = flight_seq_.fetch_add(1, std::memory_order_relaxed);
-  issue.kind = static_cast<uint8_t>(c.kind);
-  issue.op = static_cast<int8_t>(c.op);
-  issue.dtype = static_cast<int8_t>(c.dtype);
-  issue.count = c.count;
-  issue.root = static_cast<int32_t>(c.kind == OpKind::BROADCAST ? c.root : -1);
-  return detail::flight::issue(issue);
-}
-
-void ProcessGroup::record_flights(const std::string& name) {
-  if (flight_group_.load() >= 0) {
-    throw InvalidArgument(error_context("record_flights('" + name + "')"),
-                          "this group is already recorded");
-  }
-  flight_group_.store(detail::flight::add_group(name, rank(), size(), backend_name()));
-}
-
-ProcessGroup::Tally ProcessGroup::take_tally() {
-  MutexLock lock(tally_mutex_);
-  Tally t = tally_;
-  tally_ = Tally{};
-  return t;
 }
 
 }  // namespace ddp

@@ -1,13 +1,13 @@
 // The backend registry: built-in backends are registered on first use, so a
 // program sees the same list whatever the order of static initialisation.
 #include <ddp/backend.h>
-#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
+#include "base/env.h"
+#include "base/mutex.h"
 #include "collectives/builtin_backends.h"
 #include "compat/one_libtorch.h"
-#include "rendezvous/env.h"
 
 #include <c10/util/Type.h>
 

@@ -1,11 +1,12 @@
 #include <ddp/backends/round_robin.h>
-#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
+#include "base/mutex.h"
 #include "collectives/issue_order.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 
 namespace ddp {
@@ -28,9 +29,16 @@ std::chrono::milliseconds largest_timeout(const std::vector<ProcessGroupPtr>& gr
 
 }  // namespace
 
+struct RoundRobinProcessGroup::Turn {
+  Mutex mutex;
+  size_t next DDP_GUARDED_BY(mutex) = 0;  // index of the next member
+  WorkPtr last DDP_GUARDED_BY(mutex);     // the last Work returned
+};
+
 RoundRobinProcessGroup::RoundRobinProcessGroup(std::vector<ProcessGroupPtr> groups)
     : ProcessGroup(first_of(groups).rank(), first_of(groups).size(), largest_timeout(groups)),
-      groups_(std::move(groups)) {
+      groups_(std::move(groups)),
+      turn_(std::make_unique<Turn>()) {
   for (size_t i = 0; i < groups_.size(); ++i) {
     const auto& g = groups_[i];
     if (!g || g->rank() != rank() || g->size() != size()) {
@@ -44,6 +52,8 @@ RoundRobinProcessGroup::RoundRobinProcessGroup(std::vector<ProcessGroupPtr> grou
     }
   }
 }
+
+RoundRobinProcessGroup::~RoundRobinProcessGroup() = default;
 
 void RoundRobinProcessGroup::abort(const std::string& reason) {
   for (const auto& group : groups_) group->abort(reason);
@@ -59,16 +69,17 @@ std::string RoundRobinProcessGroup::unsupported_reason(const at::Tensor& tensor)
 
 template <typename Issue>
 WorkPtr RoundRobinProcessGroup::dispatch(Issue&& issue) {
-  MutexLock lock(mutex_);
-  WorkPtr inner = issue(*groups_[next_]);
-  next_ = (next_ + 1) % groups_.size();
+  Turn& turn = *turn_;
+  MutexLock lock(turn.mutex);
+  WorkPtr inner = issue(*groups_[turn.next]);
+  turn.next = (turn.next + 1) % groups_.size();
   auto outer = std::make_shared<Work>(inner->context(), timeout(), inner->result());
   outer->mark_started();  // handed to its member
   // Complete `outer` once `inner` and every earlier Work have completed.
-  inner->on_complete([inner, outer, previous = last_] {
+  inner->on_complete([inner, outer, previous = turn.last] {
     detail::finish_after(previous, outer, inner->exception());
   });
-  last_ = outer;
+  turn.last = outer;
   return outer;
 }
 
@@ -96,13 +107,14 @@ WorkPtr RoundRobinProcessGroup::do_reduce_scatter(at::Tensor output, std::vector
 
 WorkPtr RoundRobinProcessGroup::do_barrier() {
   // A barrier must order against every member's traffic: pass it through all.
-  MutexLock lock(mutex_);
+  Turn& turn = *turn_;
+  MutexLock lock(turn.mutex);
   std::vector<WorkPtr> inner;
   for (auto& g : groups_) inner.push_back(g->barrier());
   auto outer = std::make_shared<Work>(inner[0]->context(), timeout());
   outer->mark_started();  // handed to every member
   auto remaining = std::make_shared<std::atomic<size_t>>(inner.size());
-  auto previous = last_;
+  auto previous = turn.last;
   for (auto& w : inner) {
     w->on_complete([w, outer, remaining, previous, inner_works = inner] {
       if (--*remaining != 0) return;
@@ -115,7 +127,7 @@ WorkPtr RoundRobinProcessGroup::do_barrier() {
       });
     });
   }
-  last_ = outer;
+  turn.last = outer;
   return outer;
 }
 

@@ -1,11 +1,11 @@
 #include "collectives/task_queue.h"
 
+#include "base/mutex.h"
 #include "collectives/error_text.h"
 #include "collectives/issue_order.h"
 #include "collectives/no_sigpipe.h"
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 
 #include <utility>
 

@@ -16,8 +16,9 @@
 // queued meanwhile.
 #pragma once
 
-#include <ddp/mutex.h>
 #include <ddp/work.h>
+
+#include "base/mutex.h"
 
 #include <ATen/core/Tensor.h>
 

@@ -1,8 +1,8 @@
-#include <ddp/mutex.h>
 #include <ddp/work.h>
 
 #include <ddp/errors.h>
 
+#include "base/mutex.h"
 #include "flight/clock.h"
 #include "flight/recorder.h"
 
@@ -20,13 +20,26 @@ std::string describe(const ErrorContext& context) {
 
 }  // namespace
 
+struct Work::Completion {
+  mutable Mutex mutex;
+  CondVar settled_cv;                          // signalled when settled
+  bool done DDP_GUARDED_BY(mutex) = false;     // result set
+  bool settled DDP_GUARDED_BY(mutex) = false;  // callbacks ran too
+  std::chrono::steady_clock::time_point completed_at DDP_GUARDED_BY(mutex);
+  std::exception_ptr error DDP_GUARDED_BY(mutex);
+  std::vector<std::function<void()>> callbacks DDP_GUARDED_BY(mutex);
+};
+
 Work::Work(ErrorContext context, std::chrono::milliseconds default_timeout,
            std::vector<at::Tensor> outputs)
     : context_(std::move(context)),
       description_(describe(context_)),
       default_timeout_(default_timeout),
       outputs_(std::move(outputs)),
+      completion_(std::make_unique<Completion>()),
       flight_record_(detail::flight::take_pending_record()) {}
+
+Work::~Work() = default;
 
 Work::Work(std::string description, std::chrono::milliseconds default_timeout,
            std::vector<at::Tensor> outputs)
@@ -35,8 +48,11 @@ Work::Work(std::string description, std::chrono::milliseconds default_timeout,
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = default_timeout_;
-  MutexLock lock(mutex_);
-  if (!done_cv_.wait_for(mutex_, timeout, [&]() DDP_REQUIRES(mutex_) { return settled_; })) {
+  Completion& c = *completion_;
+  MutexLock lock(c.mutex);
+  const bool settled =
+      c.settled_cv.wait_for(c.mutex, timeout, [&]() DDP_REQUIRES(c.mutex) { return c.settled; });
+  if (!settled) {
     TimeoutError error(context_, "not complete after " + std::to_string(timeout.count()) +
                                     " ms (Work::wait timeout). A peer may be stuck or "
                                     "issuing a different collective; run with "
@@ -45,38 +61,43 @@ void Work::wait(std::chrono::milliseconds timeout) {
     detail::flight::dump_after_error(std::string("timeout: ") + error.what());
     throw error;
   }
-  if (error_) std::rethrow_exception(error_);
+  if (c.error) std::rethrow_exception(c.error);
 }
 
 bool Work::is_completed() const {
-  MutexLock lock(mutex_);
-  return done_;
+  const Completion& c = *completion_;
+  MutexLock lock(c.mutex);
+  return c.done;
 }
 
 bool Work::is_success() const {
-  MutexLock lock(mutex_);
-  return done_ && !error_;
+  const Completion& c = *completion_;
+  MutexLock lock(c.mutex);
+  return c.done && !c.error;
 }
 
 std::exception_ptr Work::exception() const {
-  MutexLock lock(mutex_);
-  return error_;
+  const Completion& c = *completion_;
+  MutexLock lock(c.mutex);
+  return c.error;
 }
 
 std::chrono::steady_clock::time_point Work::completion_time() const {
-  MutexLock lock(mutex_);
-  return completed_at_;
+  const Completion& c = *completion_;
+  MutexLock lock(c.mutex);
+  return c.completed_at;
 }
 
 void Work::on_complete(std::function<void()> callback) {
   {
-    MutexLock lock(mutex_);
+    Completion& c = *completion_;
+    MutexLock lock(c.mutex);
     // Until the completing thread has run every callback, a new one joins
     // its queue: callbacks run in the order they were added, even when one
     // is added from another thread while the earlier ones are running
     // (backends chain the next Work's completion this way).
-    if (!settled_) {
-      callbacks_.push_back(std::move(callback));
+    if (!c.settled) {
+      c.callbacks.push_back(std::move(callback));
       return;
     }
   }
@@ -90,13 +111,14 @@ void Work::mark_started() {
 void Work::finish(std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
   std::chrono::steady_clock::time_point at;
+  Completion& c = *completion_;
   {
-    MutexLock lock(mutex_);
-    if (done_) return;
-    done_ = true;
-    at = completed_at_ = std::chrono::steady_clock::now();
-    error_ = error;
-    callbacks.swap(callbacks_);
+    MutexLock lock(c.mutex);
+    if (c.done) return;
+    c.done = true;
+    at = c.completed_at = std::chrono::steady_clock::now();
+    c.error = error;
+    callbacks.swap(c.callbacks);
   }
   if (flight_record_) {
     detail::flight::finished(flight_record_, error, at.time_since_epoch().count());
@@ -104,14 +126,14 @@ void Work::finish(std::exception_ptr error) {
   for (;;) {
     for (auto& callback : callbacks) callback();
     callbacks.clear();
-    MutexLock lock(mutex_);
-    if (callbacks_.empty()) {
-      settled_ = true;
+    MutexLock lock(c.mutex);
+    if (c.callbacks.empty()) {
+      c.settled = true;
       break;
     }
-    callbacks.swap(callbacks_);  // added while the others ran
+    callbacks.swap(c.callbacks);  // added while the others ran
   }
-  done_cv_.notify_all();
+  c.settled_cv.notify_all();
 }
 
 std::shared_ptr<Work> Work::completed(std::string description, std::vector<at::Tensor> outputs) {

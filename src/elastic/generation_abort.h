@@ -6,7 +6,7 @@
 // notice a dead peer themselves, and their abort does nothing.
 #pragma once
 
-#include <ddp/mutex.h>
+#include "base/mutex.h"
 
 #include <cstdint>
 #include <functional>

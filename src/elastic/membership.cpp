@@ -1,12 +1,12 @@
 #include "elastic/membership.h"
 
+#include "base/env.h"
+#include "base/store_values.h"
 #include "collectives/host_identity.h"
 #include "collectives/shm/peers.h"
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
-#include "rendezvous/env.h"
 #include "rendezvous/store_handshake.h"
-#include "rendezvous/store_values.h"
 
 #include <ddp/errors.h>
 

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <ddp/elastic.h>
-#include <ddp/mutex.h>
 #include <ddp/store.h>
 
+#include "base/mutex.h"
 #include "elastic/generation_abort.h"
 #include "elastic/record.h"
 

@@ -4,9 +4,9 @@
 // a wanted change (re-form at the step boundary) or the end.
 #include <ddp/elastic.h>
 
+#include "base/env.h"
 #include "elastic/membership.h"
 #include "elastic/record.h"
-#include "rendezvous/env.h"
 
 #include <ddp/backend.h>
 #include <ddp/errors.h>

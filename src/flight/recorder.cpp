@@ -5,17 +5,16 @@
 
 #include <ddp/errors.h>
 #include <ddp/flight_recorder.h>
-#include <ddp/process_group.h>
-#include <ddp/work.h>
 
+#include "base/env.h"
 #include "flight/ring.h"
-#include "rendezvous/env.h"
 
 #include <c10/core/ScalarType.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iostream>
 
@@ -83,8 +82,26 @@ int64_t ticks_to_ns(const Recorder& r, int64_t ticks, int64_t now_ticks, int64_t
          static_cast<int64_t>(static_cast<double>(ticks - r.origin_ticks) * ns_per_tick);
 }
 
-const char* kind_name(uint8_t kind) { return to_string(static_cast<OpKind>(kind)); }
-const char* op_name(int8_t op) { return op >= 0 ? to_string(static_cast<ReduceOp>(op)) : "-"; }
+namespace {
+
+std::atomic<const char* (*)(uint8_t)> kind_namer{nullptr};
+std::atomic<const char* (*)(int8_t)> op_namer{nullptr};
+
+}  // namespace
+
+void name_codes(CodeNames names) {
+  kind_namer.store(names.kind, std::memory_order_release);
+  op_namer.store(names.op, std::memory_order_release);
+}
+
+const char* kind_name(uint8_t kind) {
+  const auto name = kind_namer.load(std::memory_order_acquire);
+  return name ? name(kind) : "?";
+}
+const char* op_name(int8_t op) {
+  const auto name = op_namer.load(std::memory_order_acquire);
+  return op < 0 ? "-" : name ? name(op) : "?";
+}
 const char* dtype_name(int8_t dtype) {
   return dtype >= 0 ? c10::toString(static_cast<c10::ScalarType>(dtype)) : "-";
 }
@@ -207,14 +224,6 @@ void PendingRecord::fail_unclaimed(uint64_t record) {
     s.state.store(static_cast<uint8_t>(FlightState::FAILED), std::memory_order_release);
   }
   dump_after_failure("the backend threw while issuing it");
-}
-
-void PendingRecord::hand_to(uint64_t record, const std::shared_ptr<Work>& work) {
-  started(record, now_ticks());
-  Work* w = work.get();  // the callback runs on this Work: it is alive then
-  work->on_complete([w, record] {
-    finished(record, w->exception(), w->completion_time().time_since_epoch().count());
-  });
 }
 
 BucketScope::BucketScope(int bucket) : previous_(current_bucket) { current_bucket = bucket; }

@@ -6,12 +6,7 @@
 
 #include <cstdint>
 #include <exception>
-#include <memory>
 #include <string>
-
-namespace ddp {
-class Work;
-}
 
 namespace ddp::detail::flight {
 
@@ -23,11 +18,20 @@ bool recording();
 // table is full (then the group is not recorded).
 int add_group(const std::string& name, int rank, int size, const std::string& backend);
 
+// The recorder stores a collective's kind and reduce op as codes; the layer
+// that records (the collectives') says how they are named, before it
+// records: functions that are signal-safe (a dump may run in a handler).
+struct CodeNames {
+  const char* (*kind)(uint8_t code);
+  const char* (*op)(int8_t code);  // code >= 0
+};
+void name_codes(CodeNames names);
+
 struct Issue {
   int group = -1;
   uint64_t seq = 0;
-  uint8_t kind = 0;  // ddp::OpKind
-  int8_t op = -1;    // ddp::ReduceOp; -1: none
+  uint8_t kind = 0;  // a code named by CodeNames::kind
+  int8_t op = -1;    // a code named by CodeNames::op; -1: none
   int8_t dtype = -1; // c10::ScalarType; -1: none
   int64_t count = 0;
   int32_t root = -1;
@@ -66,19 +70,19 @@ class PendingRecord {
   PendingRecord(const PendingRecord&) = delete;
   PendingRecord& operator=(const PendingRecord&) = delete;
 
-  // After the backend returned `work`: when no Work took the record (the
-  // group handed back a Work made by one of its parts), `work` carries it
-  // from now on: started now, finished with it.
-  void settle(const std::shared_ptr<Work>& work) {
+  // After the backend returned its Work: the record when no Work took it
+  // (the group handed back a Work made by one of its parts), which the
+  // caller's Work then carries (started now, finished with it); 0 when the
+  // backend's Work took it.
+  uint64_t settle() {
     settled_ = true;
-    if (record_ == 0 || pending_record != record_) return;  // taken by the backend's Work
+    if (record_ == 0 || pending_record != record_) return 0;  // taken by the backend's Work
     pending_record = 0;
-    hand_to(record_, work);
+    return record_;
   }
 
  private:
   static void fail_unclaimed(uint64_t record);
-  static void hand_to(uint64_t record, const std::shared_ptr<Work>& work);
 
   const uint64_t record_;
   const uint64_t previous_;

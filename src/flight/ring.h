@@ -35,8 +35,8 @@ struct alignas(64) Slot {
   std::atomic<int32_t> root{-1};
   std::atomic<int32_t> bucket{-1};
   std::atomic<int16_t> group{0};
-  std::atomic<uint8_t> kind{0};   // ddp::OpKind
-  std::atomic<int8_t> op{-1};     // ddp::ReduceOp; -1: none
+  std::atomic<uint8_t> kind{0};   // Issue::kind's code
+  std::atomic<int8_t> op{-1};     // Issue::op's code; -1: none
   std::atomic<int8_t> dtype{-1};  // c10::ScalarType; -1: none
   std::atomic<uint8_t> state{0};  // ddp::FlightState
 };

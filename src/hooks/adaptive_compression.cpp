@@ -8,9 +8,9 @@
 #include <ddp/errors.h>
 #include <ddp/hooks/default_hooks.h>
 #include <ddp/hooks/powersgd.h>
-#include <ddp/mutex.h>
 
-#include "collectives/fnv1a.h"
+#include "base/fnv1a.h"
+#include "base/mutex.h"
 #include "hooks/adaptive_policy.h"
 #include "rendezvous/default_group.h"
 #include "timeline/rank_timeline.h"

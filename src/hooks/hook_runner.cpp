@@ -1,8 +1,8 @@
 #include "hooks/hook_runner.h"
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 
+#include "base/mutex.h"
 #include "flight/recorder.h"
 
 namespace ddp::detail {

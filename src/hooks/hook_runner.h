@@ -4,7 +4,8 @@
 #pragma once
 
 #include <ddp/comm_hook.h>
-#include <ddp/mutex.h>
+
+#include "base/mutex.h"
 
 #include <chrono>
 #include <deque>

@@ -2,7 +2,7 @@
 
 #include <ddp/errors.h>
 
-#include "rendezvous/env.h"
+#include "base/env.h"
 
 #include <cmath>
 #include <cstdlib>

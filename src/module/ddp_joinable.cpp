@@ -5,8 +5,8 @@
 #include <ddp/errors.h>
 #include <ddp/sync_batchnorm.h>
 
-#include "module/join_shadow.h"
-#include "module/model_sync.h"
+#include "agreement/model_sync.h"
+#include "sync_batchnorm/join_shadow.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>

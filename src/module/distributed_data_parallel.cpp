@@ -3,10 +3,10 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 
-#include "module/model_sync.h"
-#include "rendezvous/default_group.h"
-#include "rendezvous/env.h"
+#include "agreement/model_sync.h"
+#include "base/env.h"
 #include "module/module_timeline.h"
+#include "rendezvous/default_group.h"
 
 #include <c10/core/GradMode.h>
 
@@ -53,6 +53,18 @@ ReducerOptions bucket_options(const BucketCapMb& cap, double first_cap_mb,
   return out;
 }
 
+// What the Reducer is told of the module's options: the one place they meet.
+ReducerOptions reducer_options_for(const DistributedDataParallelOptions& o) {
+  return bucket_options(o.bucket_cap_mb(), o.first_bucket_cap_mb(), o.bucket_cap_mb_list())
+      .find_unused_parameters(o.find_unused_parameters())
+      .skip_all_reduce_unused_params(o.skip_all_reduce_unused_params())
+      .gradient_as_bucket_view(o.gradient_as_bucket_view())
+      .static_graph(o.static_graph())
+      .overlap_communication(o.overlap_communication())
+      .zero_copy_buckets(o.zero_copy_buckets())
+      .layer_drop_hints(o.layer_drop_hints());
+}
+
 }  // namespace
 
 NoSyncGuard::NoSyncGuard(DistributedDataParallelImpl& ddp)
@@ -79,15 +91,7 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     synchronized_parameters(params, names);
     rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
     options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
-    reducer_options = bucket_options(options_.bucket_cap_mb(), options_.first_bucket_cap_mb(),
-                                     options_.bucket_cap_mb_list())
-                          .find_unused_parameters(options_.find_unused_parameters())
-                          .skip_all_reduce_unused_params(options_.skip_all_reduce_unused_params())
-                          .gradient_as_bucket_view(options_.gradient_as_bucket_view())
-                          .static_graph(options_.static_graph())
-                          .overlap_communication(options_.overlap_communication())
-                          .zero_copy_buckets(options_.zero_copy_buckets())
-                          .layer_drop_hints(options_.layer_drop_hints());
+    reducer_options = reducer_options_for(options_);
   });
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
 

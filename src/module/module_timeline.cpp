@@ -1,5 +1,6 @@
 #include "module/module_timeline.h"
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -12,6 +13,28 @@ TraceClock::time_point plus_ms(TraceClock::time_point t, double ms) {
 }
 
 }  // namespace
+
+std::vector<TraceSpan> backward_spans(const IterationStats& stats,
+                                      TraceClock::time_point backward_returned,
+                                      const std::string& comm) {
+  std::vector<TraceSpan> out;
+  if (stats.backward_start == TraceClock::time_point{}) return out;
+  auto at = [&](double ms) { return plus_ms(stats.backward_start, ms); };
+  const auto compute_end = at(stats.backward_compute_ms);
+  out.push_back({"compute", "backward", stats.backward_start, compute_end});
+  auto last_done = compute_end;
+  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
+    const auto& t = stats.bucket_timings[b];
+    out.push_back({"comm",
+                   comm + " bucket " + std::to_string(b) + " (" + trace_bytes(t.bytes) + ")",
+                   at(t.launch_ms), at(t.done_ms)});
+    last_done = std::max(last_done, at(t.done_ms));
+  }
+  if (backward_returned > last_done) {
+    out.push_back({"compute", "finalize (copy back)", last_done, backward_returned});
+  }
+  return out;
+}
 
 ModuleTimeline::ModuleTimeline(std::shared_ptr<RankTimeline> timeline, const Reducer& reducer)
     : timeline_(std::move(timeline)), reducer_(reducer) {

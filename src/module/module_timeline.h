@@ -10,8 +10,20 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddp::detail {
+
+// DDP's part of a synchronized iteration, from its statistics: "backward"
+// compute from backward's start to the last gradient hook, one
+// "<comm> bucket K (size)" comm span per bucket from its launch to its
+// completion (comm: "allreduce", or "comm hook" when a hook replaced it), and
+// "finalize (copy back)" compute from the last completion to
+// `backward_returned` (the averaged gradients written back, with the small
+// status allreduce). Nothing when backward never started.
+std::vector<TraceSpan> backward_spans(const IterationStats& stats,
+                                      TraceClock::time_point backward_returned,
+                                      const std::string& comm = "allreduce");
 
 class ModuleTimeline {
  public:

@@ -14,7 +14,8 @@ namespace ddp::detail {
 // a bucket is all-reduced from memory anyway, and the copy neither reads
 // the destination's lines first nor evicts the backward pass's working set.
 // Measured on the MLP's 64 MiB of gradients, one thread: about 2.2x
-// faster than at::div_out (docs/benchmarks.md, "The averaging copy").
+// faster than at::div_out (docs/experiments/training-one-host.md, "The
+// averaging copy past the caches").
 // Everything else is at::div_out.
 void copy_divided(at::Tensor& dst, const at::Tensor& src, const at::Tensor& divisor);
 

@@ -5,7 +5,7 @@
 // iteration issues the same collectives with nothing to contribute.
 #include "reducer/reducer_impl.h"
 
-#include <ddp/mutex.h>
+#include "base/mutex.h"
 
 #include "reducer/iteration_stats.h"
 
@@ -97,7 +97,7 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
 // `comm_end` becomes the last bucket's completion.
 detail::IterationStatus Reducer::Impl::exchange_status(detail::IterationOutcome& mine,
                                                        Clock::time_point& comm_end) {
-  mine.tally = group_->take_tally();
+  mine.tally = detail::take_tally(*group_);
   mine.joined = it_.joined;
   mine.hints_broken = layer_drop_.take_violations();
   const int64_t n = has_bitmap() ? static_cast<int64_t>(params_.size()) : 0;

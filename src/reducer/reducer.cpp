@@ -14,6 +14,7 @@
 //   back — or raises on every rank, writing nothing.
 // Two learners ride along: GradientOrder (bucket order from the first
 // iteration's gradient order, §6.2.1) and StaticGraph (static_graph).
+#include "base/mutex.h"
 #include "reducer/reducer_impl.h"
 
 #include "reducer/copy_divided.h"
@@ -21,11 +22,10 @@
 
 #include <ddp/bucket.h>
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 
+#include "agreement/model_sync.h"
+#include "base/fnv1a.h"
 #include "flight/recorder.h"
-#include "collectives/fnv1a.h"
-#include "module/model_sync.h"
 
 #include <c10/core/GradMode.h>
 

@@ -3,9 +3,10 @@
 // finalizing step the paper omits, and Join's shadow iteration.
 #pragma once
 
-#include <ddp/mutex.h>
 #include <ddp/reducer.h>
 
+#include "base/env.h"
+#include "base/mutex.h"
 #include "hooks/hook_runner.h"
 #include "reducer/autograd_hooks.h"
 #include "reducer/bucket_set.h"
@@ -16,7 +17,6 @@
 #include "reducer/iteration_agreement.h"
 #include "reducer/layer_drop.h"
 #include "reducer/static_graph.h"
-#include "rendezvous/env.h"
 
 #include <ATen/ATen.h>
 

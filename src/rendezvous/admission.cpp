@@ -1,10 +1,10 @@
 #include "rendezvous/admission.h"
 
+#include "base/arrival.h"
+#include "base/store_values.h"
 #include "rendezvous/admission_protocol.h"
-#include "rendezvous/arrival.h"
 #include "rendezvous/doorman.h"
 #include "rendezvous/job_store.h"
-#include "rendezvous/store_values.h"
 
 #include <ddp/errors.h>
 

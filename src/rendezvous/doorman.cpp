@@ -1,9 +1,9 @@
 #include "rendezvous/doorman.h"
 
+#include "base/store_values.h"
 #include "rendezvous/admission_protocol.h"
-#include "rendezvous/store_values.h"
 
-#include <ddp/mutex.h>
+#include "base/mutex.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

@@ -1,6 +1,6 @@
 #include "rendezvous/job_secret.h"
 
-#include "rendezvous/env.h"
+#include "base/env.h"
 
 #include <ddp/errors.h>
 

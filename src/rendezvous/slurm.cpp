@@ -1,6 +1,6 @@
 #include "rendezvous/slurm.h"
 
-#include "rendezvous/env.h"
+#include "base/env.h"
 
 #include <ddp/errors.h>
 

@@ -1,6 +1,6 @@
 #include "rendezvous/store_handshake.h"
 
-#include "rendezvous/bounded.h"
+#include "base/bounded.h"
 
 #include <ddp/errors.h>
 

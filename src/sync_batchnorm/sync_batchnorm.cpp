@@ -6,7 +6,7 @@
 #include <ddp/errors.h>
 #include <ddp/init.h>
 
-#include "module/join_shadow.h"
+#include "sync_batchnorm/join_shadow.h"
 #include "sync_batchnorm/sync_stats.h"
 
 #include <ATen/ATen.h>

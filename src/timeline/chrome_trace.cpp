@@ -1,4 +1,4 @@
-#include <ddp/chrome_trace.h>
+#include "timeline/chrome_trace.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,11 +7,6 @@
 
 namespace ddp {
 namespace {
-
-TraceClock::time_point plus_ms(TraceClock::time_point t, double ms) {
-  return t + std::chrono::duration_cast<TraceClock::duration>(
-                 std::chrono::duration<double, std::milli>(ms));
-}
 
 // `us` with three decimals (ns), as integers: printf's %f costs more than
 // the rest of a span together, and this runs for every span.
@@ -45,28 +40,6 @@ std::string trace_bytes(int64_t bytes) {
 
 double trace_micros(TraceClock::time_point t) {
   return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
-}
-
-std::vector<TraceSpan> backward_spans(const IterationStats& stats,
-                                      TraceClock::time_point backward_returned,
-                                      const std::string& comm) {
-  std::vector<TraceSpan> out;
-  if (stats.backward_start == TraceClock::time_point{}) return out;
-  auto at = [&](double ms) { return plus_ms(stats.backward_start, ms); };
-  const auto compute_end = at(stats.backward_compute_ms);
-  out.push_back({"compute", "backward", stats.backward_start, compute_end});
-  auto last_done = compute_end;
-  for (size_t b = 0; b < stats.bucket_timings.size(); ++b) {
-    const auto& t = stats.bucket_timings[b];
-    out.push_back({"comm",
-                   comm + " bucket " + std::to_string(b) + " (" + trace_bytes(t.bytes) + ")",
-                   at(t.launch_ms), at(t.done_ms)});
-    last_done = std::max(last_done, at(t.done_ms));
-  }
-  if (backward_returned > last_done) {
-    out.push_back({"compute", "finalize (copy back)", last_done, backward_returned});
-  }
-  return out;
 }
 
 std::string& TraceText::next() {

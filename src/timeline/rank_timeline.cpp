@@ -1,8 +1,9 @@
 #include "timeline/rank_timeline.h"
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 #include <ddp/timeline.h>
+
+#include "base/mutex.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -6,8 +6,9 @@
 // ends the timeline, never the training.
 #pragma once
 
-#include <ddp/chrome_trace.h>
-#include <ddp/mutex.h>
+#include "base/mutex.h"
+
+#include "timeline/chrome_trace.h"
 
 #include <cstdint>
 #include <memory>

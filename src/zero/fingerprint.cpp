@@ -7,6 +7,8 @@
 
 #include <ddp/errors.h>
 
+#include "agreement/model_sync.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -49,13 +51,6 @@ std::string name_of(const int64_t* header) {
   return name.substr(0, name.find('\0'));
 }
 
-std::vector<at::Tensor> gather(ProcessGroup& group, const at::Tensor& mine) {
-  std::vector<at::Tensor> all;
-  for (int r = 0; r < group.size(); ++r) all.push_back(at::empty_like(mine));
-  group.allgather(all, mine)->wait();
-  return all;
-}
-
 }  // namespace
 
 void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
@@ -77,7 +72,7 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
   h[2] = group_of.empty() ? 0 : static_cast<int64_t>(group_of.back()) + 1;
   std::memcpy(h + 4, optimizer.data(), std::min<size_t>(optimizer.size(), kNameSlots * 8 - 1));
 
-  const auto headers = gather(group, header);
+  const auto headers = allgather(group, header);
   for (int r = 0; r < group.size(); ++r) {
     if (headers[r].data_ptr<int64_t>()[0] == 0) continue;
     if (r == group.rank()) throw InvalidArgument(context({}), local_error);
@@ -101,7 +96,7 @@ void check_same_on_every_rank(ProcessGroup& group, const std::string& optimizer,
               std::to_string(h0[2]) + "; every rank must pass the same model's parameters");
     }
   }
-  const auto all = gather(group, sigs.view(-1));
+  const auto all = allgather(group, sigs.view(-1));
   for (size_t i = 0; i < params.size(); ++i) {
     const int64_t* s0 = all[0].data_ptr<int64_t>() + i * kSignature;
     for (int r = 1; r < group.size(); ++r) {

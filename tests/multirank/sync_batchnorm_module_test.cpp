@@ -1,5 +1,6 @@
 // SyncBatchNorm as a module: convert_sync_batchnorm, evaluation without
 // collectives, errors, subgroups, and inside DistributedDataParallel.
+#include "collectives/issued_log.h"
 #include "spawn.h"
 #include "support/raised.h"
 
@@ -102,7 +103,7 @@ TEST(SyncBatchNorm, EvalRunsNoCollectiveAndUsesRunningStats) {
     SyncBatchNorm2d bn(nn::BatchNormOptions(3), pg);
     bn->forward(torch::randn({rank + 2, 3, 2, 2}));  // training: one allreduce
     bn->eval();
-    pg->take_tally();
+    ddp::detail::take_tally(*pg);
     nn::BatchNorm2d plain(3);
     plain->running_mean.copy_(bn->running_mean);
     plain->running_var.copy_(bn->running_var);
@@ -112,7 +113,7 @@ TEST(SyncBatchNorm, EvalRunsNoCollectiveAndUsesRunningStats) {
       auto x = torch::randn({4, 3, 2, 2});
       EXPECT_TRUE(torch::allclose(bn->forward(x), plain->forward(x)));
     }
-    EXPECT_EQ(pg->take_tally().count, 0u);
+    EXPECT_EQ(ddp::detail::take_tally(*pg).count, 0u);
   });
 }
 

@@ -9,6 +9,7 @@
 #include <ddp/flight_recorder.h>
 #include <ddp/process_group.h>
 
+#include "collectives/issued_log.h"
 #include "flight_dump.h"
 #include "support/raised.h"
 
@@ -67,7 +68,7 @@ class HeldGroup : public ProcessGroup {
 
 TEST(flight_recorder, RecordsEachCollectiveThroughItsStates) {
   HeldGroup group;
-  group.record_flights("test-group");
+  ddp::detail::record_flights(group, "test-group");
   auto a = group.allreduce(at::ones({4}), ReduceOp::AVG);
   auto b = group.broadcast(at::ones({3}, at::kDouble), /*root=*/1);
   auto c = group.barrier();  // completed before the group returns it
@@ -111,7 +112,7 @@ TEST(flight_recorder, RecordsEachCollectiveThroughItsStates) {
 
 TEST(flight_recorder, TheRingKeepsTheLastCollectives) {
   HeldGroup group;
-  group.record_flights("ring");
+  ddp::detail::record_flights(group, "ring");
   for (int i = 0; i < 20; ++i) group.allreduce(at::ones({i + 1}));
   auto records = flight_records();
   ASSERT_EQ(records.size(), 8u);  // DDP_FLIGHT_RECORDER_SIZE
@@ -123,8 +124,8 @@ TEST(flight_recorder, TheRingKeepsTheLastCollectives) {
 
 TEST(flight_recorder, GroupsNumberTheirCollectivesApart) {
   HeldGroup first, second, unrecorded;
-  first.record_flights("first");
-  second.record_flights("second");
+  ddp::detail::record_flights(first, "first");
+  ddp::detail::record_flights(second, "second");
   first.allreduce(at::ones({1}));
   second.allreduce(at::ones({1}));
   unrecorded.allreduce(at::ones({1}));
@@ -134,12 +135,12 @@ TEST(flight_recorder, GroupsNumberTheirCollectivesApart) {
   EXPECT_EQ(records[0].group + "#" + std::to_string(records[0].seq), "first#0");
   EXPECT_EQ(records[1].group + "#" + std::to_string(records[1].seq), "second#0");
   EXPECT_EQ(records[2].group + "#" + std::to_string(records[2].seq), "first#1");
-  EXPECT_THROW(first.record_flights("again"), InvalidArgument);
+  EXPECT_THROW(ddp::detail::record_flights(first, "again"), InvalidArgument);
 }
 
 TEST(flight_recorder, TheFirstFailureIsDumpedAndReadsBack) {
   HeldGroup group;
-  group.record_flights("dumped");
+  ddp::detail::record_flights(group, "dumped");
   group.allreduce(at::ones({16}));
   group.allreduce(at::ones({16}));
   group.works[0]->finish();
@@ -174,7 +175,7 @@ TEST(flight_recorder, TheFirstFailureIsDumpedAndReadsBack) {
 
 TEST(flight_recorder, ADirectoryThatCannotBeWrittenIsAClearError) {
   HeldGroup group;
-  group.record_flights("unwritable");
+  ddp::detail::record_flights(group, "unwritable");
   const std::string file = dump_dir() + "/a-file";
   std::ofstream(file) << "not a directory";
   ddp::testing::Raised r =

@@ -115,7 +115,7 @@ TEST(IterationAgreement, AStrayBackwardFailsEveryRankOnceAndIsThenReported) {
 }
 
 TEST(IterationAgreement, DifferentCollectivesAreACollectiveMismatchOnEveryRank) {
-  for (ProcessGroup::Tally other : {ProcessGroup::Tally{4, 7}, ProcessGroup::Tally{3, 8}}) {
+  for (detail::IssuedLog::Tally other : {detail::IssuedLog::Tally{4, 7}, detail::IssuedLog::Tally{3, 8}}) {
     auto world = ranks(4);
     forward_everywhere(world);
     for (auto& rank : world) rank.outcome.tally = {3, 7};

@@ -8,9 +8,9 @@
 // Runs until SIGTERM or SIGINT (ddprun --elastic sends SIGTERM when the job
 // ends). Port 0 takes a free port; the first line of output names it:
 //   ddp-store: listening on port 29500
+#include "base/store_values.h"
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
-#include "rendezvous/store_values.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 

@@ -41,9 +41,8 @@ struct GlooOptions : BackendOptions {
   // else $GLOO_SOCKET_IFNAME, else `hostname` below.
   TORCH_ARG(std::string, interface) = "";
   // Host name or address to bind to when no interface is named. Default:
-  // gloo_default_hostname(master): the local address that routes to the
-  // rendezvous master, else this machine's host name when it resolves to a
-  // local address, else 127.0.0.1.
+  // the local address that routes to the rendezvous master, else this
+  // machine's host name when it resolves to a local address, else 127.0.0.1.
   TORCH_ARG(std::string, hostname) = "";
   // Gloo's allreduce algorithm. Default RING.
   TORCH_ARG(Algorithm, algorithm) = Algorithm::RING;
@@ -51,13 +50,6 @@ struct GlooOptions : BackendOptions {
   // group built by name (init_process_group), InitOptions::timeout.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
 };
-
-// Where a Gloo group binds when neither an interface (option or
-// $DDP_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME) nor a host name is given: the
-// local address whose route reaches `master_host` (the rendezvous master),
-// else this machine's host name when it resolves to a local address, else
-// 127.0.0.1. "" for `master_host` skips the route.
-std::string gloo_default_hostname(const std::string& master_host);
 
 class GlooProcessGroup : public ProcessGroup {
  public:

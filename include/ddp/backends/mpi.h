@@ -63,7 +63,7 @@ struct MpiOptions : BackendOptions {
   // options of its own, mpi polls every 50 us instead: there every rank's
   // worker would spin through each slice's time on the wire, on cores the
   // ranks of a host share (measured: 13 % slower DDP iterations, 2 nodes x
-  // 2 ranks on 2 cores, docs/benchmarks.md).
+  // 2 ranks on 2 cores, docs/experiments/hierarchical.md).
   TORCH_ARG(std::chrono::microseconds, poll_interval) = std::chrono::microseconds(0);
   // Collectives of at most this many bytes are started on the calling
   // thread when the group is idle (see the contract), saving the hand-off to

@@ -8,10 +8,8 @@
 // - The composite's timeout is the members' largest.
 #pragma once
 
-#include <ddp/mutex.h>
 #include <ddp/process_group.h>
 
-#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -20,6 +18,7 @@ namespace ddp {
 class RoundRobinProcessGroup : public ProcessGroup {
  public:
   explicit RoundRobinProcessGroup(std::vector<ProcessGroupPtr> groups);
+  ~RoundRobinProcessGroup() override;
 
   std::string backend_name() const override;
   // The members' rule (they are of one backend).
@@ -42,9 +41,10 @@ class RoundRobinProcessGroup : public ProcessGroup {
   WorkPtr dispatch(Issue&& issue);
 
   const std::vector<ProcessGroupPtr> groups_;
-  Mutex mutex_;
-  size_t next_ DDP_GUARDED_BY(mutex_) = 0;  // index of the next member
-  WorkPtr last_ DDP_GUARDED_BY(mutex_);     // the last Work returned
+  // Whose turn it is, and the last Work returned, under a lock
+  // (round_robin.cpp).
+  struct Turn;
+  const std::unique_ptr<Turn> turn_;
 };
 
 }  // namespace ddp

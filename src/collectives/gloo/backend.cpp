@@ -11,14 +11,6 @@
 
 namespace ddp {
 
-std::string gloo_default_hostname(const std::string& master_host) {
-  if (!master_host.empty()) {
-    std::string local = detail::local_address_towards(master_host);
-    if (!local.empty()) return local;
-  }
-  return detail::bindable_hostname();
-}
-
 namespace detail {
 namespace {
 
@@ -27,7 +19,7 @@ GlooOptions gloo_options_for(const BackendSetup& setup) {
   options.timeout(setup.timeout);
   if (options.interface().empty() && options.hostname().empty() &&
       socket_interface_from_env().empty()) {
-    options.hostname(gloo_default_hostname(setup.master_host));
+    options.hostname(default_bind_host(setup.master_host));
   }
   return options;
 }

@@ -2,8 +2,8 @@
 
 #include <ddp/errors.h>
 
-#include "rendezvous/bounded.h"
-#include "rendezvous/store_values.h"
+#include "base/bounded.h"
+#include "base/store_values.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

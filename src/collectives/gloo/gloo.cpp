@@ -13,17 +13,17 @@
 // waiting on this rank fail at once instead of at their timeout.
 #include <ddp/errors.h>
 
+#include "base/arrival.h"
+#include "base/bounded.h"
 #include "collectives/error_text.h"
 #include "collectives/gloo/collectives.h"
 #include "collectives/gloo/engine.h"
 #include "collectives/gloo/failure_reports.h"
-#include "collectives/no_sigpipe.h"
 #include "collectives/gloo/network.h"
 #include "collectives/gloo/store.h"
+#include "collectives/no_sigpipe.h"
 #include "collectives/task_queue.h"
 #include "collectives/work_detail.h"
-#include "rendezvous/arrival.h"
-#include "rendezvous/bounded.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>

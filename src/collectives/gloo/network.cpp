@@ -116,4 +116,12 @@ std::vector<std::pair<std::string, std::string>> established_tcp_connections() {
   return out;
 }
 
+std::string default_bind_host(const std::string& master_host) {
+  if (!master_host.empty()) {
+    std::string local = local_address_towards(master_host);
+    if (!local.empty()) return local;
+  }
+  return bindable_hostname();
+}
+
 }  // namespace ddp::detail

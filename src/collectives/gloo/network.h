@@ -18,6 +18,11 @@ std::string local_address_towards(const std::string& host);
 // here, else "127.0.0.1".
 std::string bindable_hostname();
 
+// Where a backend binds when neither an interface nor a host name is given:
+// the local address whose route reaches `master_host` (the rendezvous
+// master), else bindable_hostname(). "" for `master_host` skips the route.
+std::string default_bind_host(const std::string& master_host);
+
 // This network namespace's established IPv4 TCP connections (IPv4-mapped
 // IPv6 ones included), as ("[local ip]:port", "[remote ip]:port") pairs,
 // from /proc/net/tcp and tcp6 (empty where they cannot be read).

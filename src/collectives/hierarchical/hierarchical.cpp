@@ -6,16 +6,16 @@
 // all-reduces were issued, on every rank: that is what makes the chain safe
 // to pipeline. The outer Works complete in issue order (issue_order.h).
 #include <ddp/backends/hierarchical.h>
-#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
+#include "base/arrival.h"
+#include "base/env.h"
+#include "base/mutex.h"
 #include "collectives/error_text.h"
 #include "collectives/hierarchical/topology.h"
 #include "collectives/issue_order.h"
 #include "collectives/work_detail.h"
-#include "rendezvous/arrival.h"
-#include "rendezvous/env.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

@@ -6,9 +6,9 @@
 #include <ddp/backends/mpi.h>
 #include <ddp/errors.h>
 
+#include "base/arrival.h"
 #include "collectives/builtin_backends.h"
 #include "collectives/mpi/runtime.h"
-#include "rendezvous/arrival.h"
 
 namespace ddp::detail {
 namespace {

@@ -9,10 +9,10 @@
 // on if it is not done by then. Half and BFloat16 travel as 2-byte words
 // reduced by ddp's kernels (runtime.cpp); AVG is SUM, then a division.
 #include <ddp/backends/mpi.h>
-#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
+#include "base/mutex.h"
 #include "collectives/cpu_tensors.h"
 #include "collectives/error_text.h"
 #include "collectives/mpi/runtime.h"

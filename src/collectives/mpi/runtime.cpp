@@ -1,10 +1,10 @@
 #include "collectives/mpi/runtime.h"
 
+#include "base/env.h"
+#include "base/mutex.h"
 #include "collectives/reduce_kernels.h"
 
 #include <ddp/errors.h>
-#include <ddp/init.h>
-#include <ddp/mutex.h>
 
 #include <atomic>
 #include <cstdio>
@@ -53,14 +53,15 @@ void finalize_at_exit() {
 // Launched by ddprun or torchrun (RANK/WORLD_SIZE) for more than one rank,
 // while MPI sees a world of `mpi_size`: Open MPI started as a singleton.
 void check_not_singleton(int mpi_size) {
-  LaunchInfo info = launch_info_from_env();
-  if (info.source != "torchrun" || info.world_size <= 1 || mpi_size == info.world_size) return;
-  throw InvalidArgument(ErrorContext{info.rank, 0, "", "", {}},
-                        "the mpi backend found WORLD_SIZE=" + std::to_string(info.world_size) +
+  const long world_size = env_int("WORLD_SIZE", 1, 1L << 20).value_or(1);
+  if (!env_string("RANK") || world_size <= 1 || mpi_size == world_size) return;
+  throw InvalidArgument(ErrorContext{static_cast<int>(env_int("RANK", 0, 1L << 20).value_or(-1)),
+                                     0, "", "", {}},
+                        "the mpi backend found WORLD_SIZE=" + std::to_string(world_size) +
                             " (ddprun/torchrun) but MPI sees " + std::to_string(mpi_size) +
                             " rank(s): MPI processes must be started by an MPI launcher. "
                             "Launch with `mpirun -np " +
-                            std::to_string(info.world_size) +
+                            std::to_string(world_size) +
                             " <program>` (or srun), or keep ddprun and use DDP_BACKEND=gloo "
                             "(or, for MPI across hosts in the hierarchical group, unset "
                             "DDP_CROSS_BACKEND).");

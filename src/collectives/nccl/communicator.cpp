@@ -1,9 +1,9 @@
 #include "collectives/nccl/communicator.h"
 
+#include "base/mutex.h"
 #include "collectives/nccl/version_gate.h"
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 
 #include <c10/cuda/CUDAGuard.h>
 

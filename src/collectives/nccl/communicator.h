@@ -4,8 +4,9 @@
 #pragma once
 
 #include <ddp/errors.h>
-#include <ddp/mutex.h>
 #include <ddp/process_group.h>
+
+#include "base/mutex.h"
 
 #include <c10/core/ScalarType.h>
 #include <nccl.h>

@@ -2,17 +2,17 @@
 // the caller's, Works completed by a watchdog that polls their end events,
 // NCCL's asynchronous errors and their deadlines.
 #include <ddp/backends/nccl.h>
-#include <ddp/mutex.h>
 
 #include <ddp/device.h>
 #include <ddp/errors.h>
 
+#include "base/arrival.h"
+#include "base/mutex.h"
 #include "collectives/dtypes.h"
 #include "collectives/error_text.h"
 #include "collectives/nccl/communicator.h"
 #include "collectives/nccl/version_gate.h"
 #include "collectives/work_detail.h"
-#include "rendezvous/arrival.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>

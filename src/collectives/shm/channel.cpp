@@ -1,6 +1,6 @@
 #include "collectives/shm/channel.h"
 
-#include "collectives/fnv1a.h"
+#include "base/fnv1a.h"
 #include "collectives/shm/peers.h"
 
 #include <ddp/errors.h>

@@ -1,10 +1,10 @@
 #include "collectives/shm/setup.h"
 
+#include "base/arrival.h"
 #include "collectives/error_text.h"
 #include "collectives/flagged_ranks.h"
 #include "collectives/host_identity.h"
 #include "collectives/shm/peers.h"
-#include "rendezvous/arrival.h"
 
 #include <ddp/errors.h>
 

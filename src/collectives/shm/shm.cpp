@@ -7,10 +7,10 @@
 // every error of an operation breaks the group: it becomes a
 // CommunicationError (which breaks the queue) and is marked in the segment.
 #include <ddp/backends/shm.h>
-#include <ddp/mutex.h>
 
 #include <ddp/errors.h>
 
+#include "base/mutex.h"
 #include "collectives/cpu_tensors.h"
 #include "collectives/error_text.h"
 #include "collectives/shm/channel.h"

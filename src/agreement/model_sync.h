@@ -12,6 +12,10 @@
 
 namespace ddp::detail {
 
+// Every rank's `mine` (of one dtype and size on every rank), in rank order:
+// one allgather, waited for (the group's timeout).
+std::vector<at::Tensor> allgather(ProcessGroup& group, const at::Tensor& mine);
+
 // Every rank calls it with its tensors; InvalidArgument on every rank when
 // the count, or any tensor's name (a hash), dtype or shape, differs, naming
 // the first differing tensor (index i), what each rank has there (name

@@ -1,5 +1,5 @@
 // Mutex, MutexLock and CondVar: std::mutex and std::condition_variable in a
-// form that clang's thread-safety analysis checks (ddp/thread_annotations.h).
+// form that clang's thread-safety analysis checks (base/thread_annotations.h).
 //
 // Contract
 // - Mutex is a std::mutex (RecursiveMutex a std::recursive_mutex); MutexLock
@@ -14,7 +14,7 @@
 //   unless its caller chose wait().
 #pragma once
 
-#include <ddp/thread_annotations.h>
+#include "base/thread_annotations.h"
 
 #include <chrono>
 #include <condition_variable>

@@ -1,4 +1,4 @@
-#include "rendezvous/arrival.h"
+#include "base/arrival.h"
 
 #include <ddp/errors.h>
 

@@ -3,7 +3,7 @@
 // Contract
 // - Every member that a mutex protects is declared DDP_GUARDED_BY(that mutex);
 //   every function that expects a mutex held on entry is DDP_REQUIRES(it).
-//   The mutex is a ddp::Mutex (ddp/mutex.h), which clang knows as a capability.
+//   The mutex is a ddp::Mutex (base/mutex.h), which clang knows as a capability.
 // - clang with -Wthread-safety checks them at compile time
 //   (scripts/thread-safety.sh, run by CI); on other compilers they expand to
 //   nothing and cost nothing.

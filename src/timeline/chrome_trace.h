@@ -1,15 +1,13 @@
 // The Chrome trace encoder (Trace Event Format, opened by chrome://tracing
-// and ui.perfetto.dev) behind DDP_TIMELINE's files (timeline.h), public for
-// programs that draw their own intervals in the same format, on the same
-// clock, beside DDP's: the bench's traces of hand-written data-parallel
-// variants use it (bench/timeline.h). How DDP's statistics become
-// intervals (backward_spans), and how intervals become trace events on rows
-// (ChromeTraceEncoder). No libtorch here; nothing here is thread-safe (one
-// encoder and its TraceText per thread, or a lock around them).
+// and ui.perfetto.dev) behind DDP_TIMELINE's files (ddp/timeline.h): how
+// intervals become trace events on rows (ChromeTraceEncoder). Private; the
+// bench's traces use it too (bench/timeline.h, through ddp::internal). No
+// libtorch and nothing of DDP here, so that any layer may draw on a timeline;
+// nothing here is thread-safe (one encoder and its TraceText per thread, or
+// a lock around them).
 #pragma once
 
-#include <ddp/statistics.h>
-
+#include <cstdint>
 #include <chrono>
 #include <map>
 #include <string>
@@ -26,17 +24,6 @@ struct TraceSpan {
   TraceClock::time_point start, end;
   bool blocking = false;  // comm only: the training thread waited in it
 };
-
-// DDP's part of a synchronized iteration, from its statistics: "backward"
-// compute from backward's start to the last gradient hook, one
-// "<comm> bucket K (size)" comm span per bucket from its launch to its
-// completion (comm: "allreduce", or "comm hook" when a hook replaced it), and
-// "finalize (copy back)" compute from the last completion to
-// `backward_returned` (the averaged gradients written back, with the small
-// status allreduce). Nothing when backward never started.
-std::vector<TraceSpan> backward_spans(const IterationStats& stats,
-                                      TraceClock::time_point backward_returned,
-                                      const std::string& comm = "allreduce");
 
 // "1.5K", "24.0M": a bucket's size in its span's name.
 std::string trace_bytes(int64_t bytes);

@@ -1,4 +1,4 @@
-#include "rendezvous/env.h"
+#include "base/env.h"
 
 #include <ddp/errors.h>
 

@@ -1,9 +1,9 @@
-#include "module/model_sync.h"
+#include "agreement/model_sync.h"
 
 #include <ddp/errors.h>
 
+#include "base/fnv1a.h"
 #include "collectives/flagged_ranks.h"
-#include "collectives/fnv1a.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -51,14 +51,14 @@ std::string describe(const int64_t* s) {
   return out + "]";
 }
 
+}  // namespace
+
 std::vector<at::Tensor> allgather(ProcessGroup& group, const at::Tensor& mine) {
   std::vector<at::Tensor> all;
   for (int r = 0; r < group.size(); ++r) all.push_back(at::empty_like(mine));
   group.allgather(all, mine)->wait();
   return all;
 }
-
-}  // namespace
 
 void verify_same_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
                          const std::vector<std::string>& names, const std::string& what) {
