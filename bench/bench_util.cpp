@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace ddp_bench {
@@ -25,6 +26,36 @@ int run_main(const std::string& program, std::vector<std::string> arguments, con
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
     return 1;
   }
+}
+
+namespace {
+
+void print_subcommands(std::FILE* out, const char* program,
+                       const std::vector<Subcommand>& subcommands) {
+  std::fprintf(out,
+               "usage: %s <subcommand> [options]   (run once per rank, e.g. under\n"
+               "       ddprun --nproc-per-node 2 %s <subcommand> ...)\n\nsubcommands:\n",
+               program, program);
+  for (const auto& s : subcommands) std::fprintf(out, "  %-12s %s\n", s.name, s.summary);
+  std::fprintf(out, "\n`%s <subcommand> --help` describes its options.\n", program);
+}
+
+}  // namespace
+
+int run_subcommands(const char* program, const std::vector<Subcommand>& subcommands, int argc,
+                    char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    print_subcommands(argc < 2 ? stderr : stdout, program, subcommands);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& s : subcommands) {
+    if (std::strcmp(argv[1], s.name) != 0) continue;
+    return run_main(std::string(program) + " " + s.name, {argv + 2, argv + argc}, *s.usage,
+                    s.run);
+  }
+  std::fprintf(stderr, "%s: unknown subcommand '%s'\n\n", program, argv[1]);
+  print_subcommands(stderr, program, subcommands);
+  return 2;
 }
 
 Args::Args(std::vector<std::string> args) {

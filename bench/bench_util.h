@@ -1,8 +1,9 @@
-// Shared pieces of ddp_bench's subcommands: argument parsing, byte sizes,
-// timing statistics and markdown tables here; with them, for every
-// subcommand, the small JSON writer (json.h) and the description of the
-// machine a result came from (machine.h). No libtorch in any of them, so
-// these translation units compile fast.
+// Shared pieces of the bench's programs (ddp_bench, and experiments/paper's
+// paper_bench): argument parsing, subcommands, byte sizes, timing statistics
+// and markdown tables here; with them, for every subcommand, the small JSON
+// writer (json.h) and the description of the machine a result came from
+// (machine.h). No libtorch in any of them, so these translation units
+// compile fast.
 #pragma once
 
 #include "json.h"
@@ -51,6 +52,21 @@ class Args {
 // exception as an error (status 1); `program` names it in the messages.
 int run_main(const std::string& program, std::vector<std::string> arguments, const char* usage,
              int (*run)(Args));
+
+// One subcommand of a program such as ddp_bench: `usage` is its --help.
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(Args);
+  const char* const* usage;
+};
+
+// main() of a program of subcommands, run once per rank by a launcher:
+// `program SUBCOMMAND [options]` runs that subcommand through run_main;
+// -h or --help lists the subcommands on stdout (status 0), no subcommand or
+// an unknown one lists them on stderr (status 2).
+int run_subcommands(const char* program, const std::vector<Subcommand>& subcommands, int argc,
+                    char** argv);
 
 // A positive integer with an optional suffix k/K, m/M or g/G worth `k`,
 // k^2, k^3; at most 2^40 in all. nullopt for anything else.

@@ -22,7 +22,7 @@ namespace ddp_bench {
 
 // Where a c10d group made by make_c10d_gloo binds: "interface X" for
 // $DDP_SOCKET_IFNAME (else $GLOO_SOCKET_IFNAME), else where ddp's Gloo
-// binds by default (ddp::gloo_default_hostname: the local address that
+// binds by default (ddp::detail::default_bind_host: the local address that
 // routes to the rendezvous master).
 std::string c10d_bind_description(const ddp::InitOptions& init);
 

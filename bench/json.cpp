@@ -1,6 +1,6 @@
 #include "json.h"
 
-#include <ddp/chrome_trace.h>  // one JSON string escaper for the library and bench
+#include "timeline/chrome_trace.h"  // one JSON string escaper for the library and bench
 
 #include <cmath>
 #include <cstdio>

@@ -29,7 +29,7 @@ def register_hook(ddp, name):
 
 class Timeline:
     """Rank 0's timed iterations as the library's Chrome trace events (those
-    of ddp/chrome_trace.h, as bench/timeline.h records them for ddp_bench):
+    of src/timeline/chrome_trace.h, as bench/timeline.h records them for ddp_bench):
     "X" events with cat = lane, ts/dur in µs of the monotonic clock (what
     time.perf_counter reads), args {"blocking" (not on compute), "iteration"},
     one "iteration" event per iteration, "compute" on tid 0 and every other

@@ -23,7 +23,7 @@ void Timeline::add(const std::string& lane, const std::string& name, Clock::time
 
 void Timeline::add_ddp_backward(const ddp::IterationStats& stats,
                                 Clock::time_point backward_returned) {
-  for (const auto& span : ddp::backward_spans(stats, backward_returned)) {
+  for (const auto& span : ddp::detail::backward_spans(stats, backward_returned)) {
     add(span.lane, span.name, span.start, span.end, span.blocking);
   }
 }

@@ -1,11 +1,12 @@
 // Timelines of training iterations in the library's format: every recorded
-// interval becomes a Chrome trace event of ddp/chrome_trace.h (the events
+// interval becomes a Chrome trace event of src/timeline/chrome_trace.h (the events
 // DDP_TIMELINE writes: "X" events with cat = lane, ts/dur in µs of the
 // steady clock, args {"blocking", "iteration"}), and each iteration one
 // more event on the "iteration" lane, from begin_iteration to
 // end_iteration. A result row keeps them as its "timeline" (a JSON array
-// of trace events, itself a Chrome trace); bench/eval/timeline.py defines
-// the blog's columns over them and cuts one iteration out as a trace.
+// of trace events, itself a Chrome trace);
+// experiments/paper/eval/timeline.py defines the blog's columns over them
+// and cuts one iteration out as a trace.
 //
 //   Timeline timeline;
 //   timeline.begin_iteration();
@@ -22,7 +23,8 @@
 
 #include "bench_util.h"
 
-#include <ddp/chrome_trace.h>
+#include "module/module_timeline.h"  // backward_spans
+#include "timeline/chrome_trace.h"
 #include <ddp/statistics.h>
 
 #include <cstdint>

@@ -33,8 +33,8 @@
 // (model->stats(): forward, backward compute, communication, overlap,
 // finalize) is kept per iteration, on rank 0; with --timeline also the
 // timeline of every timed DDP iteration (compute and each bucket's
-// communication, as timestamps), which bench/eval/timeline.py turns into the
-// blog's columns and Chrome traces.
+// communication, as timestamps), which experiments/paper/eval/timeline.py
+// turns into the blog's columns and Chrome traces.
 //
 // This file runs the measurements; the command line is train_config.cpp's
 // and the table and JSON train_report.cpp's (both in train_bench.h).

@@ -22,7 +22,7 @@ packages=(
   python3-torch                  # PyTorch 1.13's DDP and torchrun: the second tier's reference
   python3-matplotlib             # plots in bench reports
   python3-numpy                  # the PyTorch reference scripts
-  python3-sklearn                # the "digits" data set: bench/evaluate.py digits (converge)
+  python3-sklearn                # the "digits" data set: experiments/paper/evaluate.py digits
   coreutils procps               # timeout, kill: bounded waits in the tests
   openmpi-bin libopenmpi-dev     # mpirun launch path
   slurm-wlm munge                # srun tests: a one-node Slurm cluster (tests/slurm)

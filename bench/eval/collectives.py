@@ -91,7 +91,7 @@ def run(args):
 
 def plot(run_path, png_path):
     """Bus bandwidth against message size, one line per implementation (the
-    plot of docs/benchmarks.md's backends section)."""
+    plot of docs/benchmarks.md, "Collectives against Open MPI")."""
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -32,7 +32,6 @@ PLOT_PYTHON = "/usr/bin/python3"
 # thresholds give both sides the same allocator behaviour.
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
 FIXED_MALLOC_NOTE = "both sides with " + " ".join("%s=%s" % kv for kv in FIXED_MALLOC.items())
-DIGITS_GZ = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 
 
 def die(text):
@@ -107,11 +106,13 @@ def torch_version(python):
 
 
 def git_description():
-    """The commit under test, and whether src/, include/ or bench/ differ from it."""
+    """The commit under test, and whether src/, include/, bench/ or
+    experiments/ differ from it."""
     head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip() or "?"
     dirty = subprocess.run(["git", "-C", REPO, "status", "--short", "--", "src", "include",
-                            "bench", ":!bench/results"], capture_output=True, text=True).stdout
+                            "bench", ":!bench/results", "experiments"],
+                           capture_output=True, text=True).stdout
     return head + ("+uncommitted" if dirty.strip() else "")
 
 
@@ -125,13 +126,17 @@ class Snapshot:
     """A copy of ddp_bench, ddprun and libddp in a temporary directory, with
     the environment that runs it: a rebuild of build/ while the rounds run
     (other work in the same tree) must not change the code under test
-    halfway. LD_LIBRARY_PATH comes before the binary's RUNPATH."""
+    halfway. LD_LIBRARY_PATH comes before the binary's RUNPATH. `extra`:
+    more programs to copy, as (path under build, target) pairs (e.g.
+    experiments/paper's paper_bench), at self.dir/target."""
 
-    def __init__(self, build, malloc="fixed"):
+    def __init__(self, build, malloc="fixed", extra=()):
         self.dir = tempfile.mkdtemp(prefix="evaluate.")
         bench = os.path.join(build, "bench", "ddp_bench")
         ddprun = os.path.join(build, "tools", "ddprun", "ddprun")
-        for path, target in ((bench, "ddp_bench"), (ddprun, "ddprun")):
+        programs = [(bench, "ddp_bench"), (ddprun, "ddprun")] + \
+            [(os.path.join(build, path), target) for path, target in extra]
+        for path, target in programs:
             if not os.access(path, os.X_OK):
                 self.close()
                 die("%s not found: build first (scripts/build.sh, or cmake --build %s --target %s)"
@@ -317,26 +322,3 @@ def write_json(path, doc, compact_lists=False):
                       text)
     with open(path, "w") as f:
         f.write(text + "\n")
-
-
-def write_digits_csv(out, src=None):
-    """scikit-learn's "digits" (1797 real 8x8 handwritten digits, UCI; 64 pixel
-    values 0..16 then the label per row) as plain CSV for `ddp_bench converge
-    --data` and bench/pytorch_converge.py --data, which cannot read the gzip
-    file Debian's python3-sklearn ships. No network. Returns an error or None."""
-    import gzip
-    src = src or os.environ.get("DIGITS_CSV_GZ", DIGITS_GZ)
-    try:
-        with gzip.open(src, "rt") as f:
-            text = f.read()
-    except OSError as e:
-        return "%s: %s: install Debian's python3-sklearn (apt-get install -y python3-sklearn, " \
-               "or scripts/install-deps.sh)" % (src, e.strerror or e)
-    rows = text.count("\n")
-    if rows != 1797:
-        return "%s has %d rows, expected 1797" % (src, rows)
-    tmp = "%s.tmp.%d" % (out, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, out)
-    return None

@@ -8,7 +8,8 @@ one line per parameter, "index name [shape] checksum", then "total ...".
 The structure (names, shapes, order: all but the checksum) must be equal, or
 no comparison of the two sides means anything; equal initial weights (the
 per-parameter float64 sums as printed, %.9e) are reported, and required with
---same-weights. `paper` runs the same check before its runs.
+--same-weights. experiments/paper's `paper` runs the same check before its
+runs.
 """
 
 import os

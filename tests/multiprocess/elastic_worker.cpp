@@ -1,5 +1,5 @@
-// One member of an elastic job (tests/multiprocess/elastic_test.sh,
-// bench/elastic_bench.sh): a float64 MLP on a fixed synthetic set, trained
+// One member of an elastic job (tests/multiprocess/elastic_test.sh; the
+// recovery times of docs/experiments/elastic.md): a float64 MLP on a fixed synthetic set, trained
 // through ddp::ElasticRunner with ElasticSampler, SGD with momentum (or,
 // with --zero, a ZeroRedundancyOptimizer wrapping it, sharded per generation).
 //
