@@ -4,7 +4,9 @@
 # build/, newest into build-newest/, debian into build-debian/). Used by
 # scripts/test.sh and scripts/run.sh. Prints the build directory's name last.
 #   DDP_BUILD_TARGETS  only these targets (words), e.g. "ddprun train" (what
-#                      scripts/run.sh needs) or "unit_tests"; default: all
+#                      scripts/run.sh needs) or "unit_tests"; default: all;
+#                      "none": configure only (scripts/test.sh -R does, then
+#                      builds what the chosen tests run)
 #   DDP_CMAKE_ARGS     more arguments for CMake (e.g. -DGTest_DIR=...)
 #   DDP_BUILD_DIR      another build directory
 #   DDP_BUILD_JOBS     parallel jobs (default 2)
@@ -58,5 +60,6 @@ if [ ! -f "$dir/CMakeCache.txt" ] || [ "$(cat "$dir/configure.args" 2>/dev/null)
 fi
 targets=()
 for t in ${DDP_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
-cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" "${targets[@]}" >&2
+[ "${DDP_BUILD_TARGETS:-}" = none ] ||
+  cmake --build "$dir" -j"${DDP_BUILD_JOBS:-2}" "${targets[@]}" >&2
 echo "$dir"
