@@ -29,7 +29,7 @@ endif()
 add_library(ddp_gloo MODULE
   src/collectives/gloo/gloo.cpp
   src/collectives/gloo/collectives.cpp
-  src/collectives/gloo/store.cpp
+  src/collectives/gloo/store_adapter.cpp
   src/collectives/gloo/entry.cpp)
 target_link_libraries(ddp_gloo PRIVATE gloo ddp torch ${CMAKE_DL_LIBS})
 target_include_directories(ddp_gloo PRIVATE ${PROJECT_SOURCE_DIR}/src)

@@ -172,7 +172,8 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   check.tensor(tensor, "tensor");
   check.op(op, tensor);
   const detail::IssuedLog::Collective issued{OpKind::ALLREDUCE, static_cast<int64_t>(op),
-                      static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), -1};
+                                             static_cast<int64_t>(tensor.scalar_type()),
+                                             tensor.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
@@ -201,8 +202,8 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
   const detail::IssuedLog::Collective issued{OpKind::ALLREDUCE_COALESCED, static_cast<int64_t>(op),
-                      static_cast<int64_t>(tensors[0].scalar_type()), total,
-                      static_cast<int64_t>(tensors.size())};
+                                             static_cast<int64_t>(tensors[0].scalar_type()), total,
+                                             static_cast<int64_t>(tensors.size())};
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensors)) {
@@ -223,8 +224,8 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   if (root < 0 || root >= size()) {
     check.fail("root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
   }
-  const detail::IssuedLog::Collective issued{OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()),
-                      tensor.numel(), root};
+  const detail::IssuedLog::Collective issued{
+      OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), root};
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
@@ -247,8 +248,8 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
     check.tensor(outputs[i], nth("outputs", i));
     check.same(outputs[i], input, nth("outputs", i), "input");
   }
-  const detail::IssuedLog::Collective issued{OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()),
-                      input.numel(), -1};
+  const detail::IssuedLog::Collective issued{
+      OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()), input.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(outputs) || check.staged(input)) {
@@ -275,7 +276,8 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   }
   check.op(op, output);
   const detail::IssuedLog::Collective issued{OpKind::REDUCE_SCATTER, static_cast<int64_t>(op),
-                      static_cast<int64_t>(output.scalar_type()), output.numel(), -1};
+                                             static_cast<int64_t>(output.scalar_type()),
+                                             output.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(inputs) || check.staged(output)) {

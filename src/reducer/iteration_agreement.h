@@ -29,12 +29,12 @@ namespace ddp::detail {
 
 // One rank's report, as every rank reads it after the allreduce.
 struct RankReport {
-  int32_t missing = 0;        // parameters that got no gradient this pass
-  int32_t forwards = 0;       // forward passes so far, no_sync ones included (wraps)
-  int32_t stray_after = -1;   // >= 0: a backward() no forward prepared ran after this forward
+  int32_t missing = 0;             // parameters that got no gradient this pass
+  int32_t forwards = 0;            // forward passes so far, no_sync ones included (wraps)
+  int32_t stray_after = -1;        // >= 0: a backward() no forward prepared ran after this forward
   detail::IssuedLog::Tally tally;  // collectives issued on the group since the last status
-  bool joined = false;        // a rank out of inputs, shadowing the others (Join)
-  int32_t hints_broken = 0;   // parameters hinted unused that got a gradient (layer_drop.h)
+  bool joined = false;             // a rank out of inputs, shadowing the others (Join)
+  int32_t hints_broken = 0;        // parameters hinted unused that got a gradient (layer_drop.h)
 };
 
 // The tensor the ranks allreduce (SUM).
@@ -63,7 +63,7 @@ class IterationStatus {
 struct IterationOutcome {
   std::vector<size_t> missing;       // got no gradient (empty on a joined rank)
   std::vector<size_t> hints_broken;  // hinted unused, got a gradient
-  detail::IssuedLog::Tally tally;         // the group's, since the last status
+  detail::IssuedLog::Tally tally;    // the group's, since the last status
   bool joined = false;               // Join's shadow iteration
 };
 

@@ -122,7 +122,8 @@ StorePtr rendezvous(InitOptions& o) {
     throw TimeoutError(detail::rendezvous_context(o),
                        store_name(method, master) + " did not answer within " +
                            std::to_string((timeout + grace).count()) + " ms (this rank was " +
-                           step->load() + ")" + unanswered_store_remedy(master.has_value(), connected));
+                           step->load() + ")" +
+                           unanswered_store_remedy(master.has_value(), connected));
   };
   return detail::run_bounded<StorePtr>(body, timeout + grace, blocked);
 }

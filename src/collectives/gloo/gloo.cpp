@@ -20,7 +20,7 @@
 #include "collectives/gloo/engine.h"
 #include "collectives/gloo/failure_reports.h"
 #include "collectives/gloo/network.h"
-#include "collectives/gloo/store.h"
+#include "collectives/gloo/store_adapter.h"
 #include "collectives/no_sigpipe.h"
 #include "collectives/task_queue.h"
 #include "collectives/work_detail.h"

@@ -1,4 +1,4 @@
-#include "collectives/gloo/store.h"
+#include "collectives/gloo/store_adapter.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
