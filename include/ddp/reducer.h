@@ -50,11 +50,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace ddp {
+
+class DistributedDataParallelImpl;
 
 struct ReducerOptions {
   // Bucket size after the first. Default 25 MiB.
@@ -196,6 +199,14 @@ class Reducer {
   const ProcessGroupPtr& process_group() const;
 
  private:
+  // DistributedDataParallel's: what the module found wrong on this rank
+  // (`module_checks`, which rethrow it) is agreed on across ranks together
+  // with the Reducer's own checks, in one round (a set-up error on any rank
+  // raises on every rank, naming "DistributedDataParallel").
+  friend class DistributedDataParallelImpl;
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
+          ReducerOptions options, std::function<void()> module_checks);
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

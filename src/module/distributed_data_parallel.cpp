@@ -11,6 +11,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <exception>
 #include <set>
 
 namespace ddp {
@@ -80,23 +81,28 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
   const auto& wrapped = wrapped_;
   register_module(kModuleName, wrapped);
 
-  // What this rank can tell wrong on its own comes first, then every rank
-  // learns whether one could (a rank that stopped here would leave the
-  // others waiting in the Reducer's collectives).
+  // What this rank can tell wrong on its own comes first; the Reducer then
+  // lets every rank learn whether one could, with its own checks, in one
+  // round (a rank that stopped here would leave the others waiting in the
+  // Reducer's collectives), and checks the parameters across ranks.
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   std::shared_ptr<detail::RankTimeline> rank_timeline;
   ReducerOptions reducer_options;
-  detail::check_on_every_rank(*group_, "DistributedDataParallel", [&] {
+  std::exception_ptr local_error;
+  try {
     synchronized_parameters(params, names);
     rank_timeline = detail::RankTimeline::open_from_env(group_->rank());
     options_.bucket_cap_mb(options_.bucket_cap_mb().resolved());
     reducer_options = reducer_options_for(options_);
-  });
+  } catch (...) {
+    local_error = std::current_exception();
+  }
   for (const auto& b : wrapped->buffers()) buffers_.push_back(b);
 
-  // The Reducer checks the parameters across ranks (collective) first.
-  reducer_ = std::make_unique<Reducer>(params, names, group_, reducer_options);
+  reducer_.reset(new Reducer(params, names, group_, reducer_options, [local_error] {
+    if (local_error) std::rethrow_exception(local_error);
+  }));
   if (rank_timeline) {
     timeline_ = std::make_shared<detail::ModuleTimeline>(std::move(rank_timeline), *reducer_);
   }

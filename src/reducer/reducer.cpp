@@ -36,7 +36,8 @@ namespace ddp {
 
 // Algorithm 1, lines 4-7 (DistributedDataParallel broadcasts, lines 2-3).
 Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> names,
-                    ProcessGroupPtr group, ReducerOptions options)
+                    ProcessGroupPtr group, ReducerOptions options,
+                    const std::function<void()>& module_checks)
     : params_(std::move(params)),
       names_(std::move(names)),
       group_(std::move(group)),
@@ -48,7 +49,13 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   if (!group_) {
     throw InvalidArgument(ErrorContext{-1, 0, "", "Reducer", {}}, "no process group given");
   }
-  detail::check_on_every_rank(*group_, "a Reducer", [this] { check_arguments(); });
+  // One agreement on set-up errors: the module's, when it builds this
+  // Reducer, then the Reducer's own.
+  detail::check_on_every_rank(*group_, module_checks ? "DistributedDataParallel" : "a Reducer",
+                              [&] {
+                                if (module_checks) module_checks();
+                                check_arguments();
+                              });
   detail::verify_same_tensors(*group_, params_, names_, "parameters");
   check_same_collective_options();
   check_autotune_options();  // the same on every rank by now
@@ -525,6 +532,10 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
                  ProcessGroupPtr group, ReducerOptions options)
     : impl_(
           std::make_unique<Impl>(std::move(params), std::move(names), std::move(group), options)) {}
+Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
+                 ProcessGroupPtr group, ReducerOptions options, std::function<void()> module_checks)
+    : impl_(std::make_unique<Impl>(std::move(params), std::move(names), std::move(group), options,
+                                   module_checks)) {}
 Reducer::~Reducer() = default;
 
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize) {

@@ -33,8 +33,10 @@ class Reducer::Impl {
   using Clock = detail::Iteration::Clock;
   using Phase = detail::Phase;
 
+  // `module_checks`: DistributedDataParallel's own set-up checks, agreed on
+  // with the Reducer's (empty: a Reducer used alone).
   Impl(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
-       ReducerOptions options);
+       ReducerOptions options, const std::function<void()>& module_checks = {});
   ~Impl();
 
   // The Reducer's public operations (reducer.h).
