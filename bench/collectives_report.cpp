@@ -162,15 +162,13 @@ void report_collectives(const CollectivesConfig& cfg, const std::vector<std::str
                "pairs i of impl[i]/baseline[i]");
     Json out = Json::object();
     out.set("benchmark", "collectives");
-    out.set("machine", describe_machine(torch_version));
-    out.set("config", std::move(config));
+    add_machine_and_config(out, torch_version, std::move(config));
     out.set("rows", std::move(json_rows));
     if (!pairs.empty()) out.set("ratios", std::move(json_pairs));
     if (find("gloo", cfg.sizes[0]) && find("c10d", cfg.sizes[0])) {
       out.set("ddp_over_c10d", std::move(json_ratios));
     }
-    write_file(cfg.json_path, out.dump());
-    std::fprintf(stderr, "collectives: wrote %s\n", cfg.json_path.c_str());
+    write_result("collectives", cfg.json_path, out);
   }
 }
 

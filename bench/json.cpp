@@ -65,6 +65,17 @@ void Json::write(std::string& out, int indent, int depth) const {
     out += '\n';
     out.append(static_cast<size_t>(indent * d), ' ');
   };
+  // `count` entries between `open` and `close`, one a line: entry(i) writes the i-th.
+  auto list = [&](char open, size_t count, char close, auto entry) {
+    out += open;
+    for (size_t i = 0; i < count; ++i) {
+      if (i) out += ',';
+      newline(depth + 1);
+      entry(i);
+    }
+    if (count) newline(depth);
+    out += close;
+  };
   switch (kind_) {
     case Kind::Null:
       out += "null";
@@ -75,31 +86,19 @@ void Json::write(std::string& out, int indent, int depth) const {
     case Kind::String:
       ddp::append_json_string(out, text_);
       break;
-    case Kind::Object: {
-      out += '{';
-      for (size_t i = 0; i < members_.size(); ++i) {
-        if (i) out += ',';
-        newline(depth + 1);
+    case Kind::Object:
+      list('{', members_.size(), '}', [&](size_t i) {
         ddp::append_json_string(out, members_[i].first);
         out += indent > 0 ? ": " : ":";
         members_[i].second.write(out, indent, depth + 1);
-      }
-      if (!members_.empty()) newline(depth);
-      out += '}';
+      });
       break;
-    }
-    case Kind::Array: {
+    case Kind::Array:
       // Arrays of scalars or small objects (result rows) go one per line.
-      out += '[';
-      for (size_t i = 0; i < items_.size(); ++i) {
-        if (i) out += ',';
-        newline(depth + 1);
+      list('[', items_.size(), ']', [&](size_t i) {
         items_[i].write(out, items_[i].kind_ == Kind::Object ? 0 : indent, depth + 1);
-      }
-      if (!items_.empty()) newline(depth);
-      out += ']';
+      });
       break;
-    }
   }
 }
 
@@ -115,6 +114,12 @@ void write_file(const std::string& path, const std::string& text) {
   f << text;
   f.close();
   if (!f) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+void write_result(const std::string& program, const std::string& path, const Json& result,
+                  int indent) {
+  write_file(path, result.dump(indent));
+  std::fprintf(stderr, "%s: wrote %s\n", program.c_str(), path.c_str());
 }
 
 }  // namespace ddp_bench

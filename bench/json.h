@@ -42,5 +42,9 @@ class Json {
 
 // Writes `text` to `path` (throws with the path on failure).
 void write_file(const std::string& path, const std::string& text);
+// Writes a subcommand's result file (`result` dumped with `indent`) to `path`
+// and says so on stderr: "PROGRAM: wrote PATH".
+void write_result(const std::string& program, const std::string& path, const Json& result,
+                  int indent = 2);
 
 }  // namespace ddp_bench

@@ -96,6 +96,10 @@ std::string machine_summary(const std::string& torch_version) {
          " CPUs, Linux " + kernel + ", libtorch " + torch_version + ", link: " + link_description();
 }
 
+Json& add_machine_and_config(Json& result, const std::string& torch_version, Json config) {
+  return result.set("machine", describe_machine(torch_version)).set("config", std::move(config));
+}
+
 int limit_openblas_threads(int threads) {
   using SetFn = void (*)(int);
   using GetFn = int (*)();

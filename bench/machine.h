@@ -16,6 +16,9 @@ namespace ddp_bench {
 Json describe_machine(const std::string& torch_version);
 // The one-line summary of describe_machine's result for table captions.
 std::string machine_summary(const std::string& torch_version);
+// Adds what every result file has after the members that name its benchmark:
+// "machine" (describe_machine(torch_version)), then "config". Returns `result`.
+Json& add_machine_and_config(Json& result, const std::string& torch_version, Json config);
 
 // Debian's libtorch does its matrix products in OpenBLAS (pthreads build),
 // which keeps its own thread pool, one thread per core, whatever

@@ -108,6 +108,13 @@ def describe_machine():
     return m
 
 
+def write_result(program, path, result):
+    """Writes a result file (JSON) to `path` and says so on stderr: "PROGRAM: wrote PATH"."""
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("%s: wrote %s" % (program, path), file=sys.stderr)
+
+
 def leave():
     """Ends this rank once all ranks are done, without tearing anything down.
 
@@ -385,9 +392,7 @@ def main():
                               "list": ["%s [%s]" % (n, ", ".join(str(d) for d in t.shape))
                                        for n, t in named]},
                "rows": rows}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        print("pytorch_ddp_train: wrote %s" % args.json, file=sys.stderr)
+        write_result("pytorch_ddp_train", args.json, out)
     leave()
 
 

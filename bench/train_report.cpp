@@ -193,12 +193,10 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     Json out = Json::object();
     out.set("benchmark", "train").set("side", "ddp");
     if (!cfg.tag.empty()) out.set("tag", cfg.tag);
-    out.set("machine", describe_machine(torch_version));
-    out.set("config", std::move(config));
+    add_machine_and_config(out, torch_version, std::move(config));
     out.set("parameters", std::move(params));
     out.set("rows", std::move(rows));
-    write_file(cfg.json_path, out.dump());
-    std::fprintf(stderr, "train: wrote %s\n", cfg.json_path.c_str());
+    write_result("train", cfg.json_path, out);
   }
 }
 

@@ -388,12 +388,10 @@ int run_converge(Args args) {
     }
     Json out = Json::object();
     out.set("benchmark", "converge").set("side", "ddp");
-    out.set("machine", describe_machine(torch_version));
-    out.set("config", std::move(config));
+    add_machine_and_config(out, torch_version, std::move(config));
     out.set("parameters", std::move(params));
     out.set("runs", std::move(out_runs));
-    write_file(cfg.json_path, out.dump());
-    std::fprintf(stderr, "converge: wrote %s\n", cfg.json_path.c_str());
+    write_result("converge", cfg.json_path, out);
   }
   return 0;
 }

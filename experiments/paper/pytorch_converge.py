@@ -175,7 +175,8 @@ def main():
     import torch.nn as nn
     import torch.nn.functional as F
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-    from pytorch_ddp_train import bench_models, describe_machine, leave  # bench/pytorch_ddp_train.py
+    from pytorch_ddp_train import (  # bench/pytorch_ddp_train.py
+        bench_models, describe_machine, leave, write_result)
 
     torch.set_num_threads(args.threads)
     blas_threads = bench_models.limit_openblas_threads(args.threads)
@@ -268,9 +269,7 @@ def main():
                           "intra_op_threads": args.threads, "openblas_threads": blas_threads,
                           "backend": "gloo"},
                "parameters": params, "runs": runs}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        print("pytorch_converge: wrote %s" % args.json, file=sys.stderr)
+        write_result("pytorch_converge", args.json, out)
     leave()
 
 

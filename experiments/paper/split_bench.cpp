@@ -328,11 +328,9 @@ int run_split(Args args) {
                "ddp,c10d then c10d,ddp; K = 1000, M = 10^6 elements");
     Json out = Json::object();
     out.set("benchmark", "split");
-    out.set("machine", describe_machine(torch_version));
-    out.set("config", std::move(config));
+    add_machine_and_config(out, torch_version, std::move(config));
     out.set("rows", std::move(json_rows));
-    write_file(cfg.json_path, out.dump());
-    std::fprintf(stderr, "split: wrote %s\n", cfg.json_path.c_str());
+    write_result("split", cfg.json_path, out);
   }
   return 0;
 }

@@ -222,12 +222,10 @@ int run_variants(Args args) {
                "slowest rank; rank 0's timeline of the timed micro-batches (bench/timeline.h)");
     Json out = Json::object();
     out.set("benchmark", "variants");
-    out.set("machine", describe_machine(torch_version));
-    out.set("config", std::move(config));
+    add_machine_and_config(out, torch_version, std::move(config));
     out.set("rows", std::move(rows));
     out.set("parameters_check_passed", !failed);
-    write_file(cfg.json_path, out.dump(1));
-    std::fprintf(stderr, "variants: wrote %s\n", cfg.json_path.c_str());
+    write_result("variants", cfg.json_path, out, /*indent=*/1);
   }
   return failed ? 1 : 0;
 }

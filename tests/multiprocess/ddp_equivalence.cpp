@@ -149,6 +149,24 @@ void run_case(
   }
 }
 
+// A run_case `each_step` check: `what` gives `buckets` buckets after the
+// first step.
+std::function<void(int, DistributedDataParallel&)> expect_buckets(const std::string& what,
+                                                                  size_t buckets) {
+  return [what, buckets](int step, DistributedDataParallel& model) {
+    if (step == 0 && model->stats().bucket_count() != buckets) {
+      ADD_FAILURE() << what + " gave " + std::to_string(model->stats().bucket_count()) +
+                           " buckets, expected " + std::to_string(buckets);
+    }
+  };
+}
+
+// A case's name, saying so when it runs `micro_batches` > 1 under no_sync.
+std::string under_no_sync(const std::string& name, int micro_batches) {
+  if (micro_batches == 1) return name;
+  return name + " under no_sync (" + std::to_string(micro_batches) + " micro-batches)";
+}
+
 void equivalence(const ProcessGroupPtr& pg) {
   auto mlp = [] { return ShuffledMlp(); };
   auto plain_fwd = [](auto& m, torch::Tensor x, int, int, int) { return m->forward(x); };
@@ -178,23 +196,11 @@ void equivalence(const ProcessGroupPtr& pg) {
                });
       run_case(pg, "tiny bucket cap (a bucket per parameter)", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
-               [&](int step, DistributedDataParallel& model) {
-                 if (step == 0 && model->stats().bucket_count() != 6) {
-                   ADD_FAILURE() << "tiny cap gave " +
-                                        std::to_string(model->stats().bucket_count()) +
-                                        " buckets, expected 6";
-                 }
-               });
+               expect_buckets("tiny cap", 6));
       // A cap per bucket: the first bucket alone, the rest two by two.
       run_case(pg, "bucket_cap_mb_list (a cap per bucket)", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb_list({1e-6, 1}), v,
-               [&](int step, DistributedDataParallel& model) {
-                 if (step == 0 && model->stats().bucket_count() != 2) {
-                   ADD_FAILURE() << "bucket_cap_mb_list {1e-6, 1} gave " +
-                                        std::to_string(model->stats().bucket_count()) +
-                                        " buckets, expected 2";
-                 }
-               });
+               expect_buckets("bucket_cap_mb_list {1e-6, 1}", 2));
       run_case(pg, "bucket rebuild in gradient order", mlp, plain_fwd,
                DistributedDataParallelOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6), v,
                [&](int step, DistributedDataParallel& model) {
@@ -269,15 +275,12 @@ void equivalence(const ProcessGroupPtr& pg) {
       };
       for (int micro_batches : {1, 3}) {
         run_case(
-            pg,
-            "layer-drop hints, stochastic depth" +
-                std::string(micro_batches > 1 ? " under no_sync (3 micro-batches)" : ""),
+            pg, under_no_sync("layer-drop hints, stochastic depth", micro_batches),
             [] { return StochasticDepth(); }, depth_fwd,
             DistributedDataParallelOptions().layer_drop_hints(true),
             Variant{dtype, optim, micro_batches},
             [&](int step, DistributedDataParallel& model) {
-              expect_left_out("layer-drop", model->stats().dropped_parameters, step,
-                              micro_batches);
+              expect_left_out("layer-drop", model->stats().dropped_parameters, step, micro_batches);
             });
       }
       // The same stochastic depth without hints: find_unused_parameters
@@ -289,12 +292,11 @@ void equivalence(const ProcessGroupPtr& pg) {
       };
       for (int micro_batches : {1, 3}) {
         run_case(
-            pg,
-            "skip_all_reduce_unused_params, stochastic depth" +
-                std::string(micro_batches > 1 ? " under no_sync (3 micro-batches)" : ""),
+            pg, under_no_sync("skip_all_reduce_unused_params, stochastic depth", micro_batches),
             [] { return StochasticDepth(); }, depth_unhinted,
-            DistributedDataParallelOptions().find_unused_parameters(true).skip_all_reduce_unused_params(
-                true),
+            DistributedDataParallelOptions()
+                .find_unused_parameters(true)
+                .skip_all_reduce_unused_params(true),
             Variant{dtype, optim, micro_batches},
             [&](int step, DistributedDataParallel& model) {
               expect_left_out("skip_all_reduce_unused_params", model->stats().skipped_parameters,

@@ -97,13 +97,20 @@ else
 fi
 
 # --------------------------------------------------------- 3. rank fails
-run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'
-if [[ $RC -eq 3 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "exited with status 3"; then
-  pass "rank 1 exits 3: ddprun stops rank 0 and exits 3 (${ELAPSED}s)"
-else
-  fail_check "rank 1 exits 3: ddprun stops rank 0 and exits 3" \
-    "expected exit 3 within 8 s (took ${ELAPSED}s), stderr naming rank 1 and status 3"
-fi
+# check_rank1_failure NAME STATUS TEXT COMMAND: rank 1 runs COMMAND (which
+# ends it) while rank 0 sleeps; ddprun stops rank 0 and exits STATUS within
+# 8 s, its stderr naming rank 1 and TEXT.
+check_rank1_failure() {
+  local name=$1 status=$2 text=$3 command=$4
+  run_ddprun --nproc-per-node 2 sh -c "if [ \"\$RANK\" = 1 ]; then $command; fi; sleep 60"
+  if [[ $RC -eq $status && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "$text"; then
+    pass "$name (${ELAPSED}s)"
+  else
+    fail_check "$name" \
+      "expected exit $status within 8 s (took ${ELAPSED}s), stderr naming rank 1 and '$text'"
+  fi
+}
+check_rank1_failure "rank 1 exits 3: ddprun stops rank 0 and exits 3" 3 "exited with status 3" 'exit 3'
 
 # ------------------------------------------ the first failure decides
 run_ddprun --nproc-per-node 2 sh -c \
@@ -115,23 +122,22 @@ else
 fi
 
 # ------------------------------------------------------ 4. rank killed
-run_ddprun --nproc-per-node 2 sh -c 'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 60'
-if [[ $RC -eq 137 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "signal 9"; then
-  pass "rank 1 killed by signal 9: ddprun exits 137"
-else
-  fail_check "rank 1 killed by signal 9: ddprun exits 137" \
-    "expected exit 137 within 8 s, stderr naming rank 1 and signal 9"
-fi
+check_rank1_failure "rank 1 killed by signal 9: ddprun exits 137" 137 "signal 9" 'kill -9 $$'
 
 # ------------------------------------------------- 5. SIGTERM forwarding
+# Sends SIGTERM to the background ddprun once both ranks printed "ready"
+# (SIGKILL if they never do), then waits for it.
+terminate_when_ready() {
+  if wait_for_lines "$OUT" "ready" 2; then
+    kill -TERM "$BG_PID"
+  else
+    kill -KILL "$BG_PID" 2>/dev/null || true
+  fi
+  wait_ddprun
+}
 start_ddprun --nproc-per-node 2 sh -c \
   'trap "echo got TERM; exit 0" TERM; echo ready; while :; do sleep 0.1; done'
-if wait_for_lines "$OUT" "ready" 2; then
-  kill -TERM "$BG_PID"
-else
-  kill -KILL "$BG_PID" 2>/dev/null || true
-fi
-wait_ddprun
+terminate_when_ready
 if [[ $RC -eq 143 ]] && has "$OUT" "[rank 0] got TERM" && has "$OUT" "[rank 1] got TERM"; then
   pass "SIGTERM is forwarded to every rank and ddprun exits 143"
 else
@@ -141,12 +147,7 @@ fi
 
 start_ddprun --nproc-per-node 2 --grace-period-s 1 sh -c \
   'if [ "$RANK" = 1 ]; then trap "" TERM; else trap "exit 0" TERM; fi; echo ready; while :; do sleep 0.1; done'
-if wait_for_lines "$OUT" "ready" 2; then
-  kill -TERM "$BG_PID"
-else
-  kill -KILL "$BG_PID" 2>/dev/null || true
-fi
-wait_ddprun
+terminate_when_ready
 if [[ $RC -eq 143 && $ELAPSED -le 8 ]] && has "$ERR" "rank 1 (pid" && has "$ERR" "SIGKILL"; then
   pass "a rank ignoring SIGTERM is SIGKILLed after --grace-period-s 1 (${ELAPSED}s)"
 else

@@ -3,13 +3,11 @@
 # torchrun and mpirun; bad environments; a rank killed mid-collective.
 #   rendezvous_test.sh BUILD_DIR
 set -uo pipefail
-build=$1
-ddprun=$build/tools/ddprun/ddprun
+. "$(dirname "$0")/../support/scratch.sh" "$1"
 demo=$build/examples/collectives
 fault=$build/tests/multiprocess/fault_rank
-tmp=$(mktemp -d)
+# scratch.sh's, and the ranks still in the background stopped.
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-. "$(dirname "$0")/../support/tap.sh"
 # A failed check shows the last command's output.
 not_ok_run() { fail "$1"; echo "--- output:"; cat "$tmp/out" "$tmp/err" 2>/dev/null | head -40; }
 # expect NAME STATUS PATTERN -- command...: runs it (bounded), checks status and stdout+stderr.

@@ -6,13 +6,12 @@
 #   secret_test.sh BUILD_DIR CASE
 # CASE: ddprun | wrong | missing | rank0_without | short | foreign
 set -uo pipefail
-build=$1 case=$2
-ddprun=$build/tools/ddprun/ddprun
+case=$2
+. "$(dirname "$0")/../support/scratch.sh" "$1"
 demo=$build/examples/collectives
 job=$build/tests/multiprocess/fault_rank
-tmp=$(mktemp -d)
+# The ranks still in the background stopped, then scratch.sh's.
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/../support/tap.sh"
 # expect_exit NAME FILE STATUS PATTERN: the process logged to FILE exited
 # STATUS (its last line is "exit N") and said PATTERN.
 expect_exit() {
@@ -54,6 +53,21 @@ within() {
   local ms; ms=$(sed -n 's/^took \([0-9]*\) ms$/\1/p' "$1")
   if [ "${ms:-999999}" -le "$2" ]; then ok "$3 within $2 ms ($ms ms)"; else not_ok "$3 took ${ms:-?} ms (limit $2)" "$1"; fi
 }
+# refused NAME CHECK...: rank 1 (r1.log) was refused, an InvalidArgument
+# naming rank 0 and DDP_JOB_SECRET (and passing every CHECK), before the 4 s
+# rendezvous timeout.
+refused() {
+  local name=$1
+  shift
+  expect_error "$name" "$tmp/r1.log" 1 type=InvalidArgument rank=1 peers=0 "$@" shows=DDP_JOB_SECRET
+  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
+}
+# rank0_timed_out NAME: rank 0 (r0.log) timed out at the rendezvous naming
+# rank 1, its own host and DDP_JOB_SECRET.
+rank0_timed_out() {
+  expect_error "$1" "$tmp/r0.log" 1 \
+    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
+}
 
 case $case in
 ddprun)
@@ -79,33 +93,24 @@ wrong)
   rank 0 "$secret" "$tmp/r0.log" "$job"
   rank 1 "${secret/0123/9999}" "$tmp/r1.log" "$job"
   wait
-  expect_error "the rank with another secret is refused by rank 0" "$tmp/r1.log" 1 \
-    type=InvalidArgument rank=1 peers=0 "shows=$host:" shows=DDP_JOB_SECRET
-  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_error "rank 0 names the refused rank" "$tmp/r0.log" 1 \
-    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
+  refused "the rank with another secret is refused by rank 0" "shows=$host:"
+  rank0_timed_out "rank 0 names the refused rank"
   within "$tmp/r0.log" 8000 "rank 0's error (rendezvous timeout 4 s, plus the process's start)"
   ;;
 missing)
   rank 0 "$secret" "$tmp/r0.log" "$job"
   rank 1 - "$tmp/r1.log" "$job"
   wait
-  expect_error "the rank without a secret says so" "$tmp/r1.log" 1 \
-    type=InvalidArgument rank=1 peers=0 shows=DDP_JOB_SECRET
-  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_error "rank 0 names it" "$tmp/r0.log" 1 \
-    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
+  refused "the rank without a secret says so"
+  rank0_timed_out "rank 0 names it"
   within "$tmp/r0.log" 8000 "rank 0's error"
   ;;
 rank0_without)
   rank 0 - "$tmp/r0.log" "$job"
   rank 1 "$secret" "$tmp/r1.log" "$job"
   wait
-  expect_error "a rank with a secret refuses a rank 0 without" "$tmp/r1.log" 1 \
-    type=InvalidArgument rank=1 peers=0 shows=DDP_JOB_SECRET
-  within "$tmp/r1.log" 3500 "its error (before the 4 s timeout)"
-  expect_error "rank 0 names it" "$tmp/r0.log" 1 \
-    type=TimeoutError rank=0 world=2 peers=1 "shows=$host:" shows=DDP_JOB_SECRET
+  refused "a rank with a secret refuses a rank 0 without"
+  rank0_timed_out "rank 0 names it"
   ;;
 short)
   rank 0 abc "$tmp/r0.log" "$job"

@@ -48,10 +48,8 @@ class SlowGroup : public RecordingGroup {
 };
 
 void step(Reducer& reducer, Chain& chain, int rank, int s, int skip = -1) {
-  for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
-  at::Tensor out = chain.forward(Chain::input(rank, s), skip);
-  reducer.prepare_for_backward({out});
-  out.sum().backward();
+  chain.clear_grads();
+  backward_step(reducer, chain, rank, s, skip);
 }
 
 TEST(Autotune, RanksSettleOnTheFasterBucketsWithExactGradientsThroughEveryRebuild) {

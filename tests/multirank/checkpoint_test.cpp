@@ -80,8 +80,7 @@ class Checkpoint : public ::testing::Test {
 
   // Saves a checkpoint of Net() after 3 steps on `ranks` ranks.
   void save_reference(int ranks) {
-    spawn(ranks, [&](int rank, StorePtr store) {
-      auto pg = make_group(store, rank, ranks);
+    on_ranks(ranks, [&](int, ProcessGroupPtr pg) {
       Net net;
       torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
       train_steps(net, opt, 3);
@@ -90,12 +89,16 @@ class Checkpoint : public ::testing::Test {
     });
   }
 
+  // Runs `body` on every rank of a job of `ranks`, each with its group.
+  static void on_ranks(int ranks, const std::function<void(int rank, ProcessGroupPtr pg)>& body) {
+    spawn(ranks, [&](int rank, StorePtr store) { body(rank, make_group(store, rank, ranks)); });
+  }
+
   // Runs `load` on every rank of a 2-rank job and expects a CheckpointError
   // there, raised by that rank, with the facts `expect` checks.
   void expect_error_everywhere(const std::function<void(ProcessGroupPtr)>& load,
                                const std::function<void(const Raised&)>& expect) {
-    spawn(2, [&](int rank, StorePtr store) {
-      auto pg = make_group(store, rank, 2);
+    on_ranks(2, [&](int rank, ProcessGroupPtr pg) {
       Raised r = raised<CheckpointError>([&] { load(pg); });
       EXPECT_TRUE(r) << "rank " << rank << ": " << r;
       if (!r) return;
@@ -116,8 +119,7 @@ class Checkpoint : public ::testing::Test {
 };
 
 TEST_F(Checkpoint, ResumesModuleOptimizerStateAndEachRanksGenerator) {
-  spawn(2, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2);
+  on_ranks(2, [&](int rank, ProcessGroupPtr pg) {
     const auto options = CheckpointOptions().process_group(pg);
     Net net;
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -186,8 +188,7 @@ TEST_F(Checkpoint, ADifferentModelNamesTheFirstDifferenceAndIsLeftUntouched) {
 
 TEST_F(Checkpoint, ARankThatCannotLoadMakesEveryRankFail) {
   save_reference(2);
-  spawn(2, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2);
+  on_ranks(2, [&](int rank, ProcessGroupPtr pg) {
     Net net(rank == 1 ? 3 : 2);  // rank 1 builds another model
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     const auto before = snapshot(net);
@@ -245,14 +246,13 @@ TEST_F(Checkpoint, DamagedFilesNameThePathOnEveryRank) {
   write("a text file\n");
   expect_error_everywhere(load, rank_zeros_file(path_));  // not a checkpoint
   write(bytes);
-  spawn(2, [&](int rank, StorePtr store) { load(make_group(store, rank, 2)); });
+  on_ranks(2, [&](int, ProcessGroupPtr pg) { load(pg); });
 }
 
 TEST_F(Checkpoint, OnlyRankZerosDiskCounts) {
   save_reference(2);
   // Rank 1 has a checkpoint at its path, rank 0 none: nothing to resume.
-  spawn(2, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 2);
+  on_ranks(2, [&](int rank, ProcessGroupPtr pg) {
     Net net;
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     const std::string mine = rank == 0 ? dir_ + "/absent.ckpt" : path_;
@@ -304,8 +304,7 @@ TEST_F(Checkpoint, AFailedSaveIsAnErrorEverywhereAndKeepsThePreviousFile) {
 
 TEST_F(Checkpoint, RngStatesOfAnotherWorldSizeAreAnErrorUnlessLeftOut) {
   save_reference(2);
-  spawn(1, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, 1);
+  on_ranks(1, [&](int rank, ProcessGroupPtr pg) {
     Net net;
     torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     Raised r = raised<CheckpointError>(

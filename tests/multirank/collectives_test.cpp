@@ -26,12 +26,15 @@ class Sweep : public ::testing::TestWithParam<std::tuple<std::string, int>> {
   ProcessGroupPtr group(StorePtr store, int rank) const {
     return make_group(backend(), std::move(store), rank, world());
   }
+  // Runs `body` on every rank, each with its group of this backend and size.
+  void on_every_rank(const std::function<void(int rank, ProcessGroupPtr pg)>& body) const {
+    spawn(world(), [&](int rank, StorePtr store) { body(rank, group(store, rank)); });
+  }
 };
 
 TEST_P(Sweep, AllreduceEveryDtypeOpAndCount) {
   const int size = world();
-  spawn(size, [&](int rank, StorePtr store) {
-    auto pg = group(store, rank);
+  on_every_rank([&](int rank, ProcessGroupPtr pg) {
     for (int64_t n : kCounts) {
       for (auto dtype : kDtypes) {
         for (auto op : kOps) {
@@ -46,9 +49,7 @@ TEST_P(Sweep, AllreduceEveryDtypeOpAndCount) {
 }
 
 TEST_P(Sweep, AvgOnIntegersIsRejected) {
-  const int size = world();
-  spawn(size, [&](int rank, StorePtr store) {
-    auto pg = group(store, rank);
+  on_every_rank([&](int rank, ProcessGroupPtr pg) {
     at::Tensor t = input(at::kInt, rank, 3);
     Raised r = raised([&] { pg->allreduce(t, ReduceOp::AVG); });
     ASSERT_TRUE(r) << "AVG on int32: " << r;
@@ -62,8 +63,7 @@ TEST_P(Sweep, AvgOnIntegersIsRejected) {
 
 TEST_P(Sweep, CoalescedBroadcastAllgatherReduceScatterBarrier) {
   const int size = world();
-  spawn(size, [&](int rank, StorePtr store) {
-    auto pg = group(store, rank);
+  on_every_rank([&](int rank, ProcessGroupPtr pg) {
     for (int64_t n : kCounts) {
       for (auto dtype : kDtypes) {
         const auto what = [&](const char* op) { return label(op, size, rank, dtype, n); };
@@ -102,8 +102,7 @@ TEST_P(Sweep, CoalescedBroadcastAllgatherReduceScatterBarrier) {
 
 TEST_P(Sweep, ReduceScatterEveryOp) {
   const int size = world();
-  spawn(size, [&](int rank, StorePtr store) {
-    auto pg = group(store, rank);
+  on_every_rank([&](int rank, ProcessGroupPtr pg) {
     for (auto op : kOps) {
       const int64_t n = 1001;
       std::vector<at::Tensor> chunks;

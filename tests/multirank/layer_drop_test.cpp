@@ -47,14 +47,15 @@ std::vector<std::string> bucket_allreduces(const Events& events) {
 
 // Runs one step: hint `skip` (-1: none), forward skipping it, backward.
 void step(Reducer& reducer, Chain& chain, int rank, int s, int skip) {
-  for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
+  chain.clear_grads();
   if (skip >= 0) reducer.hint_unused({chain.params[skip]});
-  at::Tensor out = chain.forward(Chain::input(rank, s), skip);
-  reducer.prepare_for_backward({out});
-  out.sum().backward();
+  backward_step(reducer, chain, rank, s, skip);
 }
 
-void expect_step(const Chain& chain, int s, int skip, int rank) {
+// Runs step `s` hinting `skip`: the hinted parameter's gradient stays
+// undefined, the others are exact.
+void expect_exact_step(Reducer& reducer, Chain& chain, int rank, int s, int skip) {
+  step(reducer, chain, rank, s, skip);
   const auto expected = average_skipping(2, s, skip);
   for (size_t i = 0; i < 3; ++i) {
     if (static_cast<int>(i) == skip) {
@@ -83,8 +84,7 @@ TEST(LayerDrop, HintedParametersAreLeftOutAndTheOthersAreExact) {
         log.take();  // construction's checks across ranks
         const int skips[] = {0, -1, 1, 2, 0, 0, -1};
         for (int s = 0; s < 7; ++s) {
-          step(reducer, chain, rank, s, skips[s]);
-          expect_step(chain, s, skips[s], rank);
+          expect_exact_step(reducer, chain, rank, s, skips[s]);
           EXPECT_EQ(reducer.stats().dropped_parameters, skips[s] >= 0 ? 1 : 0);
           const auto sent = bucket_allreduces(log.take());
           if (as_view) {  // the fallback: every bucket, hinted slices as zeros
@@ -109,9 +109,7 @@ TEST(LayerDrop, AHintedParameterKeepsItsGradientThroughLaterIterations) {
     Reducer reducer(chain.params, chain.names, pg, hinted());  // one bucket
     auto run = [&](int s, int skip) {
       if (skip >= 0) reducer.hint_unused({chain.params[skip]});
-      at::Tensor out = chain.forward(Chain::input(rank, s), skip);
-      reducer.prepare_for_backward({out});
-      out.sum().backward();
+      backward_step(reducer, chain, rank, s, skip);
     };
     run(0, -1);
     // w2's gradient is a view of the buffer step 0 wrote (offset 0); that
@@ -143,8 +141,7 @@ TEST(LayerDrop, WithACommHookHintedSlicesAreSentAsZeros) {
     });
     for (int s = 0; s < 4; ++s) {
       const int skip = s % 2 ? 1 : -1;
-      step(reducer, chain, rank, s, skip);
-      expect_step(chain, s, skip, rank);
+      expect_exact_step(reducer, chain, rank, s, skip);
     }
     for (int64_t n : seen) EXPECT_EQ(n, 15) << "a hook sees whole buckets";
   });
@@ -179,16 +176,14 @@ TEST(LayerDrop, UnderNoSyncOnlyParametersHintedInEveryPassAreLeftOut) {
       EXPECT_TRUE(at::allclose(chain.params[i].grad(), expected, 1e-13, 1e-13)) << "w" << i;
     }
     // A pass without a hint ends the intersection: nothing left out.
-    for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
+    chain.clear_grads();
     pass(2, {0}, 0, false);
-    at::Tensor out = chain.forward(Chain::input(rank, 3));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 3);
     EXPECT_EQ(reducer.stats().dropped_parameters, 0);
     EXPECT_TRUE(chain.params[0].grad().defined());
     // Used while accumulating, hinted by the synchronizing pass: what the
     // first pass accumulated is reduced.
-    for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
+    chain.clear_grads();
     pass(4, {}, -1, false);
     pass(5, {0}, 0, true);
     EXPECT_EQ(reducer.stats().dropped_parameters, 0);
@@ -242,17 +237,13 @@ TEST(LayerDrop, HintsThatDifferAreAnErrorOnEveryRankBeforeAnythingIsSent) {
     // Only rank 1 hints: the same.
     EXPECT_THROW(step(reducer, chain, rank, 1, rank == 1 ? 0 : -1), InvalidArgument);
     // The next iteration, hinted alike, is exact.
-    step(reducer, chain, rank, 2, 2);
-    expect_step(chain, 2, 2, rank);
+    expect_exact_step(reducer, chain, rank, 2, 2);
     // A hint broken under no_sync, then hints that differ: the failed
     // iteration takes its broken hint with it; the next one is exact.
     reducer.hint_unused({chain.params[0]});
-    at::Tensor out = chain.forward(Chain::input(rank, 3));  // uses w0
-    reducer.prepare_for_backward({out}, /*synchronize=*/false);
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 3, /*skip=*/-1, /*synchronize=*/false);  // uses w0
     EXPECT_THROW(step(reducer, chain, rank, 4, rank), InvalidArgument);
-    step(reducer, chain, rank, 5, 0);
-    expect_step(chain, 5, 0, rank);
+    expect_exact_step(reducer, chain, rank, 5, 0);
   });
 }
 
@@ -261,14 +252,13 @@ TEST(LayerDrop, AHintedParameterThatGetsAGradientIsAnErrorOnEveryRank) {
     auto pg = make_group(store, rank, 2);
     Chain chain;
     Reducer reducer(chain.params, chain.names, pg, hinted());
-    for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
+    chain.clear_grads();
     // Both hint w1; rank 1's forward uses it anyway.
     reducer.hint_unused({chain.params[1]});
     at::Tensor out = chain.forward(Chain::input(rank, 0), rank == 1 ? -1 : 1);
     reducer.prepare_for_backward({out});
     EXPECT_THROW(out.sum().backward(), InvalidArgument);
-    step(reducer, chain, rank, 1, 0);
-    expect_step(chain, 1, 0, rank);
+    expect_exact_step(reducer, chain, rank, 1, 0);
   });
 }
 

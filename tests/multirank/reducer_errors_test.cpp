@@ -23,10 +23,8 @@ TEST(Reducer, AParameterWithoutGradientOnOneRankIsAnErrorOnEveryRank) {
     EXPECT_EQ(r.mentions("'w0'"), rank == 1) << r;
     EXPECT_TRUE(r.mentions("find_unused_parameters(true)")) << r;
     // The next iteration works: the counters restarted in step.
-    for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
-    out = chain.forward(Chain::input(rank, 1));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    chain.clear_grads();
+    backward_step(reducer, chain, rank, 1);
     expect_grads(chain, expected_average(2, {1}), rank);
   });
 }
@@ -78,9 +76,7 @@ TEST(Reducer, AnArgumentOneRankGetsWrongIsAnErrorOnEveryRank) {
       EXPECT_TRUE(r.mentions("rank 1 ")) << r;
     }
     Reducer reducer(chain.params, chain.names, pg);
-    at::Tensor out = chain.forward(Chain::input(rank, 0));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 0);
     expect_grads(chain, expected_average(3, {0}), rank);
   });
 }
@@ -90,9 +86,7 @@ TEST(Reducer, ACommHookAfterTrainingStartedIsRefused) {
     Chain chain;
     auto pg = make_group(store, rank, 1);
     Reducer reducer(chain.params, chain.names, pg);
-    at::Tensor out = chain.forward(Chain::input(rank, 0));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 0);
     Raised r = raised<InvalidArgument>([&] {
       reducer.register_comm_hook([](GradBucket& b) { return completed_future(b.buffer()); });
     });

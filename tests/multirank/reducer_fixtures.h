@@ -91,6 +91,10 @@ struct Chain {
       }
     }
   }
+  // Drops every parameter's gradient: the next backward writes it afresh.
+  void clear_grads() {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+  }
   // This rank's input: different on every rank and in every step.
   static at::Tensor input(int rank, int step) {
     return at::arange(1, 4, at::kDouble) * (rank + 1) + step;
@@ -103,6 +107,15 @@ struct Chain {
     return z.sum() * w(2);
   }
 };
+
+// One pass through `reducer`: this rank's forward for `step` with parameter
+// `skip` left out of the graph (-1: none), prepare_for_backward, backward.
+inline void backward_step(Reducer& reducer, const Chain& chain, int rank, int step, int skip = -1,
+                          bool synchronize = true) {
+  at::Tensor out = chain.forward(Chain::input(rank, step), skip);
+  reducer.prepare_for_backward({out}, synchronize);
+  out.sum().backward();
+}
 
 // Each rank's local gradients for `steps` (accumulated), averaged over ranks:
 // what a synchronized backward must leave in every rank's .grad.

@@ -17,9 +17,7 @@ TEST(Reducer, BucketsLaunchInOrderAsSoonAsReadyDuringBackward) {
                       one_per_bucket().gradient_as_bucket_view(as_view));
       log.take();  // construction's checks across ranks
       EXPECT_EQ(reducer.bucket_indices(), (std::vector<std::vector<size_t>>{{2}, {1}, {0}}));
-      at::Tensor out = chain.forward(Chain::input(rank, 0));
-      reducer.prepare_for_backward({out});
-      out.sum().backward();
+      backward_step(reducer, chain, rank, 0);
       Events events = log.take();
       ASSERT_EQ(events.size(), 7u);
       EXPECT_TRUE(is_status(events.back())) << events.back();
@@ -48,9 +46,7 @@ TEST(Reducer, ACommHookGetsEachBucketUndividedInOrder) {
       buffers.push_back(bucket.buffer().clone());
       return allreduce_hook(pg, bucket);
     });
-    at::Tensor out = chain.forward(Chain::input(rank, 0));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 0);
     EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2}));
     std::vector<at::Tensor> local = expected_average(1, {0});  // world 1: rank 0's own
     if (rank == 0) {
@@ -67,9 +63,7 @@ TEST(Reducer, WithoutOverlapEveryBucketLaunchesAtTheEndOfBackward) {
     Chain chain(&log);
     Reducer reducer(chain.params, chain.names, pg, one_per_bucket().overlap_communication(false));
     log.take();  // construction's checks across ranks
-    at::Tensor out = chain.forward(Chain::input(rank, 0));
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 0);
     EXPECT_EQ(without_status(log.take()), (Events{"grad w2", "grad w1", "grad w0", "allreduce 7",
                                                   "allreduce 5", "allreduce 3"}));
     expect_grads(chain, expected_average(2, {0}), rank);
@@ -92,10 +86,8 @@ TEST(Reducer, RebuildsBucketsInRank0sGradientOrderAfterTheFirstIteration) {
       log.take();  // construction's checks across ranks
       EXPECT_EQ(reducer.bucket_indices(), (std::vector<std::vector<size_t>>{{2}, {1}, {0}}));
       for (int step = 0; step < 2; ++step) {
-        for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
-        at::Tensor out = chain.forward(Chain::input(rank, step));
-        reducer.prepare_for_backward({out});
-        out.sum().backward();
+        chain.clear_grads();
+        backward_step(reducer, chain, rank, step);
         Events events = without_status(log.take());
         if (step == 1 && !find_unused) {
           EXPECT_TRUE(reducer.stats().buckets_rebuilt);
@@ -130,9 +122,7 @@ TEST(Reducer, UnusedParametersContributeZerosAndGloballyUnusedOnesAreUntouched) 
     params.push_back(spare);
     Reducer reducer(params, {"w0", "w1", "w2", "spare"}, make_group(store, rank, 2),
                     ReducerOptions().find_unused_parameters(true));
-    at::Tensor out = chain.forward(Chain::input(rank, 0), rank == 1 ? 0 : -1);
-    reducer.prepare_for_backward({out});
-    out.sum().backward();
+    backward_step(reducer, chain, rank, 0, /*skip=*/rank == 1 ? 0 : -1);
     expect_grads(chain, expected_average(2, {0}, /*skip_on_rank1=*/0), rank);
     EXPECT_TRUE(at::equal(spare.grad(), at::full({2}, 42.0, at::kDouble)));
     EXPECT_EQ(reducer.stats().unused_parameters, 1);
@@ -149,9 +139,7 @@ TEST(Reducer, NoSyncAccumulatesLocallyAndTheNextSynchronizedPassReducesTheSum) {
     Reducer reducer(chain.params, chain.names, pg);
     log.take();  // construction's checks across ranks
     for (int step = 0; step < 3; ++step) {
-      at::Tensor out = chain.forward(Chain::input(rank, step));
-      reducer.prepare_for_backward({out}, /*synchronize=*/step == 2);
-      out.sum().backward();
+      backward_step(reducer, chain, rank, step, /*skip=*/-1, /*synchronize=*/step == 2);
       if (step < 2) EXPECT_TRUE(log.take().empty()) << "a collective under no_sync";
     }
     expect_grads(chain, expected_average(2, {0, 1, 2}), rank);
@@ -173,10 +161,8 @@ TEST(Reducer, StaticGraphLearnsInTheFirstIterationAndOverlapsAfter) {
     Reducer reducer(params, {"w0", "w1", "w2", "spare"}, pg, one_per_bucket().static_graph(true));
     log.take();  // construction's checks across ranks
     for (int step = 0; step < 3; ++step) {
-      for (auto& p : chain.params) p.mutable_grad() = at::Tensor();
-      at::Tensor out = chain.forward(Chain::input(rank, step));
-      reducer.prepare_for_backward({out});
-      out.sum().backward();
+      chain.clear_grads();
+      backward_step(reducer, chain, rank, step);
       Events events = without_status(log.take());
       if (step == 1) events.erase(events.begin());  // the rebuild's broadcast
       if (step == 0) {

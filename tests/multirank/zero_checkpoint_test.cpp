@@ -33,6 +33,19 @@ void backward(std::vector<torch::Tensor>& params, int64_t step) {
   out.square().sum().backward();
 }
 
+// What torch::save writes of `opt`.
+std::string saved(ZeroRedundancyOptimizer& opt) {
+  std::ostringstream out;
+  torch::save(opt, out);
+  return out.str();
+}
+
+// torch::load of `checkpoint` (saved's bytes) into `opt`.
+void load_saved(ZeroRedundancyOptimizer& opt, const std::string& checkpoint) {
+  std::istringstream in(checkpoint);
+  torch::load(opt, in);
+}
+
 // Adam for `first` steps on `from` ranks, a checkpoint, then `second` steps
 // on `to` ranks from it: the same as `first + second` steps in one process.
 TEST(ZeroCheckpoint, RoundTripAcrossWorldSizes) {
@@ -64,9 +77,7 @@ TEST(ZeroCheckpoint, RoundTripAcrossWorldSizes) {
         EXPECT_THROW(torch::save(opt, ignored), InvalidArgument);
         return;
       }
-      std::ostringstream out;
-      torch::save(opt, out);
-      checkpoint = out.str();
+      checkpoint = saved(opt);
       trained = params;
     });
     ASSERT_FALSE(checkpoint.empty());
@@ -78,8 +89,7 @@ TEST(ZeroCheckpoint, RoundTripAcrossWorldSizes) {
         for (size_t i = 0; i < params.size(); ++i) params[i].copy_(trained[i]);
       }
       ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.5), ZeroOptions().process_group(pg));
-      std::istringstream in(checkpoint);
-      torch::load(opt, in);
+      load_saved(opt, checkpoint);
       EXPECT_DOUBLE_EQ(opt.param_groups()[0].options().get_lr(), 1e-2);  // options restored too
       for (int s = first; s < first + second; ++s) {
         backward(params, s);
@@ -108,6 +118,17 @@ void expect_error_everywhere(int world, const std::function<void(int, ProcessGro
     ++errors;
   });
   EXPECT_EQ(errors.load(), world);
+}
+
+// expect_error_everywhere's check of a checkpoint load refused for naming
+// `theirs` (the checkpoint's) where this optimizer has `ours`.
+std::function<void(int, const Raised&)> load_refused(const std::string& theirs,
+                                                     const std::string& ours) {
+  return [theirs, ours](int, const Raised& r) {
+    EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::load") << r;
+    EXPECT_TRUE(r.mentions(theirs)) << r;
+    EXPECT_TRUE(r.mentions(ours)) << r;
+  };
 }
 
 TEST(ZeroErrors, DifferentOptimizersAcrossRanks) {
@@ -204,9 +225,7 @@ TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
     EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::save") << r;
     EXPECT_EQ(r.context.rank, 0) << r;  // the rank it was consolidated on
     opt.consolidate_state_dict(0);
-    std::ostringstream out;
-    torch::save(opt, out);
-    checkpoint = out.str();
+    checkpoint = saved(opt);
   });
   expect_error_everywhere(
       2,
@@ -214,14 +233,9 @@ TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
         auto params = make_params();
         ZeroRedundancyOptimizer opt(params, optim::AdamOptions(0.1),
                                     ZeroOptions().process_group(pg));
-        std::istringstream in(checkpoint);
-        torch::load(opt, in);
+        load_saved(opt, checkpoint);
       },
-      [](int, const Raised& r) {
-        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::load") << r;
-        EXPECT_TRUE(r.mentions("SGD")) << r;   // the checkpoint's optimizer
-        EXPECT_TRUE(r.mentions("Adam")) << r;  // this one's
-      });
+      load_refused("SGD", "Adam"));  // the optimizers
   expect_error_everywhere(
       2,
       [&](int, ProcessGroupPtr pg) {
@@ -229,14 +243,9 @@ TEST(ZeroErrors, CheckpointOfAnotherOptimizerOrModel) {
         params.pop_back();
         ZeroRedundancyOptimizer opt(params, optim::SGDOptions(0.1),
                                     ZeroOptions().process_group(pg));
-        std::istringstream in(checkpoint);
-        torch::load(opt, in);
+        load_saved(opt, checkpoint);
       },
-      [](int, const Raised& r) {
-        EXPECT_EQ(r.context.operation, "ZeroRedundancyOptimizer::load") << r;
-        EXPECT_TRUE(r.mentions("[5]")) << r;  // the checkpoint's group sizes
-        EXPECT_TRUE(r.mentions("[4]")) << r;  // this optimizer's
-      });
+      load_refused("[5]", "[4]"));  // the groups' sizes
 }
 
 }  // namespace

@@ -55,6 +55,19 @@ void expect_same(torch::nn::Sequential& a, torch::nn::Sequential& b) {
   for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i], bb[i])) << "buffer " << i;
 }
 
+// `net` equals `copy`, and again after both took training steps `first` to
+// `last` (inclusive) with their optimizers.
+void expect_same_after_steps(torch::nn::Sequential& net, torch::optim::Optimizer& opt,
+                             torch::nn::Sequential& copy, torch::optim::Optimizer& copy_opt,
+                             int first, int last) {
+  expect_same(net, copy);
+  for (int k = first; k <= last; ++k) {
+    train_step(net, opt, k);
+    train_step(copy, copy_opt, k);
+  }
+  expect_same(net, copy);
+}
+
 // Commit after 2 steps, take 3 more (changing the learning rate too),
 // restore: 2 further steps from there equal 2 steps of a copy taken at
 // the commit.
@@ -76,12 +89,7 @@ void commit_restore_round_trip(Options options) {
   EXPECT_EQ(state.training.iteration, 2);
   EXPECT_EQ(state.training.extra["best"].item<float>(), 0.5f);
   EXPECT_EQ(state.committed_iteration(), 2);
-  expect_same(net, copy);
-  for (int k = 10; k < 12; ++k) {
-    train_step(net, opt, k);
-    train_step(copy, *copy_opt, k);
-  }
-  expect_same(net, copy);
+  expect_same_after_steps(net, opt, copy, *copy_opt, 10, 11);
 }
 
 TEST(ElasticState, CommitAndRestoreSGD) {
@@ -146,10 +154,7 @@ TEST(ElasticState, LightBoundaryAndFullCopy) {
   state.restore();
   EXPECT_EQ(state.committed_iteration(), 3);
   EXPECT_EQ(state.training.iteration, 3);
-  expect_same(net, at_boundary);
-  train_step(net, opt, 20);
-  train_step(at_boundary, *at_boundary_opt, 20);
-  expect_same(net, at_boundary);
+  expect_same_after_steps(net, opt, at_boundary, *at_boundary_opt, 20, 20);
 
   state.training.iteration = 4;
   state.commit(/*full=*/false);
@@ -157,10 +162,7 @@ TEST(ElasticState, LightBoundaryAndFullCopy) {
   state.restore();
   EXPECT_EQ(state.committed_iteration(), 1);
   EXPECT_EQ(state.training.iteration, 1);
-  expect_same(net, at_full);
-  train_step(net, opt, 30);
-  train_step(at_full, *at_full_opt, 30);
-  expect_same(net, at_full);
+  expect_same_after_steps(net, opt, at_full, *at_full_opt, 30, 30);
 }
 
 TEST(ElasticState, RestoreWithoutCommitKeepsTheState) {
