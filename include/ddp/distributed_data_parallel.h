@@ -97,6 +97,10 @@ struct DistributedDataParallelOptions {
   // Gradients become views into the communication buckets (no copy, less
   // memory). Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // Each bucket filled by one batched copy and one division when its last
+  // gradient is ready (PyTorch's batched_grad_copy; ReducerOptions). Default
+  // false.
+  TORCH_ARG(bool, batched_grad_copy) = false;
   // The set of used parameters and their gradient counts never change:
   // learned once, no graph walk; handles gradients arriving twice (shared
   // weights with reentrant checkpointing). Default false.

@@ -108,6 +108,14 @@ struct ReducerOptions {
   // Gradients become views into the buckets: no copy back, less memory.
   // Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // Fill each bucket in one go when its last gradient is ready: one batched
+  // copy of its gradients (at::_foreach_copy_) and one division of the
+  // whole bucket, instead of one fused copy-and-divide per gradient as it
+  // arrives (PyTorch's batched_grad_copy, 2026). On CUDA that is two kernel
+  // launches per bucket rather than one per parameter; on the CPU, where a
+  // launch costs nothing, the per-gradient copies overlap backward better.
+  // The results are the same bit for bit. Default false.
+  TORCH_ARG(bool, batched_grad_copy) = false;
   // The graph is the same every iteration: learned in the first one (which
   // parameters are used, how many times each gradient arrives), no per
   // iteration graph walk. Default false.

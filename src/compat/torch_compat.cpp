@@ -1,5 +1,10 @@
 #include "compat/torch_compat.h"
 
+#include <ATen/ops/_foreach_zero.h>
+#if __has_include(<ATen/ops/_foreach_copy.h>)
+#include <ATen/ops/_foreach_copy.h>
+#define DDP_HAS_FOREACH_COPY 1
+#endif
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -35,6 +40,16 @@ struct ZeroGradSetsToNone<O, std::void_t<decltype(std::declval<O&>().zero_grad(t
 }  // namespace
 
 void use_classic_tcp_store(c10d::TCPStoreOptions& options) { disable_libuv(options); }
+
+void copy_all(at::TensorList dst, at::TensorList src) {
+#ifdef DDP_HAS_FOREACH_COPY
+  at::_foreach_copy_(dst, src);
+#else
+  for (size_t k = 0; k < dst.size(); ++k) dst[k].copy_(src[k]);
+#endif
+}
+
+void zero_all(at::TensorList tensors) { at::_foreach_zero_(tensors); }
 
 void clear_as_zero_grad_does(at::Tensor& grad) {
   if constexpr (ZeroGradSetsToNone<torch::optim::Optimizer>::value) {

@@ -35,6 +35,8 @@
 //   only follows them uses raw pointers (.get() works on both).
 // - libtorch 2.13 and later need C++20: their CMake package asks for it
 //   (cxx_std_20 on the torch target); ddp's code compiles as either.
+// - at::_foreach_copy_ (2.1 on; batched_grad_copy): copy_all() below, a
+//   loop of copy_ where the header is missing (1.13), detected.
 // - Optimizer::state() is keyed by the parameter's TensorImpl address
 //   printed as a string (1.13) or by the address itself, void* (2.x):
 //   optimizer_state_key() below, a template switching on the map's key type
@@ -61,6 +63,12 @@ namespace ddp::compat {
 // it for the parameters no training rank used, which the others' zero_grad
 // cleared (docs/ddp.md, "Uneven inputs: Join").
 void clear_as_zero_grad_does(at::Tensor& grad);
+
+// dst[k].copy_(src[k]) for every k, in one batched call where libtorch has
+// one (at::_foreach_copy_; on CUDA one kernel launch for tensors of a dtype).
+void copy_all(at::TensorList dst, at::TensorList src);
+// Every tensor zeroed, in one batched call (at::_foreach_zero_).
+void zero_all(at::TensorList tensors);
 
 // TCPStore with its classic socket server on every version. 2.x added
 // TCPStoreOptions::useLibUV and turned it on by default, but builds without

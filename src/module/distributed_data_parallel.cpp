@@ -60,6 +60,7 @@ ReducerOptions reducer_options_for(const DistributedDataParallelOptions& o) {
       .find_unused_parameters(o.find_unused_parameters())
       .skip_all_reduce_unused_params(o.skip_all_reduce_unused_params())
       .gradient_as_bucket_view(o.gradient_as_bucket_view())
+      .batched_grad_copy(o.batched_grad_copy())
       .static_graph(o.static_graph())
       .overlap_communication(o.overlap_communication())
       .zero_copy_buckets(o.zero_copy_buckets())

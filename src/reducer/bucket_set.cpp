@@ -125,6 +125,8 @@ void BucketSet::begin_iteration(const ProcessGroup& group) {
     if (b.future) wait_for(b.future, group, "communication hook");
     b.pending = b.params.size();
     b.live_numel = b.flat.numel();
+    b.staged_views.clear();
+    b.staged_grads.clear();
     b.work.reset();
     b.future.reset();
   }

@@ -16,6 +16,9 @@ struct Bucket {
   at::Tensor flat;
   std::vector<size_t> params;     // parameter indices, in slice order
   std::vector<at::Tensor> views;  // views[k]: the slice of params[k], shaped like it
+  // batched_grad_copy: the slices written when the bucket is full, and what
+  // goes into each (undefined: zeros), in the order they became ready.
+  std::vector<at::Tensor> staged_views, staged_grads;
   size_t pending = 0;             // parameters not ready yet this iteration
   int64_t live_numel = 0;         // elements sent this iteration: a prefix of flat
   WorkPtr work;                   // the allreduce, without a communication hook

@@ -23,11 +23,11 @@ class CopyStreams {
   CopyStreams(CopyStreams&&) noexcept;
   CopyStreams& operator=(CopyStreams&&) noexcept;
 
-  // Runs `write` (ops writing `bucket`, reading `grad` if defined) in order
-  // after the caller's current stream, on the copy stream of bucket's device;
-  // `grad`'s memory stays with the caching allocator's bookkeeping until the
-  // copy stream has read it.
-  void write(const at::Tensor& bucket, const at::Tensor& grad, const std::function<void()>& write);
+  // Runs `write` (ops writing `bucket`, reading `grads`, undefined ones
+  // skipped) in order after the caller's current stream, on the copy stream
+  // of bucket's device; the grads' memory stays with the caching allocator's
+  // bookkeeping until the copy stream has read it.
+  void write(const at::Tensor& bucket, at::TensorList grads, const std::function<void()>& write);
   // Runs `launch` with the copy stream of `bucket`'s device current.
   void launch(const at::Tensor& bucket, const std::function<void()>& launch);
 

@@ -10,7 +10,7 @@ CopyStreams::~CopyStreams() = default;
 CopyStreams::CopyStreams(CopyStreams&&) noexcept = default;
 CopyStreams& CopyStreams::operator=(CopyStreams&&) noexcept = default;
 
-void CopyStreams::write(const at::Tensor&, const at::Tensor&, const std::function<void()>& write) {
+void CopyStreams::write(const at::Tensor&, at::TensorList, const std::function<void()>& write) {
   write();
 }
 

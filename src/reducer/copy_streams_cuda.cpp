@@ -32,7 +32,7 @@ CopyStreams::~CopyStreams() = default;
 CopyStreams::CopyStreams(CopyStreams&&) noexcept = default;
 CopyStreams& CopyStreams::operator=(CopyStreams&&) noexcept = default;
 
-void CopyStreams::write(const at::Tensor& bucket, const at::Tensor& grad,
+void CopyStreams::write(const at::Tensor& bucket, at::TensorList grads,
                         const std::function<void()>& write) {
   if (!bucket.is_cuda()) return write();
   if (!streams_) streams_ = std::make_unique<Streams>();
@@ -44,8 +44,10 @@ void CopyStreams::write(const at::Tensor& bucket, const at::Tensor& grad,
     c10::cuda::CUDAStreamGuard on_copy_stream(d.stream);
     write();
   }
-  if (grad.defined() && grad.is_cuda() && grad.numel() > 0) {
-    c10::cuda::CUDACachingAllocator::recordStream(grad.storage().data_ptr(), d.stream);
+  for (const at::Tensor& grad : grads) {
+    if (grad.defined() && grad.is_cuda() && grad.numel() > 0) {
+      c10::cuda::CUDACachingAllocator::recordStream(grad.storage().data_ptr(), d.stream);
+    }
   }
 }
 

@@ -82,8 +82,7 @@ std::vector<size_t> Reducer::Impl::launch_the_rest_with_zeros_for_missing() {
     if (it_.ready[i]) continue;
     missing.push_back(i);
     detach_grad_from_bucket(i);
-    at::Tensor& view = buckets_.view(i);
-    write_bucket(view, {}, [&] { view.zero_(); });
+    fill_slot(i, {});
     it_.ready[i] = true;
     --buckets_.of(i).pending;
   }

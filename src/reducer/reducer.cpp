@@ -17,6 +17,7 @@
 #include "base/mutex.h"
 #include "reducer/reducer_impl.h"
 
+#include "compat/torch_compat.h"
 #include "reducer/copy_divided.h"
 #include "reducer/unused_agreement.h"
 
@@ -442,16 +443,13 @@ void Reducer::Impl::autograd_hook(size_t i) {
 // Lines 13-16: the gradient goes into its slice of the bucket.
 void Reducer::Impl::mark_ready(size_t i) {
   at::NoGradGuard no_grad;
-  at::Tensor& view = buckets_.view(i);
   at::Tensor& grad = params_[i].mutable_grad();
   if (grad.defined() && !it_.joined) {
-    write_bucket(view, grad, [&]() DDP_REQUIRES(mutex_) {
-      contribute(view, grad);
-    });  // runs before grad changes
-    if (options_.gradient_as_bucket_view()) grad = view;
+    fill_slot(i, grad);  // before grad changes
+    if (options_.gradient_as_bucket_view()) grad = buckets_.view(i);
   } else {
     detach_grad_from_bucket(i);
-    write_bucket(view, {}, [&] { view.zero_(); });
+    fill_slot(i, {});
   }
   gradient_order_.note_ready(i);
   set_ready(i);
@@ -462,25 +460,34 @@ void Reducer::Impl::mark_ready(size_t i) {
 // first, so that a globally unused parameter keeps it untouched.
 void Reducer::Impl::mark_ready_without_gradient(size_t i) {
   at::NoGradGuard no_grad;
-  at::Tensor& view = buckets_.view(i);
   const bool accumulated = local_used_.data_ptr<int32_t>()[i] != 0 && params_[i].grad().defined();
   detach_grad_from_bucket(i);
-  if (accumulated) {
-    const at::Tensor& grad = params_[i].grad();
-    write_bucket(view, grad, [&]() DDP_REQUIRES(mutex_) { contribute(view, grad); });
-  } else {
-    write_bucket(view, {}, [&] { view.zero_(); });
-  }
+  fill_slot(i, accumulated ? params_[i].grad() : at::Tensor());
   set_ready(i);
 }
 
-// Writes into a bucket slice go through the copy stream of its device
-// (copy_streams.h); with a communication hook, right here: the hook's thread
-// reads buckets in its own stream order.
-void Reducer::Impl::write_bucket(const at::Tensor& view, const at::Tensor& grad,
-                                 const std::function<void()>& write) {
+// Parameter i's slice gets `grad` (undefined: zeros): now, through the copy
+// stream of its device (copy_streams.h), or with a communication hook right
+// here (the hook's thread reads buckets in its own stream order); with
+// batched_grad_copy when the whole bucket is (fill_staged).
+void Reducer::Impl::fill_slot(size_t i, const at::Tensor& grad) {
+  at::Tensor& view = buckets_.view(i);
+  if (options_.batched_grad_copy()) {
+    detail::Bucket& b = buckets_.of(i);
+    b.staged_views.push_back(view);
+    b.staged_grads.push_back(grad);
+    return;
+  }
+  ++stats_pending_.bucket_fill_ops;
+  auto write = [&]() DDP_REQUIRES(mutex_) {
+    if (grad.defined()) {
+      contribute(view, grad);
+    } else {
+      view.zero_();
+    }
+  };
   if (hook_runner_) return write();
-  copy_streams_.write(view, grad, write);
+  copy_streams_.write(view, {grad}, write);
 }
 
 // The one place that decides who averages. Without a hook the bucket
@@ -498,6 +505,33 @@ void Reducer::Impl::contribute(at::Tensor& view, const at::Tensor& grad) {
   }
 }
 
+// batched_grad_copy: bucket b's staged gradients copied in one batched call,
+// the slices without one zeroed in another, and the bucket divided once
+// (contribute's averaging, for the whole bucket): the same values as
+// contribute() gives slice by slice.
+void Reducer::Impl::fill_staged(detail::Bucket& b) {
+  std::vector<at::Tensor> to, from, zeros;
+  for (size_t k = 0; k < b.staged_views.size(); ++k) {
+    const at::Tensor& grad = b.staged_grads[k];
+    if (!grad.defined()) {
+      zeros.push_back(b.staged_views[k]);
+    } else if (grad.data_ptr() != b.staged_views[k].data_ptr()) {  // else gradient_as_bucket_view
+      to.push_back(b.staged_views[k]);
+      from.push_back(grad);
+    }
+  }
+  auto write = [&]() DDP_REQUIRES(mutex_) {
+    if (!to.empty()) compat::copy_all(to, from);
+    if (!zeros.empty()) compat::zero_all(zeros);
+    if (!hook_runner_) b.sent().div_(divisor_);
+  };
+  stats_pending_.bucket_fill_ops += !to.empty() + !zeros.empty() + !hook_runner_;
+  b.staged_views.clear();
+  b.staged_grads.clear();
+  if (hook_runner_) return write();
+  copy_streams_.write(b.flat, from, write);
+}
+
 // Lines 17-19: a full bucket launches, with every full one after it.
 void Reducer::Impl::set_ready(size_t i) {
   it_.ready[i] = true;
@@ -510,6 +544,7 @@ void Reducer::Impl::launch_ready_buckets() {
   while (it_.next_launch < buckets_.size() && buckets_[it_.next_launch].pending == 0) {
     const size_t k = it_.next_launch++;
     detail::Bucket& b = buckets_[k];
+    if (options_.batched_grad_copy()) fill_staged(b);
     b.launched = Clock::now();
     if (!it_.comm_start) it_.comm_start = b.launched;
     if (hook_runner_) {

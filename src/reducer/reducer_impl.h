@@ -82,9 +82,9 @@ class Reducer::Impl {
   void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
   void mark_ready(size_t i) DDP_REQUIRES(mutex_);
   void mark_ready_without_gradient(size_t i) DDP_REQUIRES(mutex_);
+  void fill_slot(size_t i, const at::Tensor& grad) DDP_REQUIRES(mutex_);
   void contribute(at::Tensor& view, const at::Tensor& grad) DDP_REQUIRES(mutex_);
-  void write_bucket(const at::Tensor& view, const at::Tensor& grad,
-                    const std::function<void()>& write) DDP_REQUIRES(mutex_);
+  void fill_staged(detail::Bucket& b) DDP_REQUIRES(mutex_);
   void set_ready(size_t i) DDP_REQUIRES(mutex_);
   void launch_ready_buckets() DDP_REQUIRES(mutex_);
   // Layer-drop hints: the hinted parameters are ready at once; packed out

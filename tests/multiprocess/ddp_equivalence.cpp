@@ -221,6 +221,15 @@ void equivalence(const ProcessGroupPtr& pg) {
       run_case(pg, "gradient_as_bucket_view", mlp, plain_fwd,
                DistributedDataParallelOptions().gradient_as_bucket_view(true).bucket_cap_mb(1e-3),
                v);
+      // Each bucket filled in two calls when its last gradient is ready.
+      run_case(pg, "batched_grad_copy", mlp, plain_fwd,
+               DistributedDataParallelOptions().batched_grad_copy(true).bucket_cap_mb_list(
+                   {1e-6, 1}),
+               Variant{dtype, optim, 3});
+      run_case(pg, "batched_grad_copy, gradient_as_bucket_view", mlp, plain_fwd,
+               DistributedDataParallelOptions().batched_grad_copy(true).gradient_as_bucket_view(
+                   true),
+               v);
       run_case(pg, "no_sync accumulation (3 micro-batches)", mlp, plain_fwd,
                DistributedDataParallelOptions(), Variant{dtype, optim, 3});
       auto branchy = [] { return Branchy(); };

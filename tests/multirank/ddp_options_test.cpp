@@ -7,12 +7,16 @@
 // - bucket_cap_mb_list: the buckets it cuts, and its misuse;
 // - skip_all_reduce_unused_params: its misuse, and ranks whose unused
 //   parameters differ under DDP_DEBUG=detail.
+// - batched_grad_copy: the same gradients bit for bit as the copy per
+//   gradient, with hooks, gradient_as_bucket_view, unused parameters and
+//   no_sync, in two operator calls per bucket.
 // (Their equivalence to local training: multiprocess/ddp_equivalence.cpp.)
 #include "spawn.h"
 #include "support/raised.h"
 
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/errors.h>
+#include <ddp/hooks.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -249,6 +253,98 @@ TEST(SkipAllReduceUnusedParams, DifferentUnusedSetsAreNamedWithDebugDetail) {
     EXPECT_TRUE(results[r].mentions("left.")) << results[r];
     EXPECT_EQ(results[r].context.operation, "skip_all_reduce_unused_params") << results[r];
   }
+}
+
+// Two DDP models, one with batched_grad_copy, trained side by side on the
+// same data (`configure` sets the rest, `hook` registers a communication
+// hook on both or none): their gradients must be equal bit for bit after
+// every backward. Each rank's statistics of the last iteration, as
+// {per-gradient fill ops, batched fill ops, buckets}, go to `ops`.
+void expect_batched_equal(
+    const std::function<DistributedDataParallelOptions(DistributedDataParallelOptions)>& configure,
+    bool hook, std::vector<std::vector<int64_t>>* ops = nullptr) {
+  std::vector<std::string> failures(kRanks);
+  if (ops) ops->assign(kRanks, {});
+  spawn(kRanks, [&](int rank, StorePtr store) {
+    auto pg = make_group(store, rank, kRanks);
+    // The same values in both (the ranks' threads share the generator).
+    auto first = std::make_shared<TwoWay>(), second = std::make_shared<TwoWay>();
+    {
+      torch::NoGradGuard no_grad;
+      auto from = first->parameters(), to = second->parameters();
+      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+    }
+    auto make = [&](std::shared_ptr<TwoWay> net, bool batched) {
+      DistributedDataParallel model(
+          net,
+          configure(DistributedDataParallelOptions().process_group(pg).batched_grad_copy(batched)));
+      if (hook) model->register_comm_hook(pg, fp16_compress_hook);
+      return model;
+    };
+    auto one = make(first, false);
+    auto batched = make(second, true);
+    for (int step = 0; step < 4; ++step) {
+      for (auto* m : {&one, &batched}) {
+        for (auto& p : (*m)->parameters()) p.mutable_grad() = torch::Tensor();
+      }
+      const auto x = torch::randn({3, 4});
+      for (auto* m : {&one, &batched}) {
+        if (step == 2) {  // a no_sync pass first, through the other branch
+          auto guard = (*m)->no_sync();
+          (*m)->forward(x, int64_t{1}).sum().backward();
+        }
+        (*m)->forward(x, int64_t{step % 2 == 0 ? 0 : (rank % 2)}).sum().backward();
+      }
+      auto want = one->parameters(), got = batched->parameters();
+      for (size_t i = 0; i < want.size(); ++i) {
+        const bool same = want[i].grad().defined() == got[i].grad().defined() &&
+                          (!want[i].grad().defined() || torch::equal(want[i].grad(), got[i].grad()));
+        if (!same && failures[rank].empty()) {
+          failures[rank] = "step " + std::to_string(step) + ", parameter " + std::to_string(i);
+        }
+      }
+    }
+    if (ops) {
+      (*ops)[rank] = {one->stats().bucket_fill_ops, batched->stats().bucket_fill_ops,
+                      static_cast<int64_t>(batched->stats().bucket_count())};
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+}
+
+TEST(BatchedGradCopy, SameGradientsBitForBitInTwoCallsPerBucket) {
+  std::vector<std::vector<int64_t>> ops;
+  // Step 3 leaves a branch unused on every rank (`right` on even ranks,
+  // `left` on odd ones): zeros go into its slices.
+  expect_batched_equal(
+      [](DistributedDataParallelOptions o) {
+        return o.find_unused_parameters(true).bucket_cap_mb_list({1.0 / 1024 / 16, 1});
+      },
+      /*hook=*/false, &ops);
+  for (int r = 0; r < kRanks; ++r) {
+    // Per gradient: one call for each of the 6 parameters. Batched: a copy
+    // (or a zeroing) and a division per bucket; one more call in the bucket
+    // that holds both gradients and the unused branch's zeros, if one does.
+    const int64_t buckets = ops[r][2];
+    EXPECT_EQ(ops[r][0], 6) << "rank " << r;
+    EXPECT_GE(ops[r][1], 2 * buckets) << "rank " << r;
+    EXPECT_LE(ops[r][1], 2 * buckets + 1) << "rank " << r;
+    EXPECT_EQ(buckets, 2) << "rank " << r;
+  }
+}
+
+TEST(BatchedGradCopy, SameGradientsWithGradientAsBucketView) {
+  expect_batched_equal(
+      [](DistributedDataParallelOptions o) {
+        return o.gradient_as_bucket_view(true).find_unused_parameters(true);
+      },
+      /*hook=*/false);
+}
+
+TEST(BatchedGradCopy, SameGradientsWithACommunicationHook) {
+  expect_batched_equal(
+      [](DistributedDataParallelOptions o) { return o.find_unused_parameters(true); },
+      /*hook=*/true);
 }
 
 }  // namespace
