@@ -46,12 +46,36 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 namespace ddp {
+
+// Mixed precision inside DDP (PyTorch's _MixedPrecision, 2.0): parameters
+// keep their dtype outside forward and backward (the optimizer steps them,
+// checkpoints save them), compute in another, and gradients are reduced in
+// a third. Only floating-point tensors are cast. Not a communication hook:
+// it composes with hooks and with gradient_as_bucket_view.
+//   DistributedDataParallelOptions().mixed_precision(
+//       ddp::MixedPrecision{torch::kBFloat16, torch::kFloat32, torch::kBFloat16})
+struct MixedPrecision {
+  // The forward and backward compute in it: before each forward the
+  // parameters become copies in it, and floating-point tensor arguments of
+  // forward() are cast to it; at the end of the backward they get their own
+  // data back, with their gradients cast to their dtype. Default none: the
+  // parameters' own.
+  std::optional<at::ScalarType> param_dtype;
+  // Gradients are reduced in it (the buckets hold it). Default none:
+  // param_dtype, else the parameters' own.
+  std::optional<at::ScalarType> reduce_dtype;
+  // The module's floating-point buffers are cast to it once, at
+  // construction. Default none: they keep theirs.
+  std::optional<at::ScalarType> buffer_dtype;
+};
 
 struct DistributedDataParallelOptions {
   // The group to reduce over. Default: ddp::default_process_group().
@@ -97,6 +121,9 @@ struct DistributedDataParallelOptions {
   // Gradients become views into the communication buckets (no copy, less
   // memory). Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // Compute, reduce and buffers in other dtypes (MixedPrecision above).
+  // Default none: everything in the parameters' dtypes.
+  TORCH_ARG(std::optional<MixedPrecision>, mixed_precision) = std::nullopt;
   // Each bucket filled by one batched copy and one division when its last
   // gradient is ready (PyTorch's batched_grad_copy; ReducerOptions). Default
   // false.
@@ -131,6 +158,7 @@ struct DistributedDataParallelOptions {
 
 class DistributedDataParallelImpl;
 namespace detail {
+class LowPrecisionParams;
 class ModuleTimeline;
 }
 
@@ -168,7 +196,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   template <typename ReturnType = torch::Tensor, typename... Args>
   ReturnType forward(Args&&... args) {
     const auto start = before_forward();
-    ReturnType out = forward_wrapped<ReturnType>(std::forward<Args>(args)...);
+    ReturnType out = forward_wrapped<ReturnType>(cast_input(std::forward<Args>(args))...);
     after_forward(tensors_of(out), start);
     return out;
   }
@@ -258,6 +286,21 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   // issue model collectives that no replay matches.
   void check_forward_can_be_shadowed() const;
   std::chrono::steady_clock::time_point before_forward();
+  // mixed_precision: a floating-point tensor argument in param_dtype; any
+  // other argument as it is.
+  template <typename T>
+  decltype(auto) cast_input(T&& arg) const {
+    if constexpr (std::is_same_v<std::decay_t<T>, torch::Tensor>) {
+      return torch::Tensor(cast_tensor_input(arg));
+    } else {
+      return std::forward<T>(arg);
+    }
+  }
+  torch::Tensor cast_tensor_input(const torch::Tensor& t) const;
+  void set_up_mixed_precision();
+  void lower_parameters();
+  void restore_parameters_after(const std::vector<torch::Tensor>& outputs);
+  std::set<std::string> ignored_parameter_names() const;
   void after_forward(const std::vector<torch::Tensor>& outputs,
                      std::chrono::steady_clock::time_point start);
 
@@ -291,6 +334,9 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   ProcessGroupPtr group_;
   std::vector<torch::Tensor> buffers_;  // the wrapped module's, broadcast before forward
   std::unique_ptr<Reducer> reducer_;
+  // mixed_precision with a param_dtype: the parameters it lowers; else null.
+  std::shared_ptr<detail::LowPrecisionParams> low_precision_;
+  bool awaiting_backward_ = false;  // lowered for a forward whose backward has not ended
   // set_join_shadow_batch's forward on the wrapped module; empty when not set.
   std::function<std::vector<torch::Tensor>()> join_shadow_forward_;
   bool require_backward_grad_sync_ = true;  // false inside no_sync

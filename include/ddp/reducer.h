@@ -52,6 +52,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,12 @@ struct ReducerOptions {
   // Gradients become views into the buckets: no copy back, less memory.
   // Default false.
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // The dtype the buckets hold and the reduction runs in (PyTorch's
+  // mixed-precision reduce_dtype): gradients are cast into it, and become
+  // bucket slices of it after the reduction. Bucket caps still count the
+  // parameters' bytes, as PyTorch's do. Default none: each bucket in its
+  // parameters' dtype.
+  TORCH_ARG(std::optional<at::ScalarType>, reduce_dtype) = std::nullopt;
   // Fill each bucket in one go when its last gradient is ready: one batched
   // copy of its gradients (at::_foreach_copy_) and one division of the
   // whole bucket, instead of one fused copy-and-divide per gradient as it
@@ -196,6 +203,12 @@ class Reducer {
   // status then compares only synchronized forward passes. Default false:
   // an extra no_sync pass on one rank is an error.
   void set_uneven_inputs(bool uneven);
+
+  // Call after giving parameters new data of another dtype or device with
+  // set_data (mixed precision does, twice an iteration): libtorch then gives
+  // each a new gradient accumulator, and the Reducer's gradient hooks move
+  // to them. On the training thread, outside backward.
+  void parameters_replaced();
 
   // Tells the reducer how long the forward took (for statistics).
   void record_forward_time(double ms);

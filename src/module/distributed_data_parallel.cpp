@@ -5,7 +5,9 @@
 
 #include "agreement/model_sync.h"
 #include "base/env.h"
+#include "module/mixed_precision.h"
 #include "module/module_timeline.h"
+#include "reducer/autograd_hooks.h"
 #include "rendezvous/default_group.h"
 
 #include <c10/core/GradMode.h>
@@ -55,8 +57,32 @@ ReducerOptions bucket_options(const BucketCapMb& cap, double first_cap_mb,
 }
 
 // What the Reducer is told of the module's options: the one place they meet.
+// mixed_precision's dtypes: floating-point ones.
+void check_mixed_precision(const std::optional<MixedPrecision>& mp) {
+  if (!mp) return;
+  const std::pair<const char*, std::optional<at::ScalarType>> fields[] = {
+      {"param_dtype", mp->param_dtype},
+      {"reduce_dtype", mp->reduce_dtype},
+      {"buffer_dtype", mp->buffer_dtype}};
+  for (const auto& [name, dtype] : fields) {
+    if (dtype && !at::isFloatingType(*dtype)) {
+      throw InvalidArgument(std::string("DistributedDataParallelOptions::mixed_precision: ") +
+                            name + " must be a floating-point dtype, got " +
+                            c10::toString(*dtype));
+    }
+  }
+}
+
+// The buckets' dtype: mixed_precision's reduce_dtype, else its param_dtype.
+std::optional<at::ScalarType> reduce_dtype_of(const std::optional<MixedPrecision>& mp) {
+  if (!mp) return std::nullopt;
+  return mp->reduce_dtype ? mp->reduce_dtype : mp->param_dtype;
+}
+
 ReducerOptions reducer_options_for(const DistributedDataParallelOptions& o) {
+  check_mixed_precision(o.mixed_precision());
   return bucket_options(o.bucket_cap_mb(), o.first_bucket_cap_mb(), o.bucket_cap_mb_list())
+      .reduce_dtype(reduce_dtype_of(o.mixed_precision()))
       .find_unused_parameters(o.find_unused_parameters())
       .skip_all_reduce_unused_params(o.skip_all_reduce_unused_params())
       .gradient_as_bucket_view(o.gradient_as_bucket_view())
@@ -119,6 +145,62 @@ void DistributedDataParallelImpl::initialize(DistributedDataParallelOptions opti
     all_params.insert(all_params.end(), buffers_.begin(), buffers_.end());
     detail::broadcast_coalesced(*group_, all_params, 0);
   }
+  set_up_mixed_precision();
+}
+
+// After the broadcast, as PyTorch: buffers cast once; the parameters (all
+// floating-point ones but the ignored) lowered before each forward.
+void DistributedDataParallelImpl::set_up_mixed_precision() {
+  const auto& mp = options_.mixed_precision();
+  if (!mp) return;
+  if (mp->buffer_dtype) {
+    torch::NoGradGuard no_grad;
+    for (auto& b : buffers_) {
+      if (b.is_floating_point()) b.set_data(b.to(*mp->buffer_dtype));
+    }
+  }
+  if (!mp->param_dtype) return;
+  std::vector<torch::Tensor> lowered;
+  const std::set<std::string> ignored = ignored_parameter_names();
+  for (const auto& item : wrapped_->named_parameters()) {
+    if (!ignored.count(item.key()) && item.value().is_floating_point()) {
+      lowered.push_back(item.value());
+    }
+  }
+  low_precision_ = std::make_shared<detail::LowPrecisionParams>(lowered, *mp->param_dtype);
+}
+
+torch::Tensor DistributedDataParallelImpl::cast_tensor_input(const torch::Tensor& t) const {
+  if (!low_precision_ || !t.defined() || !t.is_floating_point()) return t;
+  return t.to(*options_.mixed_precision()->param_dtype);
+}
+
+// mixed_precision: the parameters lowered before a forward; their own data
+// back at the end of the backward that follows it (after the Reducer's
+// finalizing step, queued before: it wrote the averaged gradients), or at
+// once after a forward no backward can follow.
+void DistributedDataParallelImpl::lower_parameters() {
+  if (low_precision_ && low_precision_->lower()) reducer_->parameters_replaced();
+}
+
+void DistributedDataParallelImpl::restore_parameters_after(
+    const std::vector<torch::Tensor>& outputs) {
+  if (!low_precision_) return;
+  if (!at::GradMode::is_enabled()) {
+    if (!awaiting_backward_ && low_precision_->restore()) reducer_->parameters_replaced();
+    return;
+  }
+  awaiting_backward_ = true;
+  std::weak_ptr<detail::LowPrecisionParams> alive = low_precision_;
+  for (const auto& out : outputs) {
+    detail::at_backward_start(out, [this, alive] {
+      detail::at_end_of_backward([this, alive] {
+        if (!alive.lock()) return;  // the module is gone
+        awaiting_backward_ = false;
+        if (low_precision_->restore()) reducer_->parameters_replaced();
+      });
+    });
+  }
 }
 
 void verify_same_model(const torch::nn::Module& module, ProcessGroupPtr group) {
@@ -143,12 +225,7 @@ void verify_same_model(const torch::nn::Module& module, ProcessGroupPtr group) {
 // Those requiring grad, minus the ignored ones.
 void DistributedDataParallelImpl::synchronized_parameters(std::vector<torch::Tensor>& params,
                                                           std::vector<std::string>& names) const {
-  std::set<std::string> ignored;
-  for (std::string name : options_.parameters_to_ignore()) {
-    const std::string prefix = std::string(kModuleName) + ".";
-    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    ignored.insert(name);
-  }
+  std::set<std::string> ignored = ignored_parameter_names();
   for (const auto& item : wrapped_->named_parameters()) {
     if (ignored.erase(item.key())) continue;
     if (!item.value().requires_grad()) continue;
@@ -161,6 +238,17 @@ void DistributedDataParallelImpl::synchronized_parameters(std::vector<torch::Ten
                               "', which the module does not have (names are as in the wrapped "
                               "module's named_parameters(), e.g. 'fc1.weight')");
   }
+}
+
+// parameters_to_ignore, as names of the wrapped module's parameters.
+std::set<std::string> DistributedDataParallelImpl::ignored_parameter_names() const {
+  std::set<std::string> ignored;
+  for (std::string name : options_.parameters_to_ignore()) {
+    const std::string prefix = std::string(kModuleName) + ".";
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+    ignored.insert(name);
+  }
+  return ignored;
 }
 
 // Outside a Join: buffers from rank 0, gradients divided by the world size.
@@ -192,6 +280,7 @@ std::chrono::steady_clock::time_point DistributedDataParallelImpl::before_forwar
     detail::broadcast_coalesced(*group_, buffers_, root);
     if (timeline_) timeline_->broadcast_buffers(start, std::chrono::steady_clock::now());
   }
+  lower_parameters();
   return std::chrono::steady_clock::now();
 }
 
@@ -205,10 +294,12 @@ void DistributedDataParallelImpl::after_forward(const std::vector<torch::Tensor>
                                                      : "forward (no_sync)",
                        start, end);
   }
-  if (!grad) return;  // no backward can follow
-  const double forward_ms = std::chrono::duration<double, std::milli>(end - start).count();
-  reducer_->prepare_for_backward(outputs, require_backward_grad_sync_);
-  if (require_backward_grad_sync_) reducer_->record_forward_time(forward_ms);
+  if (grad) {
+    const double forward_ms = std::chrono::duration<double, std::milli>(end - start).count();
+    reducer_->prepare_for_backward(outputs, require_backward_grad_sync_);
+    if (require_backward_grad_sync_) reducer_->record_forward_time(forward_ms);
+  }
+  restore_parameters_after(outputs);  // after the Reducer's own end-of-backward step
 }
 
 IterationStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }

@@ -29,12 +29,13 @@ class BucketMemory {
  public:
   BucketMemory(const std::vector<at::Tensor>& params,
                const std::vector<std::vector<size_t>>& assignment, bool spares,
-               ProcessGroup* zero_copy) {
+               ProcessGroup* zero_copy, std::optional<at::ScalarType> dtype) {
     if (!zero_copy || params.empty() || !params[0].device().is_cpu()) return;
     int64_t bytes = 0;
     for (const auto& members : assignment) {
-      bytes +=
-          (spares ? 2 : 1) * aligned(numel(params, members) * params[members[0]].element_size());
+      const int64_t element = dtype ? static_cast<int64_t>(c10::elementSize(*dtype))
+                                    : params[members[0]].element_size();
+      bytes += (spares ? 2 : 1) * aligned(numel(params, members) * element);
     }
     region_ = zero_copy->allocate_zero_copy(bytes);
   }
@@ -64,15 +65,17 @@ class BucketMemory {
 
 BucketSet::BucketSet(const std::vector<at::Tensor>& params,
                      const std::vector<std::vector<size_t>>& assignment,
-                     bool gradient_as_bucket_view, ProcessGroup* zero_copy) {
+                     bool gradient_as_bucket_view, ProcessGroup* zero_copy,
+                     std::optional<at::ScalarType> dtype) {
   at::NoGradGuard no_grad;
-  BucketMemory memory(params, assignment, /*spares=*/!gradient_as_bucket_view, zero_copy);
+  BucketMemory memory(params, assignment, /*spares=*/!gradient_as_bucket_view, zero_copy, dtype);
   slots_.assign(params.size(), Slot{});
   for (const auto& members : assignment) {
     Bucket b;
     b.params = members;
     const int64_t total = BucketMemory::numel(params, members);
-    const auto options = params[members[0]].options().requires_grad(false);
+    auto options = params[members[0]].options().requires_grad(false);
+    if (dtype) options = options.dtype(*dtype);
     b.flat = memory.next(total, options);
     if (memory.zero_copy() && !gradient_as_bucket_view) b.spare = memory.next(total, options);
     int64_t offset = 0;

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
 namespace ddp::detail {
@@ -43,10 +44,10 @@ class BucketSet {
   // With `gradient_as_bucket_view`, gradients move into their new slices.
   // With a `zero_copy` group (collective: every rank builds the same
   // buckets), buffers and spares come from its zero-copy memory when its
-  // backend has some.
+  // backend has some. `dtype`: the buckets' (default: their parameters').
   BucketSet(const std::vector<at::Tensor>& params,
             const std::vector<std::vector<size_t>>& assignment, bool gradient_as_bucket_view,
-            ProcessGroup* zero_copy = nullptr);
+            ProcessGroup* zero_copy = nullptr, std::optional<at::ScalarType> dtype = std::nullopt);
 
   size_t size() const { return buckets_.size(); }
   Bucket& operator[](size_t b) { return buckets_[b]; }

@@ -138,7 +138,9 @@ void Reducer::Impl::write_back_averages(const detail::IterationStatus& status) {
       }
       continue;
     }
-    params_[i].mutable_grad() = buckets_.view(i);
+    const at::Tensor& view = buckets_.view(i);
+    params_[i].mutable_grad() =
+        view.scalar_type() == dtypes_[i] ? view : view.to(dtypes_[i]);  // reduce_dtype's
   }
 }
 

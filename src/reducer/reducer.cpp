@@ -67,11 +67,27 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
                           "parameters_to_ignore)");
   }
   const size_t n = params_.size();
+  for (const auto& p : params_) dtypes_.push_back(p.scalar_type());
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
   build_buckets(reverse_order(n), options_.bucket_cap_bytes());
-  for (size_t i = 0; i < n; ++i) {
+  hook_gradients();
+}
+
+// A hook on each parameter's gradient accumulator: autograd_hook(i).
+void Reducer::Impl::hook_gradients() {
+  hooks_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
     hooks_.push_back(std::make_unique<GradReadyHook>(params_[i], [this, i] { autograd_hook(i); }));
   }
+}
+
+void Reducer::Impl::parameters_replaced() {
+  MutexLock lock(mutex_);
+  if (it_.phase == Phase::FINALIZING) {
+    throw InvalidArgument(group_->error_context("Reducer::parameters_replaced"),
+                          "called during a backward pass; call it between iterations");
+  }
+  hook_gradients();
 }
 
 // What this rank can tell wrong on its own (the constructor makes every
@@ -111,6 +127,11 @@ void Reducer::Impl::check_arguments() const {
                             "bucket_caps_bytes must be >= 0 each, got " + std::to_string(cap));
     }
   }
+  if (const auto dtype = options_.reduce_dtype(); dtype && !at::isFloatingType(*dtype)) {
+    throw InvalidArgument(group_->error_context("ReducerOptions"),
+                          std::string("reduce_dtype must be a floating-point dtype, got ") +
+                              c10::toString(*dtype));
+  }
   if (!options_.bucket_caps_bytes().empty() && autotuning()) {
     throw InvalidArgument(group_->error_context("ReducerOptions"),
                           "bucket_caps_bytes and autotune_caps_bytes together: per-bucket caps "
@@ -149,18 +170,22 @@ void Reducer::Impl::check_same_collective_options() {
   for (int64_t cap : options_.bucket_caps_bytes()) hash.add(cap);
   for (int64_t cap : options_.autotune_caps_bytes()) hash.add(cap);
   hash.add(options_.autotune_iterations());
+  hash.add(int64_t{options_.reduce_dtype() ? static_cast<int>(*options_.reduce_dtype()) : -1});
   const double fingerprint = static_cast<double>(hash.value() >> 44);
   at::Tensor range = at::tensor({fingerprint, -fingerprint}, at::kDouble);
   group_->allreduce(range, ReduceOp::MAX)->wait();
   if (range.data_ptr<double>()[0] != -range.data_ptr<double>()[1]) {
     throw InvalidArgument(
-        context, "the bucket sizes differ across ranks (here bucket_cap " +
+        context, "the bucket sizes or reduce_dtype differ across ranks (here bucket_cap " +
                      std::to_string(options_.bucket_cap_bytes()) + " bytes, first bucket " +
                      std::to_string(options_.first_bucket_cap_bytes()) + " bytes, " +
                      std::to_string(options_.bucket_caps_bytes().size()) + " per-bucket caps, " +
                      std::to_string(options_.autotune_caps_bytes().size()) +
                      " sizes to autotune in " + std::to_string(options_.autotune_iterations()) +
-                     " iterations)" + fix);
+                     " iterations, reduce_dtype " +
+                     (options_.reduce_dtype() ? c10::toString(*options_.reduce_dtype())
+                                              : "the parameters'") +
+                     ")" + fix);
   }
 }
 
@@ -385,7 +410,8 @@ std::vector<int64_t> Reducer::Impl::bucket_caps(int64_t cap) const {
 void Reducer::Impl::build_buckets(std::vector<size_t> sequence, int64_t cap) {
   buckets_ = detail::BucketSet(
       params_, assign_buckets(params_, sequence, bucket_caps(cap)),
-      options_.gradient_as_bucket_view(), options_.zero_copy_buckets() ? group_.get() : nullptr);
+      options_.gradient_as_bucket_view(), options_.zero_copy_buckets() ? group_.get() : nullptr,
+      options_.reduce_dtype());
   bucket_sequence_ = std::move(sequence);
   bucket_cap_ = cap;
   ++layout_;
@@ -446,7 +472,8 @@ void Reducer::Impl::mark_ready(size_t i) {
   at::Tensor& grad = params_[i].mutable_grad();
   if (grad.defined() && !it_.joined) {
     fill_slot(i, grad);  // before grad changes
-    if (options_.gradient_as_bucket_view()) grad = buckets_.view(i);
+    const at::Tensor& view = buckets_.view(i);
+    if (options_.gradient_as_bucket_view() && grad.scalar_type() == view.scalar_type()) grad = view;
   } else {
     detach_grad_from_bucket(i);
     fill_slot(i, {});
@@ -498,7 +525,8 @@ void Reducer::Impl::contribute(at::Tensor& view, const at::Tensor& grad) {
   const bool in_place = grad.data_ptr() == view.data_ptr();  // gradient_as_bucket_view
   if (hook_runner_) {
     if (!in_place) view.copy_(grad);
-  } else if (in_place) {
+  } else if (in_place || grad.scalar_type() != view.scalar_type()) {
+    if (!in_place) view.copy_(grad);  // cast to reduce_dtype, then averaged there
     view.div_(divisor_);
   } else {
     detail::copy_divided(view, grad, divisor_);  // copy and average in one pass
@@ -577,6 +605,7 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
   impl_->prepare_for_backward(outputs, synchronize);
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
+void Reducer::parameters_replaced() { impl_->parameters_replaced(); }
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
 void Reducer::hint_unused(const std::vector<at::Tensor>& params) { impl_->hint_unused(params); }
 bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }

@@ -49,6 +49,7 @@ class Reducer::Impl {
   void set_comm_hook(CommHook hook);
   void hint_unused(const std::vector<at::Tensor>& params);
   void record_forward_time(double forward_ms);
+  void parameters_replaced();
   IterationStats stats() const;
   std::vector<std::vector<size_t>> bucket_indices() const;
   const ProcessGroupPtr& group() const { return group_; }
@@ -77,6 +78,7 @@ class Reducer::Impl {
   // The per-bucket caps for a later-bucket `cap`: bucket_caps_bytes when
   // set, else {first_bucket_cap_bytes, cap}.
   std::vector<int64_t> bucket_caps(int64_t cap) const;
+  void hook_gradients();  // at construction, and under mutex_ after
   void on_backward_start() DDP_EXCLUDES(mutex_);
   void queue_finalize() DDP_REQUIRES(mutex_);
   void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
@@ -127,6 +129,10 @@ class Reducer::Impl {
 
   const std::vector<at::Tensor> params_;
   const std::vector<std::string> names_;
+  // Each parameter's dtype at construction, its gradients' after a
+  // reduction in another (reduce_dtype; mixed precision lowers parameters
+  // in between).
+  std::vector<at::ScalarType> dtypes_;
   const ProcessGroupPtr group_;
   const ReducerOptions options_;
   const detail::DebugLevel debug_;
