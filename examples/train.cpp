@@ -95,6 +95,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// --mixed-precision as DDP's option (none without the flag).
+std::optional<ddp::MixedPrecision> mixed_precision_option(const Flags& f) {
+  if (f.mixed_precision.empty()) return std::nullopt;
+  return train::mixed_precision_of(f.mixed_precision);
+}
+
 // Sums `values` over all ranks (float64).
 std::vector<double> sum_over_ranks(ddp::ProcessGroup& pg, std::vector<double> values) {
   auto t = torch::tensor(values, torch::kDouble);
@@ -258,7 +264,8 @@ void run(const Flags& f, const train::DeviceChoice& where,
       net, ddp::DistributedDataParallelOptions()
                .bucket_cap_mb(f.bucket_cap_mb)
                .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb.resolved().mib()))
-               .find_unused_parameters(f.find_unused));
+               .find_unused_parameters(f.find_unused)
+               .mixed_precision(mixed_precision_option(f)));
   std::shared_ptr<ddp::AdaptiveCompressionState> compression;
   if (!f.compress.empty()) {
     compression = model->register_comm_hook(
@@ -289,7 +296,10 @@ void run(const Flags& f, const train::DeviceChoice& where,
         "SGD lr %g momentum 0.9%s, %d epochs of %lld steps%s\n",
         world, data_name.c_str(), train_size, static_cast<long long>(per_rank),
         static_cast<long long>(test_images.size(0)), net->architecture(),
-        static_cast<long long>(params), f.float64 ? "float64" : "float32",
+        static_cast<long long>(params),
+        f.float64                   ? "float64"
+        : f.mixed_precision.empty() ? "float32"
+                                    : ("float32 (computing in " + f.mixed_precision + ")").c_str(),
         static_cast<long long>(f.batch_size), static_cast<long long>(f.batch_size * world), f.lr,
         f.zero ? " (ZeRO: state sharded)" : "", f.epochs, static_cast<long long>(steps_per_epoch),
         f.uneven ? " at most (--uneven: rank r stops at (100 - 10 r)%)" : "");
@@ -463,7 +473,8 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
   options.ddp(ddp::DistributedDataParallelOptions()
                   .bucket_cap_mb(f.bucket_cap_mb)
                   .first_bucket_cap_mb(std::min(1.0, f.bucket_cap_mb.resolved().mib()))
-                  .find_unused_parameters(f.find_unused));
+                  .find_unused_parameters(f.find_unused)
+                  .mixed_precision(mixed_precision_option(f)));
   if (f.timeout_s > 0) options.init().timeout(std::chrono::seconds(f.timeout_s));
   options.init().backend(where.backend);
   torch::manual_seed(1000);  // dropout: a stream per process (not carried over a change)

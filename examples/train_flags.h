@@ -4,6 +4,7 @@
 #include "fashion_mnist.h"
 
 #include <ddp/bucket_cap.h>
+#include <ddp/distributed_data_parallel.h>
 
 #include <cstdint>
 #include <sstream>
@@ -64,6 +65,9 @@ inline const char* const kUsage =
     "  --dropout P         dropout after each hidden layer (default 0); each rank\n"
     "                      draws its masks from its own seed\n"
     "  --float64           train in float64 instead of float32\n"
+    "  --mixed-precision P[,R]  compute in P (bf16 or fp16), reduce gradients in R\n"
+    "                      (bf16, fp16 or fp32; default P); parameters, the optimizer\n"
+    "                      and checkpoints stay in float32 (DDP's mixed_precision)\n"
     "  --seed S            the seed of the model's initial parameters (default 1)\n"
     "  --threads T         intra-op threads per rank (default 1)\n"
     "  --device D          cpu, cuda or auto: auto trains on the GPUs where libtorch\n"
@@ -92,6 +96,7 @@ struct Flags {
   int64_t train_size = 40000;
   double dropout = 0;
   bool float64 = false;
+  std::string mixed_precision;  // empty: none; else "P" or "P,R"
   int64_t seed = 1;
   ddp::BucketCapMb bucket_cap_mb;  // a size in MiB or auto
   bool find_unused = false;
@@ -128,6 +133,22 @@ T number(const std::string& flag, const std::string& text, T min) {
     throw UsageError(message.str());
   }
   return value;
+}
+
+// --mixed-precision's "P" or "P,R" as DDP's option.
+inline ddp::MixedPrecision mixed_precision_of(const std::string& text) {
+  auto dtype = [&](const std::string& name, bool compute) {
+    if (name == "bf16") return torch::kBFloat16;
+    if (name == "fp16") return torch::kHalf;
+    if (name == "fp32" && !compute) return torch::kFloat;
+    throw UsageError("--mixed-precision: '" + name + "' is not " +
+                     (compute ? "bf16 or fp16" : "bf16, fp16 or fp32") + " (in '" + text + "')");
+  };
+  const auto comma = text.find(',');
+  ddp::MixedPrecision mp;
+  mp.param_dtype = dtype(text.substr(0, comma), /*compute=*/true);
+  if (comma != std::string::npos) mp.reduce_dtype = dtype(text.substr(comma + 1), false);
+  return mp;
 }
 
 // --compress's levels, in order ("" -> none).
@@ -175,6 +196,8 @@ inline Flags parse(int argc, char** argv) {
       f.dropout = number<double>(flag, next(), 0);
     else if (flag == "--float64")
       f.float64 = true;
+    else if (flag == "--mixed-precision")
+      f.mixed_precision = next();
     else if (flag == "--seed")
       f.seed = number<int64_t>(flag, next(), 0);
     else if (flag == "--bucket-cap-mb") {
@@ -222,6 +245,10 @@ inline Flags parse(int argc, char** argv) {
     throw UsageError("--device expects cpu, cuda or auto, got '" + f.device + "'");
   }
   if (f.dropout >= 1) throw UsageError("--dropout expects a probability below 1");
+  if (!f.mixed_precision.empty()) {
+    mixed_precision_of(f.mixed_precision);  // a UsageError if it does not parse
+    if (f.float64) throw UsageError("--mixed-precision does not go with --float64");
+  }
   for (const auto& level : compression_ladder(f.compress)) {
     if (level == "full" || level == "fp16" || level == "bf16") continue;
     if (level == "adaptive" && f.compress == "adaptive") continue;
