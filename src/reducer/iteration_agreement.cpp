@@ -157,8 +157,9 @@ void check_same_iteration(const std::vector<RankReport>& reports, const ErrorCon
         here.about(stray),
         rank_list(stray) +
             " ran a backward() that no DDP forward prepared "
-            "(backward() twice after one forward, or a backward through the parameters outside "
-            "the DDP forward):" +
+            "(backward() twice after one forward, a backward through the parameters outside "
+            "the DDP forward, or through a parameter this module shares with another DDP "
+            "module, whose backward ran alone):" +
             detail +
             "\nThose gradients were not averaged: that replica now differs from the others." +
             nothing_written + " Run one backward() per DDP forward.");
