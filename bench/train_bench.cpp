@@ -8,6 +8,8 @@
 //                      model whose DDP keeps its buckets out of the group's
 //                      zero-copy memory (zero_copy_buckets(false)): the
 //                      copying path, to weigh zero-copy against
+//   ddp_batched        (only when asked for) the same with batched_grad_copy:
+//                      each bucket filled in two calls once it is full
 //   local              the same iteration on a plain copy of the model, no
 //                      communication (every rank at once, as under DDP: the
 //                      ranks share the machine's cores)
@@ -127,14 +129,17 @@ int run_train(Args args) {
                  grad_bytes / 1048576.0, world, machine_summary(torch_version).c_str());
   }
 
-  auto make_ddp = [&](torch::nn::AnyModule net, bool zero_copy) {
+  // `impl`: ddp or one of its variants.
+  auto make_ddp = [&](torch::nn::AnyModule net, const std::string& impl) {
     ddp::DistributedDataParallel m(net, ddp::DistributedDataParallelOptions()
                                             .process_group(pg)
                                             .bucket_cap_mb(cfg.bucket_cap_mb)
                                             .first_bucket_cap_mb(cfg.first_bucket_cap_mb)
                                             .overlap_communication(cfg.overlap)
                                             .gradient_as_bucket_view(cfg.gradient_as_bucket_view)
-                                            .zero_copy_buckets(zero_copy));
+                                            .zero_copy_buckets(impl != "ddp_copying")
+                                            .batched_grad_copy(impl == "ddp_batched" || cfg.batched_grad_copy)
+                                            .init_sync(cfg.init_sync));
     if (cfg.hook == "fp16") {
       m->register_comm_hook(pg, ddp::fp16_compress_hook);
     } else if (cfg.hook == "bf16") {
@@ -146,18 +151,26 @@ int run_train(Args args) {
     }
     return m;
   };
-  ddp::DistributedDataParallel model{nullptr}, copying{nullptr};
-  std::unique_ptr<torch::optim::SGD> ddp_opt, copying_opt;
-  if (has("ddp")) {
-    model = make_ddp(ddp_net, /*zero_copy=*/true);
-    ddp_opt =
-        std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(cfg.lr));
+  // ddp and each variant asked for: a DDP module on its own copy of the
+  // model, and its optimizer.
+  std::map<std::string, ddp::DistributedDataParallel> ddps;
+  std::map<std::string, std::unique_ptr<torch::optim::SGD>> ddp_opts;
+  for (const char* impl : {"ddp", "ddp_copying", "ddp_batched"}) {
+    if (!has(impl)) continue;
+    auto net = impl == std::string("ddp") ? ddp_net : on_device(make_model(cfg.model));
+    pg->allreduce(torch::zeros({1}, device))->wait();  // start together
+    const auto start = Clock::now();
+    auto m = make_ddp(net, impl);
+    if (rank == 0) {
+      std::fprintf(stderr, "train: %s constructed in %.1f ms (init_sync %s)\n", impl,
+                   ms_between(start, Clock::now()), cfg.init_sync ? "true" : "false");
+    }
+    ddp_opts[impl] =
+        std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(cfg.lr));
+    ddps.emplace(impl, std::move(m));
   }
-  if (has("ddp_copying")) {
-    copying = make_ddp(on_device(make_model(cfg.model)), /*zero_copy=*/false);
-    copying_opt = std::make_unique<torch::optim::SGD>(copying->parameters(),
-                                                      torch::optim::SGDOptions(cfg.lr));
-  }
+  ddp::DistributedDataParallel model{nullptr};
+  if (has("ddp")) model = ddps.at("ddp");
   torch::optim::SGD local_opt(local_net.ptr()->parameters(), torch::optim::SGDOptions(cfg.lr));
 
   // --timeline: rank 0 keeps the timed DDP iterations' timelines.
@@ -173,10 +186,10 @@ int run_train(Args args) {
     pg->allreduce(sync)->wait();  // start together
     TrainSample s;
     const auto t0 = Clock::now();
-    if (impl == "ddp" || impl == "local" || impl == "ddp_copying") {
+    if (is_training_impl(impl)) {
       const bool d = impl != "local";
-      ddp::DistributedDataParallel& ddp_model = impl == "ddp" ? model : copying;
-      torch::optim::SGD& opt = !d ? local_opt : impl == "ddp" ? *ddp_opt : *copying_opt;
+      ddp::DistributedDataParallel ddp_model = d ? ddps.at(impl) : nullptr;
+      torch::optim::SGD& opt = d ? *ddp_opts.at(impl) : local_opt;
       const bool record = impl == "ddp" && record_timeline;
       if (record) timeline.begin_iteration();
       opt.zero_grad();
@@ -238,7 +251,7 @@ int run_train(Args args) {
   std::map<std::string, std::vector<TrainSample>> samples;
   std::vector<std::vector<std::string>> phases(2);
   for (const auto& impl : cfg.impls) {
-    phases[impl == "ddp" || impl == "local" || impl == "ddp_copying" ? 0 : 1].push_back(impl);
+    phases[is_training_impl(impl) ? 0 : 1].push_back(impl);
   }
   const int64_t rounds = cfg.warmup + cfg.iters;
   // Bytes sent on the link during phase 0's timed iterations (ddp and local;

@@ -34,11 +34,19 @@ struct TrainConfig {
   int64_t gloo_threads = 1;
   bool overlap = true;
   bool gradient_as_bucket_view = false;
+  bool batched_grad_copy = false;  // for ddp (ddp_batched has it anyway)
+  bool init_sync = true;
   std::string hook = "none";
   std::string device = "cpu";  // or "cuda": LOCAL_RANK's GPU
   std::string tag;
   std::string json_path;
 };
+
+// Whether `impl` is a training iteration (ddp, its variants ddp_copying and
+// ddp_batched, or local) rather than a collective alone.
+inline bool is_training_impl(const std::string& impl) {
+  return impl == "ddp" || impl == "local" || impl == "ddp_copying" || impl == "ddp_batched";
+}
 
 // The command line after `train` (kTrainUsage); UsageError when bad.
 TrainConfig parse_train_config(Args& args);

@@ -44,9 +44,10 @@ options:
   --sync-every K       an iteration is K micro-batches, the first K-1 under
                        no_sync (gradients accumulate locally), one SGD step at
                        the end (default 1); times are per iteration
-  --impls LIST         any of ddp,local,allreduce,allreduce_buckets,ddp_copying
-                       (default the first four; allreduce_buckets needs ddp;
-                       ddp_copying: DDP with zero_copy_buckets(false))
+  --impls LIST         any of ddp,local,allreduce,allreduce_buckets,ddp_copying,
+                       ddp_batched (default the first four; allreduce_buckets
+                       needs ddp; ddp_copying: DDP with zero_copy_buckets(false);
+                       ddp_batched: DDP with batched_grad_copy(true))
   --lr R               SGD learning rate (default 0.01)
   --seed S             model seed (default 0); rank r's data seed is S+1+r
   --threads T          intra-op threads per rank (default 1): torch::set_num_threads
@@ -54,6 +55,9 @@ options:
   --gloo-threads G     worker threads of ddp's Gloo group (default 1)
   --no-overlap         DDP reduces all buckets after backward (diagnosis)
   --gradient-as-bucket-view  DDP's gradient_as_bucket_view(true)
+  --batched-grad-copy  DDP's batched_grad_copy(true) for ddp too
+  --no-init-sync       DDP's init_sync(false): no broadcast at construction
+                       (the construction's time is printed either way)
   --hook NAME          communication hook: none (default), fp16, bf16,
                        powersgd1, powersgd2, powersgd4 (powerSGD_hook with that
                        matrix_approximation_rank), batched_powersgd1; PowerSGD
@@ -92,7 +96,8 @@ TrainConfig parse_train_config(Args& args) {
   c.sync_every = args.take_int("--sync-every", 1, 1 << 20).value_or(c.sync_every);
   c.timeline = args.take_flag("--timeline");
   c.impls = args.take_names("--impls", "ddp,local,allreduce,allreduce_buckets",
-                            {"ddp", "local", "allreduce", "allreduce_buckets", "ddp_copying"});
+                            {"ddp", "local", "allreduce", "allreduce_buckets", "ddp_copying",
+                             "ddp_batched"});
   const bool has_ddp = std::find(c.impls.begin(), c.impls.end(), "ddp") != c.impls.end();
   const bool has_buckets =
       std::find(c.impls.begin(), c.impls.end(), "allreduce_buckets") != c.impls.end();
@@ -102,6 +107,8 @@ TrainConfig parse_train_config(Args& args) {
   c.gloo_threads = args.take_int("--gloo-threads", 1, 64).value_or(c.gloo_threads);
   c.overlap = !args.take_flag("--no-overlap");
   c.gradient_as_bucket_view = args.take_flag("--gradient-as-bucket-view");
+  c.batched_grad_copy = args.take_flag("--batched-grad-copy");
+  c.init_sync = !args.take_flag("--no-init-sync");
   c.hook = args.take("--hook").value_or(c.hook);
   c.device = args.take("--device").value_or(c.device);
   if (c.device != "cpu" && c.device != "cuda") {

@@ -53,7 +53,7 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
     Json raw = Json::array();
     for (double x : slowest[impl]) raw.push(x);
     row.set("samples_ms", std::move(raw));
-    if (impl == "ddp" || impl == "local" || impl == "ddp_copying") {
+    if (is_training_impl(impl)) {
       std::vector<double> zg, fw, bw, stp;
       for (const auto& s : v) {
         zg.push_back(s.split.zero_grad);
@@ -71,6 +71,7 @@ void report_train(const TrainConfig& cfg, TrainResults results) {
       const auto& w = samples[impl + "/warmup"];
       row.set("first_loss", w.empty() ? v.front().loss : w.front().loss);
       row.set("last_loss", v.back().loss);
+      if (impl != "local") row.set("bucket_fill_ops", v.back().stats.bucket_fill_ops);
     } else {
       line.insert(line.end(), {"", "", ""});
     }
