@@ -30,6 +30,7 @@ struct Variant {
   at::ScalarType dtype = at::kDouble;
   Optim optim = Optim::SGD;
   int micro_batches = 1;  // >1: all but the last under no_sync
+  double tolerance = 0;   // relative; 0: 1e-10 for double, 1e-5 for float
 };
 
 std::string label(const std::string& name, const Variant& v) {
@@ -76,7 +77,7 @@ void run_case(
     std::function<void(int step, decltype(make())&, decltype(make())&)> each_forward = {}) {
   SCOPED_TRACE(label(name, v));
   const int rank = pg->rank(), n = pg->size();
-  const double tol = v.dtype == at::kDouble ? 1e-10 : 1e-5;
+  const double tol = v.tolerance > 0 ? v.tolerance : v.dtype == at::kDouble ? 1e-10 : 1e-5;
   torch::manual_seed(1);
   auto ref = make();
   ref->to(this_rank().device, v.dtype);
@@ -119,7 +120,8 @@ void run_case(
       auto ddp_step = [&] {
         auto out = fwd(model, shard(x, rank, n), rank, step, m);
         if (each_forward) each_forward(step, ref, local);
-        torch::mse_loss(out, shard(y, rank, n)).backward();
+        // (to: mixed_precision computes in another dtype)
+        torch::mse_loss(out.to(v.dtype), shard(y, rank, n)).backward();
       };
       if (m + 1 < v.micro_batches) {
         if (m % 2 == 0) {
@@ -230,6 +232,14 @@ void equivalence(const ProcessGroupPtr& pg) {
                DistributedDataParallelOptions().batched_grad_copy(true).gradient_as_bucket_view(
                    true),
                v);
+      // Computing in float, reducing in double, against the double
+      // reference: within float's precision.
+      if (dtype == at::kDouble) {
+        run_case(pg, "mixed_precision: float compute, double reduction", mlp, plain_fwd,
+                 DistributedDataParallelOptions().mixed_precision(
+                     MixedPrecision{at::kFloat, at::kDouble, std::nullopt}),
+                 Variant{dtype, optim, 2, 1e-5});
+      }
       run_case(pg, "no_sync accumulation (3 micro-batches)", mlp, plain_fwd,
                DistributedDataParallelOptions(), Variant{dtype, optim, 3});
       auto branchy = [] { return Branchy(); };

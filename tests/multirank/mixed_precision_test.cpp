@@ -152,6 +152,11 @@ TEST(MixedPrecision, Bf16ComputeAndReduction) {
 }
 
 TEST(MixedPrecision, Fp16ComputeReducedInParamDtypeByDefault) {
+  try {
+    torch::ones({1, 1}, kF16).mm(torch::ones({1, 1}, kF16));
+  } catch (const c10::Error&) {  // libtorch 1.13's CPU build has no fp16 matmul
+    GTEST_SKIP() << "this libtorch cannot multiply fp16 matrices on the CPU";
+  }
   expect_reference({"fp16/(fp16)", MixedPrecision{kF16, std::nullopt, std::nullopt}});
 }
 
