@@ -184,8 +184,10 @@ struct Head : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) { return x.mm(trunk).tanh().mm(w); }
 };
 
-TEST(GradientSources, ASharedParameterInOneBackwardIsReducedByBoth) {
-  std::vector<std::string> failures(kRanks);
+// On every rank: two DDP heads sharing one trunk, handed to `body`.
+void with_two_heads(const std::function<void(int rank, const torch::Tensor& trunk,
+                                             DistributedDataParallel& a,
+                                             DistributedDataParallel& b)>& body) {
   spawn(kRanks, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, kRanks);
     auto trunk = torch::linspace(-1, 1, 12, torch::kDouble).view({4, 3}).requires_grad_();
@@ -193,6 +195,14 @@ TEST(GradientSources, ASharedParameterInOneBackwardIsReducedByBoth) {
                               DistributedDataParallelOptions().process_group(pg));
     DistributedDataParallel b(std::make_shared<Head>(trunk),
                               DistributedDataParallelOptions().process_group(pg));
+    body(rank, trunk, a, b);
+  });
+}
+
+TEST(GradientSources, ASharedParameterInOneBackwardIsReducedByBoth) {
+  std::vector<std::string> failures(kRanks);
+  with_two_heads([&](int rank, const torch::Tensor& trunk, DistributedDataParallel& a,
+                     DistributedDataParallel& b) {
     (a->forward(batch(rank)).sum() + 2 * b->forward(batch(rank)).sum()).backward();
     // The local sum of both heads' gradients, averaged over the ranks.
     torch::Tensor want;
@@ -209,13 +219,8 @@ TEST(GradientSources, ASharedParameterInOneBackwardIsReducedByBoth) {
 
 TEST(GradientSources, ASharedParameterInABackwardOfOneAloneIsReportedOnEveryRank) {
   std::vector<Raised> results(kRanks);
-  spawn(kRanks, [&](int rank, StorePtr store) {
-    auto pg = make_group(store, rank, kRanks);
-    auto trunk = torch::linspace(-1, 1, 12, torch::kDouble).view({4, 3}).requires_grad_();
-    DistributedDataParallel a(std::make_shared<Head>(trunk),
-                              DistributedDataParallelOptions().process_group(pg));
-    DistributedDataParallel b(std::make_shared<Head>(trunk),
-                              DistributedDataParallelOptions().process_group(pg));
+  with_two_heads([&](int rank, const torch::Tensor&, DistributedDataParallel& a,
+                     DistributedDataParallel& b) {
     a->forward(batch(rank)).sum().backward();  // reaches b's trunk hook: no b forward
     results[rank] = raised([&] { b->forward(batch(rank)).sum().backward(); });
   });
