@@ -55,7 +55,7 @@ options:
   --gloo-threads G     worker threads of ddp's Gloo group (default 1)
   --no-overlap         DDP reduces all buckets after backward (diagnosis)
   --gradient-as-bucket-view  DDP's gradient_as_bucket_view(true)
-  --batched-grad-copy  DDP's batched_grad_copy(true) for ddp too
+  --batched-grad-copy  DDP's batched_grad_copy(true) for ddp and ddp_copying too
   --no-init-sync       DDP's init_sync(false): no broadcast at construction
                        (the construction's time is printed either way)
   --hook NAME          communication hook: none (default), fp16, bf16,

@@ -43,6 +43,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -157,6 +158,7 @@ struct DistributedDataParallelOptions {
 };
 
 class DistributedDataParallelImpl;
+class ZeroRedundancyOptimizer;
 namespace detail {
 class LowPrecisionParams;
 class ModuleTimeline;
@@ -196,10 +198,18 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   template <typename ReturnType = torch::Tensor, typename... Args>
   ReturnType forward(Args&&... args) {
     const auto start = before_forward();
+    struct OnThrow {  // mixed_precision: the parameters given back
+      DistributedDataParallelImpl* ddp;
+      ~OnThrow() {
+        if (ddp) ddp->restore_after_failed_forward();
+      }
+    } on_throw{this};
     ReturnType out = forward_wrapped<ReturnType>(cast_input(std::forward<Args>(args))...);
     after_forward(tensors_of(out), start);
+    on_throw.ddp = nullptr;
     return out;
   }
+  ~DistributedDataParallelImpl() override;
 
   // Join (join.h) with a model that issues collectives of its own
   // (SyncBatchNorm): the arguments of a forward that a rank out of inputs
@@ -239,6 +249,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   //   model->register_comm_hook(pg, ddp::fp16_compress_hook);
   template <typename State, typename Hook>
   std::shared_ptr<State> register_comm_hook(State state, Hook hook) {
+    if constexpr (std::is_same_v<State, ZeroRedundancyOptimizer*>) refuse_zero_overlap();
     auto shared = std::make_shared<State>(std::move(state));
     reducer_->register_comm_hook(
         [shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
@@ -298,8 +309,13 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   }
   torch::Tensor cast_tensor_input(const torch::Tensor& t) const;
   void set_up_mixed_precision();
+  // zero_hook steps the parameters during backward: not with mixed_precision,
+  // which holds them in param_dtype then (InvalidArgument).
+  void refuse_zero_overlap() const;
   void lower_parameters();
+  bool restore_parameters();  // whether they got their own data back
   void restore_parameters_after(const std::vector<torch::Tensor>& outputs);
+  void restore_after_failed_forward();
   std::set<std::string> ignored_parameter_names() const;
   void after_forward(const std::vector<torch::Tensor>& outputs,
                      std::chrono::steady_clock::time_point start);
@@ -336,7 +352,9 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   std::unique_ptr<Reducer> reducer_;
   // mixed_precision with a param_dtype: the parameters it lowers; else null.
   std::shared_ptr<detail::LowPrecisionParams> low_precision_;
-  bool awaiting_backward_ = false;  // lowered for a forward whose backward has not ended
+  // Lowered for a forward whose backward has not ended (set on the training
+  // thread, cleared where the backward ends).
+  std::atomic<bool> awaiting_backward_{false};
   // set_join_shadow_batch's forward on the wrapped module; empty when not set.
   std::function<std::vector<torch::Tensor>()> join_shadow_forward_;
   bool require_backward_grad_sync_ = true;  // false inside no_sync

@@ -119,8 +119,9 @@ struct ReducerOptions {
   // copy of its gradients (at::_foreach_copy_) and one division of the
   // whole bucket, instead of one fused copy-and-divide per gradient as it
   // arrives (PyTorch's batched_grad_copy, 2026). On CUDA that is two kernel
-  // launches per bucket rather than one per parameter; on the CPU, where a
-  // launch costs nothing, the per-gradient copies overlap backward better.
+  // launches per bucket (of one dtype, on libtorch 2.x) rather than one per
+  // parameter; on the CPU, where a launch costs nothing, the per-gradient
+  // copies overlap backward better.
   // The results are the same bit for bit. Default false.
   TORCH_ARG(bool, batched_grad_copy) = false;
   // The graph is the same every iteration: learned in the first one (which
@@ -207,7 +208,8 @@ class Reducer {
   // Call after giving parameters new data of another dtype or device with
   // set_data (mixed precision does, twice an iteration): libtorch then gives
   // each a new gradient accumulator, and the Reducer's gradient hooks move
-  // to them. On the training thread, outside backward.
+  // to them. Between a backward and the next forward; InvalidArgument
+  // during the Reducer's own end-of-backward step.
   void parameters_replaced();
 
   // Tells the reducer how long the forward took (for statistics).
@@ -227,6 +229,12 @@ class Reducer {
   friend class DistributedDataParallelImpl;
   Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroupPtr group,
           ReducerOptions options, std::function<void()> module_checks);
+  // DistributedDataParallel's mixed precision: run at the end of every
+  // synchronized backward (and Join's shadowed one), after the averages are
+  // written, whether it succeeded or raised; returns whether it gave the
+  // parameters new data (the gradient hooks then move, as with
+  // parameters_replaced()).
+  void at_end_of_synchronized_backward(std::function<bool()> callback);
 
   class Impl;
   std::unique_ptr<Impl> impl_;

@@ -55,9 +55,10 @@ struct IterationStats {
   std::vector<std::string> unused_parameter_names;  // filled when DDP_DEBUG=detail
   int64_t dropped_parameters = 0;  // left out by layer-drop hints (Reducer::hint_unused)
   int64_t skipped_parameters = 0;  // left out as unused (skip_all_reduce_unused_params)
-  // Operator calls the Reducer made to fill the buckets (on CUDA, kernel
-  // launches, a batched copy counted once): one per gradient, or with
-  // batched_grad_copy two per bucket (three with zeros in it).
+  // Operator calls the Reducer made to fill the buckets, a batched copy
+  // counted once: one per gradient, or with batched_grad_copy two per
+  // bucket (three with zeros in it). Not kernels: a batched copy of mixed
+  // dtypes, or on libtorch 1.13, copies tensor by tensor.
   int64_t bucket_fill_ops = 0;
 
   size_t bucket_count() const { return bucket_bytes.size(); }

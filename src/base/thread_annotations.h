@@ -34,6 +34,10 @@
 // The caller must not hold the mutexes named (the function takes them).
 #define DDP_EXCLUDES(...) DDP_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 
+// Not analysed: for a scope guard's destructor, which runs where its
+// creator held the mutex (the analysis cannot follow it there).
+#define DDP_NO_THREAD_SAFETY_ANALYSIS DDP_THREAD_ANNOTATION(no_thread_safety_analysis)
+
 // The function takes (gives back) the mutex: its object's when none is named.
 #define DDP_ACQUIRE(...) DDP_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define DDP_RELEASE(...) DDP_THREAD_ANNOTATION(release_capability(__VA_ARGS__))

@@ -161,13 +161,27 @@ void DistributedDataParallelImpl::set_up_mixed_precision() {
   }
   if (!mp->param_dtype) return;
   std::vector<torch::Tensor> lowered;
+  std::vector<std::string> names;
+  std::set<const void*> seen;  // a tied parameter is listed under each name
   const std::set<std::string> ignored = ignored_parameter_names();
   for (const auto& item : wrapped_->named_parameters()) {
-    if (!ignored.count(item.key()) && item.value().is_floating_point()) {
+    if (!ignored.count(item.key()) && item.value().is_floating_point() &&
+        seen.insert(item.value().unsafeGetTensorImpl()).second) {
       lowered.push_back(item.value());
+      names.push_back(item.key());
     }
   }
-  low_precision_ = std::make_shared<detail::LowPrecisionParams>(lowered, *mp->param_dtype);
+  low_precision_ = std::make_shared<detail::LowPrecisionParams>(lowered, names,
+                                                                *mp->param_dtype, group_);
+  reducer_->at_end_of_synchronized_backward([this] { return restore_parameters(); });
+}
+
+void DistributedDataParallelImpl::refuse_zero_overlap() const {
+  if (!low_precision_) return;
+  throw InvalidArgument(group_->error_context("register_comm_hook"),
+                        "zero_hook (ZeroOptions::overlap_with_ddp) steps the parameters during "
+                        "backward, while mixed_precision holds them in param_dtype; use one: "
+                        "ZeRO without overlap_with_ddp steps them after backward");
 }
 
 torch::Tensor DistributedDataParallelImpl::cast_tensor_input(const torch::Tensor& t) const {
@@ -176,11 +190,18 @@ torch::Tensor DistributedDataParallelImpl::cast_tensor_input(const torch::Tensor
 }
 
 // mixed_precision: the parameters lowered before a forward; their own data
-// back at the end of the backward that follows it (after the Reducer's
-// finalizing step, queued before: it wrote the averaged gradients), or at
-// once after a forward no backward can follow.
+// back when the backward that follows it ends: a synchronized one through
+// the Reducer (after it wrote the averages, even when it raised), a no_sync
+// one through an end-of-backward callback of its own; at once after a
+// forward no backward can follow, or one that raised; and when the module
+// goes.
 void DistributedDataParallelImpl::lower_parameters() {
   if (low_precision_ && low_precision_->lower()) reducer_->parameters_replaced();
+}
+
+bool DistributedDataParallelImpl::restore_parameters() {
+  awaiting_backward_ = false;
+  return low_precision_->restore();
 }
 
 void DistributedDataParallelImpl::restore_parameters_after(
@@ -191,16 +212,25 @@ void DistributedDataParallelImpl::restore_parameters_after(
     return;
   }
   awaiting_backward_ = true;
+  if (require_backward_grad_sync_) return;  // the Reducer's end of backward restores
   std::weak_ptr<detail::LowPrecisionParams> alive = low_precision_;
   for (const auto& out : outputs) {
     detail::at_backward_start(out, [this, alive] {
       detail::at_end_of_backward([this, alive] {
-        if (!alive.lock()) return;  // the module is gone
-        awaiting_backward_ = false;
-        if (low_precision_->restore()) reducer_->parameters_replaced();
+        if (alive.lock() && restore_parameters()) reducer_->parameters_replaced();
       });
     });
   }
+}
+
+void DistributedDataParallelImpl::restore_after_failed_forward() {
+  if (low_precision_ && !awaiting_backward_ && low_precision_->restore()) {
+    reducer_->parameters_replaced();
+  }
+}
+
+DistributedDataParallelImpl::~DistributedDataParallelImpl() {
+  if (low_precision_) low_precision_->restore();  // the module keeps its own values
 }
 
 void verify_same_model(const torch::nn::Module& module, ProcessGroupPtr group) {

@@ -72,7 +72,7 @@ std::vector<int64_t> Reducer::Impl::distinct_caps(const std::vector<size_t>& seq
   std::vector<int64_t> out;
   std::vector<std::vector<std::vector<size_t>>> layouts;
   for (int64_t cap : candidate_caps(options_)) {
-    auto layout = assign_buckets(params_, sequence, bucket_caps(cap));
+    auto layout = assign_buckets(as_constructed(), sequence, bucket_caps(cap));
     auto same = std::find(layouts.begin(), layouts.end(), layout);
     if (same == layouts.end()) {
       out.push_back(cap);

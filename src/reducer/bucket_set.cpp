@@ -85,7 +85,8 @@ BucketSet::BucketSet(const std::vector<at::Tensor>& params,
       offset += params[i].numel();
       // Gradients that were views of the old buckets move to the new ones.
       at::Tensor& grad = params[i].mutable_grad();
-      if (gradient_as_bucket_view && grad.defined()) {
+      if (gradient_as_bucket_view && grad.defined() &&
+          grad.scalar_type() == b.views.back().scalar_type()) {
         b.views.back().copy_(grad);
         grad = b.views.back();
       }

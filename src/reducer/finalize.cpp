@@ -17,12 +17,31 @@
 
 namespace ddp {
 
+// Created with mutex_ held, destroyed before it is released.
+Reducer::Impl::BackToIdle::~BackToIdle() {
+  impl.it_.phase = Phase::IDLE;
+  impl.it_.joined = false;  // a later no_sync pass accumulates for this rank again
+  if (!impl.end_of_backward_) return;
+  try {
+    if (impl.end_of_backward_()) impl.hook_gradients();
+  } catch (const std::exception& e) {  // never out of a destructor
+    std::cerr << "ddp: rank " << impl.group_->rank()
+              << ": the end-of-backward step of mixed precision failed: " << e.what()
+              << std::endl;
+  }
+}
+
+void Reducer::Impl::at_end_of_synchronized_backward(std::function<bool()> callback) {
+  MutexLock lock(mutex_);
+  end_of_backward_ = std::move(callback);
+}
+
 // At the end of backward, on the autograd thread; what it throws comes out
 // of backward() on every rank alike.
 void Reducer::Impl::finalize_backward() {
   MutexLock lock(mutex_);
   it_.phase = Phase::FINALIZING;
-  BackToIdle back_to_idle{it_};
+  BackToIdle back_to_idle{*this};
   const Clock::time_point compute_end = it_.last_hook;
   if (options_.static_graph() && !static_graph_.learned()) learn_static_graph();
   detail::IterationOutcome mine;
@@ -48,7 +67,7 @@ void Reducer::Impl::shadow_iteration() {
   MutexLock lock(mutex_);
   begin_synchronized_iteration(/*joined=*/true);
   it_.phase = Phase::SHADOWING;
-  BackToIdle back_to_idle{it_};
+  BackToIdle back_to_idle{*this};
   launch_the_rest_with_zeros_for_missing();  // every parameter
   Clock::time_point comm_end = *it_.comm_start;
   if (hook_runner_) comm_end = buckets_.wait_all(*group_, comm_end);

@@ -70,7 +70,22 @@ Reducer::Impl::Impl(std::vector<at::Tensor> params, std::vector<std::string> nam
   for (const auto& p : params_) dtypes_.push_back(p.scalar_type());
   local_used_ = at::zeros({static_cast<int64_t>(n)}, at::kInt);
   build_buckets(reverse_order(n), options_.bucket_cap_bytes());
+  MutexLock lock(mutex_);
   hook_gradients();
+}
+
+std::vector<at::Tensor> Reducer::Impl::as_constructed() const {
+  std::vector<at::Tensor> out;
+  out.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (p.scalar_type() == dtypes_[i]) {
+      out.push_back(p);
+    } else {  // lowered: one element of its own dtype, seen at the parameter's shape
+      out.push_back(at::empty({}, p.options().dtype(dtypes_[i])).expand(p.sizes()));
+    }
+  }
+  return out;
 }
 
 // A hook on each parameter's gradient accumulator: autograd_hook(i).
@@ -409,7 +424,7 @@ std::vector<int64_t> Reducer::Impl::bucket_caps(int64_t cap) const {
 // Line 4.
 void Reducer::Impl::build_buckets(std::vector<size_t> sequence, int64_t cap) {
   buckets_ = detail::BucketSet(
-      params_, assign_buckets(params_, sequence, bucket_caps(cap)),
+      params_, assign_buckets(as_constructed(), sequence, bucket_caps(cap)),
       options_.gradient_as_bucket_view(), options_.zero_copy_buckets() ? group_.get() : nullptr,
       options_.reduce_dtype());
   bucket_sequence_ = std::move(sequence);
@@ -606,6 +621,9 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs, bool 
 }
 void Reducer::record_forward_time(double forward_ms) { impl_->record_forward_time(forward_ms); }
 void Reducer::parameters_replaced() { impl_->parameters_replaced(); }
+void Reducer::at_end_of_synchronized_backward(std::function<bool()> callback) {
+  impl_->at_end_of_synchronized_backward(std::move(callback));
+}
 void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
 void Reducer::hint_unused(const std::vector<at::Tensor>& params) { impl_->hint_unused(params); }
 bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }

@@ -50,18 +50,17 @@ class Reducer::Impl {
   void hint_unused(const std::vector<at::Tensor>& params);
   void record_forward_time(double forward_ms);
   void parameters_replaced();
+  void at_end_of_synchronized_backward(std::function<bool()> callback);
   IterationStats stats() const;
   std::vector<std::vector<size_t>> bucket_indices() const;
   const ProcessGroupPtr& group() const { return group_; }
 
  private:
-  // Leaves the phase IDLE however the step ends.
+  // Leaves the phase IDLE however the step ends, after running the
+  // module's end-of-backward callback (at_end_of_synchronized_backward).
   struct BackToIdle {
-    detail::Iteration& it;
-    ~BackToIdle() {
-      it.phase = Phase::IDLE;
-      it.joined = false;  // a later no_sync pass accumulates for this rank again
-    }
+    Impl& impl;
+    ~BackToIdle() DDP_NO_THREAD_SAFETY_ANALYSIS;  // runs where mutex_ is held
   };
 
   // reducer.cpp: forward and autograd_hook. The steps below expect mutex_
@@ -78,7 +77,11 @@ class Reducer::Impl {
   // The per-bucket caps for a later-bucket `cap`: bucket_caps_bytes when
   // set, else {first_bucket_cap_bytes, cap}.
   std::vector<int64_t> bucket_caps(int64_t cap) const;
-  void hook_gradients();  // at construction, and under mutex_ after
+  void hook_gradients() DDP_REQUIRES(mutex_);
+  // The parameters as the buckets were cut at construction: their shapes,
+  // devices and construction dtypes (mixed precision lowers them between
+  // forward and backward; bucket caps count the parameters' own bytes).
+  std::vector<at::Tensor> as_constructed() const;
   void on_backward_start() DDP_EXCLUDES(mutex_);
   void queue_finalize() DDP_REQUIRES(mutex_);
   void autograd_hook(size_t i) DDP_EXCLUDES(mutex_);
@@ -171,8 +174,9 @@ class Reducer::Impl {
   IterationStats stats_ DDP_GUARDED_BY(mutex_);
   std::unique_ptr<detail::HookRunner> hook_runner_
       DDP_GUARDED_BY(mutex_);  // set once, before training
+  std::function<bool()> end_of_backward_ DDP_GUARDED_BY(mutex_);
   // Last member: hooks go first at destruction, before the state they use.
-  std::vector<std::unique_ptr<GradReadyHook>> hooks_;
+  std::vector<std::unique_ptr<GradReadyHook>> hooks_ DDP_GUARDED_BY(mutex_);
 };
 
 }  // namespace ddp

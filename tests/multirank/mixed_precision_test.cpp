@@ -13,6 +13,7 @@
 #include <ddp/distributed_data_parallel.h>
 #include <ddp/errors.h>
 #include <ddp/hooks.h>
+#include <ddp/zero.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -221,6 +222,111 @@ TEST(MixedPrecision, BuffersCastOnceParametersFullOutsideForwardAndBackward) {
       EXPECT_EQ(net->fc->weight.scalar_type(), kF32);  // no backward follows: back at once
     }
   });
+}
+
+// Every rank's DDP over `make()` with bf16 compute; `use` runs what the
+// test wants on it, then every parameter of the module must hold float32
+// values again (its own), whatever happened: at once, or with
+// `pending_backward` once the module is gone.
+template <typename Net>
+void expect_parameters_restored(
+    const std::function<std::shared_ptr<Net>()>& make,
+    const std::function<void(int rank, DistributedDataParallel&)>& use,
+    bool pending_backward = false) {
+  DistributedDataParallelOptions options;
+  std::vector<std::string> wrong(kRanks);
+  spawn(kRanks, [&](int rank, StorePtr store) {
+    auto net = make();
+    auto pg = make_group(store, rank, kRanks);
+    {
+      DistributedDataParallel model(
+          net, options.process_group(pg).mixed_precision(MixedPrecision{kBf16, kF32}));
+      use(rank, model);
+      for (const auto& p : net->parameters()) {
+        if (p.scalar_type() != (pending_backward ? kBf16 : kF32)) wrong[rank] = "after use";
+      }
+    }
+    for (const auto& p : net->parameters()) {
+      if (p.scalar_type() != kF32) wrong[rank] += " after the module is gone";
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+struct Throwing : Mlp {
+  torch::Tensor forward(torch::Tensor x) {
+    if (x.size(0) == 1) throw std::runtime_error("one row");
+    return Mlp::forward(x);
+  }
+};
+
+TEST(MixedPrecision, AForwardThatThrowsGivesTheParametersBack) {
+  expect_parameters_restored<Throwing>([] { return std::make_shared<Throwing>(); },
+                                       [](int rank, DistributedDataParallel& model) {
+                                         EXPECT_THROW(model->forward(batch(0, rank).narrow(0, 0, 1)),
+                                                      std::exception);
+                                       });
+}
+
+TEST(MixedPrecision, ABackwardThatRaisesGivesTheParametersBack) {
+  // b unused on every rank, without find_unused_parameters: the backward
+  // raises InvalidArgument on every rank.
+  struct Skipping : Mlp {
+    torch::Tensor forward(torch::Tensor x) { return torch::relu(a(x)).sum(1); }
+  };
+  expect_parameters_restored<Skipping>([] { return std::make_shared<Skipping>(); },
+                                       [](int rank, DistributedDataParallel& model) {
+                                         auto out = model->forward(batch(0, rank));
+                                         EXPECT_TRUE(raised([&] { loss_of(out).backward(); }));
+                                       });
+}
+
+TEST(MixedPrecision, AModuleDestroyedBeforeItsBackwardGivesTheParametersBack) {
+  expect_parameters_restored<Mlp>([] { return std::make_shared<Mlp>(); },
+                                  [](int rank, DistributedDataParallel& model) {
+                                    model->forward(batch(0, rank));  // no backward
+                                  },
+                                  /*pending_backward=*/true);
+}
+
+// A forward whose result DDP cannot see into (not a tensor, vector or
+// tuple): the Reducer still ends the backward, and the parameters come back.
+struct Pair {
+  torch::Tensor first, second;
+};
+struct PairNet : Mlp {
+  Pair forward(torch::Tensor x) { return {Mlp::forward(x), x}; }
+};
+
+TEST(MixedPrecision, AResultOfAnotherTypeStillGivesTheParametersBack) {
+  expect_parameters_restored<PairNet>([] { return std::make_shared<PairNet>(); },
+                                      [](int rank, DistributedDataParallel& model) {
+                                        loss_of(model->forward<Pair>(batch(0, rank)).first).backward();
+                                      });
+}
+
+// The same weight under two names (tied embedding and decoder).
+struct Tied : Mlp {
+  Tied() { register_parameter("tied", a->weight); }
+};
+
+TEST(MixedPrecision, ATiedParameterIsLoweredOnceAndComesBack) {
+  expect_parameters_restored<Tied>([] { return std::make_shared<Tied>(); },
+                                   [](int rank, DistributedDataParallel& model) {
+                                     loss_of(model->forward(batch(0, rank))).backward();
+                                   });
+}
+
+TEST(MixedPrecision, ZeroOverlapWithDdpIsRefused) {
+  expect_parameters_restored<Mlp>(
+      [] { return std::make_shared<Mlp>(); }, [](int rank, DistributedDataParallel& model) {
+        ZeroRedundancyOptimizer opt(model->parameters(), torch::optim::SGDOptions(0.1),
+                                    ZeroOptions().process_group(model->join_process_group())
+                                        .overlap_with_ddp(true));
+        auto refused = raised([&] { model->register_comm_hook(&opt, zero_hook); });
+        EXPECT_TRUE(refused) << "rank " << rank << ": " << refused;
+        EXPECT_TRUE(refused.mentions("overlap_with_ddp")) << refused;
+      });
 }
 
 TEST(MixedPrecision, ADtypeThatIsNotFloatingPointIsAnInvalidArgumentOnEveryRank) {
