@@ -201,7 +201,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
     struct OnThrow {  // mixed_precision: the parameters given back
       DistributedDataParallelImpl* ddp;
       ~OnThrow() {
-        if (ddp) ddp->restore_after_failed_forward();
+        if (ddp) ddp->restore_unless_awaiting_backward();
       }
     } on_throw{this};
     ReturnType out = forward_wrapped<ReturnType>(cast_input(std::forward<Args>(args))...);
@@ -315,7 +315,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   void lower_parameters();
   bool restore_parameters();  // whether they got their own data back
   void restore_parameters_after(const std::vector<torch::Tensor>& outputs);
-  void restore_after_failed_forward();
+  void restore_unless_awaiting_backward();
   std::set<std::string> ignored_parameter_names() const;
   void after_forward(const std::vector<torch::Tensor>& outputs,
                      std::chrono::steady_clock::time_point start);

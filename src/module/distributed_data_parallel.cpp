@@ -208,7 +208,7 @@ void DistributedDataParallelImpl::restore_parameters_after(
     const std::vector<torch::Tensor>& outputs) {
   if (!low_precision_) return;
   if (!at::GradMode::is_enabled()) {
-    if (!awaiting_backward_ && low_precision_->restore()) reducer_->parameters_replaced();
+    restore_unless_awaiting_backward();
     return;
   }
   awaiting_backward_ = true;
@@ -223,7 +223,9 @@ void DistributedDataParallelImpl::restore_parameters_after(
   }
 }
 
-void DistributedDataParallelImpl::restore_after_failed_forward() {
+// After a forward no backward follows (no grad, or it threw): back at once,
+// unless an earlier forward's backward is still to come.
+void DistributedDataParallelImpl::restore_unless_awaiting_backward() {
   if (low_precision_ && !awaiting_backward_ && low_precision_->restore()) {
     reducer_->parameters_replaced();
   }
