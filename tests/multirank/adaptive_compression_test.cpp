@@ -17,6 +17,7 @@
 #include <array>
 #include <functional>
 #include <utility>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -327,9 +328,10 @@ TEST(AdaptiveHook, TheTimelineShowsEachRunAtALevel) {
   train(2, 8, three_levels_in_windows_of_two());
   unsetenv("DDP_TIMELINE");
   for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream file(dir + ".rank" + std::to_string(rank) + ".json");
+    const std::string path = dir + ".rank" + std::to_string(rank) + ".json";
     std::stringstream text;
-    text << file.rdbuf();
+    text << std::ifstream(path).rdbuf();
+    std::remove(path.c_str());
     // Full precision from iteration 0 to the switch at 4; fp16 from 4 to 6.
     for (const auto& [name, from] : {std::pair{"bucket 0: full", 0}, {"bucket 0: fp16", 4}}) {
       const size_t at = text.str().find(std::string("\"") + name + "\"");

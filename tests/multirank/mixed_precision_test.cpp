@@ -233,14 +233,13 @@ void expect_parameters_restored(
     const std::function<std::shared_ptr<Net>()>& make,
     const std::function<void(int rank, DistributedDataParallel&)>& use,
     bool pending_backward = false) {
-  DistributedDataParallelOptions options;
   std::vector<std::string> wrong(kRanks);
   spawn(kRanks, [&](int rank, StorePtr store) {
     auto net = make();
     auto pg = make_group(store, rank, kRanks);
     {
-      DistributedDataParallel model(
-          net, options.process_group(pg).mixed_precision(MixedPrecision{kBf16, kF32}));
+      DistributedDataParallel model(net, DistributedDataParallelOptions().process_group(pg).mixed_precision(
+                                             MixedPrecision{kBf16, kF32}));
       use(rank, model);
       for (const auto& p : net->parameters()) {
         if (p.scalar_type() != (pending_backward ? kBf16 : kF32)) wrong[rank] = "after use";
