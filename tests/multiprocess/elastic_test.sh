@@ -23,6 +23,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddp-elastic-test.XXXXXX")
 trap 'pkill -KILL -f "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 LIMIT=60  # seconds any one job may take before the test kills it
 STEPS=40
+# A job a rank joins: from its first step, when the joiner starts (which
+# must step within 2 s: join's check), it runs over 39 x 80 ms = 3.1 s; and
+# few steps are left after the join.
+JOIN_STEPS=40 JOIN_STEP_MS=80
 . "$(dirname "$0")/../support/tap.sh"
 
 wanted() { [[ ${#CASES[@]} -eq 0 || " ${CASES[*]} " == *" $1 "* ]]; }
@@ -42,13 +46,21 @@ elastic_job() {
 # The checkpoint handover: $2 ranks to step $4 save, then $3 ranks load and
 # finish (backend $1); prints the final "world hash". With ZERO=1 through a
 # ZeroRedundancyOptimizer: the consolidated checkpoint, loaded by a fresh one.
+# A handover the test made before (the same backend, worlds, step, STEPS and
+# ZERO) is not made again: its hash is kept in $WORK.
 handover() {
-  local backend=$1 before=$2 after=$3 at=$4 ck=$WORK/handover.$RANDOM.ckpt
-  local zero=(--zero "${ZERO:-0}")
+  local backend=$1 before=$2 after=$3 at=$4 ck=$WORK/handover.$RANDOM.ckpt got
+  local zero=(--zero "${ZERO:-0}") made=$WORK/handover.$1.$2.$3.$4.$STEPS.${ZERO:-0}.hash
+  if [[ -s $made ]]; then
+    cat "$made"
+    return
+  fi
   OUT=$WORK/save.out elastic_job "$before" "$backend" "${zero[@]}" --save-at "$at" --checkpoint "$ck" ||
     return 1
   OUT=$WORK/load.out elastic_job "$after" "$backend" "${zero[@]}" --load "$ck" || return 1
-  final_hash "$WORK/load.out"
+  got=$(final_hash "$WORK/load.out")
+  [[ -n $got ]] && echo "$got" >"$made"
+  echo "$got"
 }
 
 # The port of a job's ddp-store once its first generation steps (output $1).
@@ -167,12 +179,12 @@ fi
 if wanted join; then
   name="gloo: a 4th rank joins a job of 3"
   OUT=$WORK/join.out
-  (elastic_job 3 gloo --step-ms 40 --steps 120) &
+  (elastic_job 3 gloo --step-ms "$JOIN_STEP_MS" --steps "$JOIN_STEPS") &
   job=$!
   port=$(store_port "$OUT")
   started=$(date +%s%3N)
   rc2=0
-  OUT=$WORK/joiner.out join_job "$port" gloo --steps 120 --step-ms 40 || rc2=$?
+  OUT=$WORK/joiner.out join_job "$port" gloo --steps "$JOIN_STEPS" --step-ms "$JOIN_STEP_MS" || rc2=$?
   rc=0
   wait "$job" || rc=$?
   at=$(resumed_at "$OUT" 1)
@@ -183,7 +195,7 @@ if wanted join; then
     [[ $((stepping - started)) -lt 2000 ]] &&
       pass "$name: stepping at world 4 $((stepping - started)) ms after its ddprun started" ||
       fail "$name: $((stepping - started)) ms after its start, over 2 s"
-    expected=$(STEPS=120 handover gloo 3 4 "$at")
+    expected=$(STEPS=$JOIN_STEPS handover gloo 3 4 "$at")
     [[ $(final_hash "$OUT") == "$expected" ]] &&
       pass "$name: bit-identical to the 3 -> 4 handover at step $at" ||
       fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
@@ -315,16 +327,16 @@ if wanted zero; then
 
   name="gloo, ZeRO: a 4th rank joins a job of 3"
   OUT=$WORK/zjoin.out
-  (elastic_job 3 gloo --zero 1 --step-ms 40 --steps 120) &
+  (elastic_job 3 gloo --zero 1 --step-ms "$JOIN_STEP_MS" --steps "$JOIN_STEPS") &
   job=$!
   port=$(store_port "$OUT")
   rc2=0
-  OUT=$WORK/zjoiner.out join_job "$port" gloo --zero 1 --steps 120 --step-ms 40 || rc2=$?
+  OUT=$WORK/zjoiner.out join_job "$port" gloo --zero 1 --steps "$JOIN_STEPS" --step-ms "$JOIN_STEP_MS" || rc2=$?
   rc=0
   wait "$job" || rc=$?
   at=$(resumed_at "$OUT" 1)
   if [[ $rc -eq 0 && $rc2 -eq 0 && -n $at ]]; then
-    expected=$(STEPS=120 ZERO=1 handover gloo 3 4 "$at")
+    expected=$(STEPS=$JOIN_STEPS ZERO=1 handover gloo 3 4 "$at")
     [[ $(final_hash "$OUT") == "$expected" && $expected == 4\ * ]] &&
       pass "$name: shards re-partitioned over 4, bit-identical to the ZeRO 3 -> 4 handover at step $at" ||
       fail "$name: state '$(final_hash "$OUT")', handover '$expected'"
