@@ -6,7 +6,8 @@
 CMake builds libddp and the extension module from this checkout into
 $DDP_TORCH_BUILD_DIR (default: build-python/ beside python/), with ccache
 when it is installed; the package then holds the module, libddp and ddp's
-Gloo module side by side.
+Gloo module side by side. $DDP_TORCH_CMAKE_ARGS (space-separated) go to
+CMake's configuration as well.
 """
 
 import os
@@ -42,6 +43,7 @@ class CMakeBuild(build_ext):
                      "-DDDP_BUILD_PYTHON=ON"]
         if shutil.which("ccache"):
             configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+        configure += os.environ.get("DDP_TORCH_CMAKE_ARGS", "").split()
         subprocess.check_call(configure)
         jobs = os.environ.get("DDP_BUILD_JOBS", str(os.cpu_count() or 2))
         subprocess.check_call(["cmake", "--build", str(build), "--target", "ddp_torch_C", "-j", jobs])

@@ -17,9 +17,12 @@ site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
   { read -r own; echo "$site" >"$own/tier-torch.pth"; }
 # As in scripts/build.sh: paths relative to the checkout, so that ccache
-# hits across clones.
+# hits across clones. No precompiled header: one made in this build folder
+# differs from every other, so that each object compiled with it would miss
+# ccache (a minute and a half each time); without it, a run after the suite's
+# last one finds every object there.
 export CCACHE_BASEDIR=$repo CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-DDP_TORCH_BUILD_DIR=$build DDP_BUILD_JOBS=2 \
+DDP_TORCH_BUILD_DIR=$build DDP_BUILD_JOBS=2 DDP_TORCH_CMAKE_ARGS=-DDDP_PRECOMPILE_HEADERS=OFF \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$repo/python"
 # The installed package must stand alone: the build folder out of sight.
 mv "$build" "$build.hidden"
