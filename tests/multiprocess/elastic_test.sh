@@ -41,6 +41,8 @@ change_generation() {
     awk -F'|' '$2 != "none" || $3 != "none" { print $1; exit }'
 }
 show() { tail -n "${2:-8}" "$1" | cut -c1-240 | tr '\n' '|'; }
+# The job's lines about generations (output $1), the last 12, for a failure.
+generation_lines() { grep -E 'generation|ddprun' "$1" | show - 12; }
 
 # An elastic job of $1 ranks on backend $2; the rest: worker flags. Output in $OUT.
 elastic_job() {
@@ -110,7 +112,7 @@ killed_case() {
     pass "$name: ddprun reports the loss and the new world" ||
     fail "$name: ddprun's lines" "$(show "$OUT" 12)"
   [[ $resumed == "$at" ]] && pass "$name: resumed at step $at (no committed step lost)" ||
-    fail "$name: resumed at step '$resumed', wanted $at" "$(grep -E 'generation|ddprun' "$OUT" | show - 12)"
+    fail "$name: resumed at step '$resumed', wanted $at" "$(generation_lines "$OUT")"
   expected=$(handover "$backend" 3 2 "$at")
   [[ $got == "$expected" && $got == 2\ * ]] &&
     pass "$name: bit-identical to the 3 -> 2 checkpoint handover at step $at ($got)" ||
@@ -248,7 +250,7 @@ zero_case() {
     return 1
   fi
   [[ $resumed == "$first" ]] && pass "$name: resumed at step $first (no committed step lost)" ||
-    fail "$name: resumed at step '$resumed', wanted $first" "$(grep -E 'generation|ddprun' "$OUT" | show - 12)"
+    fail "$name: resumed at step '$resumed', wanted $first" "$(generation_lines "$OUT")"
   echo "$got" >"$OUT.hash"
 }
 

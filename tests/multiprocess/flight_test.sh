@@ -17,7 +17,7 @@ job=$build/tests/multiprocess/fault_rank
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/../support/tap.sh"
-. "$(dirname "$0")/concurrent.sh"
+. "$(dirname "$0")/../support/concurrent.sh"
 
 # run BACKEND FAULT PATTERN: 12 allreduces, the victim is rank 1, faulty at
 # the 5th (#4 of the group, counted from 0 as in the backends' errors: the

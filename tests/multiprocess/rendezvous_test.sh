@@ -4,7 +4,7 @@
 #   rendezvous_test.sh BUILD_DIR
 set -uo pipefail
 . "$(dirname "$0")/../support/scratch.sh" "$1"
-. "$(dirname "$0")/concurrent.sh"
+. "$(dirname "$0")/../support/concurrent.sh"
 demo=$build/examples/collectives
 fault=$build/tests/multiprocess/fault_rank
 # scratch.sh's, and the ranks still in the background stopped.

@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 pids=()
 trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/../support/tap.sh"
-. "$(dirname "$0")/concurrent.sh"
+. "$(dirname "$0")/../support/concurrent.sh"
 
 # Segments of this machine; "clean" passes when none appeared since the start.
 segments() { ls /dev/shm 2>/dev/null | grep '^ddp-shm-' | sort; }

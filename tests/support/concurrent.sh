@@ -6,7 +6,7 @@
 # prints their outputs in the order the cases were started, so that the TAP
 # lines read as if the cases had run one after another. A case that printed
 # "not ok", exited non-zero or overran its bound sets $failed (tap.sh's).
-#   . "$(dirname "$0")/concurrent.sh"      (after tap.sh)
+#   . "$(dirname "$0")/../support/concurrent.sh"   (after tap.sh)
 #   concurrent_start DIR [MAX [LIMIT_S [STAGGER_S]]]
 #       DIR: a scratch folder for the outputs; MAX cases at once (default 4);
 #       each killed, with what it started, after LIMIT_S (default 300); a
