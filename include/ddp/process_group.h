@@ -16,9 +16,11 @@
 //   CPU backends (gloo, mpi, shm) take tensors of dtype float32, float64,
 //   float16, bfloat16, int32, int64 or uint8. A CPU or CUDA tensor on a
 //   device the backend does not handle is staged (src/collectives/staging.h):
-//   copied to staging_device() on the caller's current stream, reduced there
-//   and copied back before the Work completes. So the CPU backends take CUDA
-//   tensors through pinned host memory, and nccl CPU tensors through its GPU.
+//   copied to staging_device() after the work queued on the caller's current
+//   stream, reduced there and copied back before the Work completes. So the
+//   CPU backends take CUDA tensors through pinned host memory (the copies on
+//   streams of their own, waited for by neither the caller nor the worker),
+//   and nccl CPU tensors through its GPU.
 // - After a communication failure the group is broken: the failed Work and all
 //   later ones raise CommunicationError (or TimeoutError) with the first cause.
 // - Thread-safe: operations may be issued from several threads, but then the
@@ -40,6 +42,8 @@ namespace ddp {
 
 namespace detail {
 class IssuedLog;
+class Staging;
+class StagingOrder;
 }
 
 enum class ReduceOp : uint8_t { SUM, AVG, MIN, MAX, PRODUCT };
@@ -136,6 +140,13 @@ class ProcessGroup {
                                     ReduceOp op) = 0;
   virtual WorkPtr do_barrier() = 0;
 
+  // Whether every do_* call queues its operation on the group's
+  // detail::TaskQueue, whose worker reads the inputs: then a staged
+  // operation's copies to the host are waited for there, and the caller's
+  // thread returns at once (src/collectives/staging_gate.h). Default: false
+  // (staging waits for them before the do_* call).
+  virtual bool reads_inputs_on_queue() const;
+
   // "rank 1 of 4 [gloo]" — how errors name this process
   // (format_context(error_context())).
   std::string where() const;
@@ -149,6 +160,10 @@ class ProcessGroup {
   // in the flight recorder (src/collectives/issued_log.h).
   friend class detail::IssuedLog;
   const std::unique_ptr<detail::IssuedLog> issued_;
+  // The staging of an operation on tensors like `tensor` (Checker::staged).
+  detail::Staging staging_for(const at::Tensor& tensor) const;
+  // Keeps Works in issue order while staged ones complete late.
+  const std::unique_ptr<detail::StagingOrder> staging_order_;
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

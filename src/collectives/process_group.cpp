@@ -52,7 +52,11 @@ const char* to_string(OpKind kind) {
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), timeout_(timeout), issued_(std::make_unique<detail::IssuedLog>()) {
+    : rank_(rank),
+      size_(size),
+      timeout_(timeout),
+      issued_(std::make_unique<detail::IssuedLog>()),
+      staging_order_(std::make_unique<detail::StagingOrder>()) {
   if (size < 1) {
     throw InvalidArgument("process group size must be >= 1, got " + std::to_string(size));
   }
@@ -76,6 +80,13 @@ bool ProcessGroup::handles_device(c10::DeviceType type) const {
 }
 
 c10::Device ProcessGroup::staging_device() const { return c10::Device(c10::DeviceType::CPU); }
+
+bool ProcessGroup::reads_inputs_on_queue() const { return false; }
+
+detail::Staging ProcessGroup::staging_for(const at::Tensor& tensor) const {
+  return detail::Staging(tensor.device().type(), staging_device(), reads_inputs_on_queue(),
+                         timeout());
+}
 
 at::Tensor ProcessGroup::allocate_zero_copy(int64_t) { return at::Tensor(); }
 
@@ -177,10 +188,12 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
-    at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allreduce(staged, op), {tensor}, {staged}, timeout());
+    detail::Staging staging = staging_for(tensor);
+    at::Tensor staged = staging.in(tensor);
+    work = staging.issue([&] { return do_allreduce(staged, op); }, {tensor}, {staged},
+                         error_context("allreduce"), *staging_order_);
   } else {
-    work = do_allreduce(std::move(tensor), op);
+    work = staging_order_->in_order(do_allreduce(std::move(tensor), op), timeout());
   }
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
@@ -207,11 +220,12 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensors)) {
-    auto staged = detail::staged_copies(tensors, staging_device(), /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allreduce_coalesced(staged, op), std::move(tensors),
-                                           staged, timeout());
+    detail::Staging staging = staging_for(tensors[0]);
+    auto staged = staging.in(tensors);
+    work = staging.issue([&] { return do_allreduce_coalesced(staged, op); }, std::move(tensors),
+                         staged, error_context("allreduce_coalesced"), *staging_order_);
   } else {
-    work = do_allreduce_coalesced(std::move(tensors), op);
+    work = staging_order_->in_order(do_allreduce_coalesced(std::move(tensors), op), timeout());
   }
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
@@ -229,11 +243,12 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(tensor)) {
-    at::Tensor staged = detail::staged_copy(tensor, staging_device(), /*copy=*/true);
-    work =
-        detail::copy_back_on_completion(do_broadcast(staged, root), {tensor}, {staged}, timeout());
+    detail::Staging staging = staging_for(tensor);
+    at::Tensor staged = staging.in(tensor);
+    work = staging.issue([&] { return do_broadcast(staged, root); }, {tensor}, {staged},
+                         error_context("broadcast"), *staging_order_);
   } else {
-    work = do_broadcast(std::move(tensor), root);
+    work = staging_order_->in_order(do_broadcast(std::move(tensor), root), timeout());
   }
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
@@ -253,12 +268,13 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(outputs) || check.staged(input)) {
-    auto staged = detail::staged_copies(outputs, staging_device(), /*copy=*/false);
-    at::Tensor staged_input = detail::staged_copy(input, staging_device(), /*copy=*/true);
-    work = detail::copy_back_on_completion(do_allgather(staged, staged_input), std::move(outputs),
-                                           staged, timeout());
+    detail::Staging staging = staging_for(input);
+    auto staged = staging.out(outputs);
+    at::Tensor staged_input = staging.in(input);
+    work = staging.issue([&] { return do_allgather(staged, staged_input); }, std::move(outputs),
+                         staged, error_context("allgather"), *staging_order_);
   } else {
-    work = do_allgather(std::move(outputs), std::move(input));
+    work = staging_order_->in_order(do_allgather(std::move(outputs), std::move(input)), timeout());
   }
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
@@ -281,12 +297,14 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
   detail::flight::PendingRecord flight(issued_->record(issued));
   WorkPtr work;
   if (check.staged(inputs) || check.staged(output)) {
-    auto staged = detail::staged_copies(inputs, staging_device(), /*copy=*/true);
-    at::Tensor staged_output = detail::staged_copy(output, staging_device(), /*copy=*/false);
-    work = detail::copy_back_on_completion(do_reduce_scatter(staged_output, staged, op), {output},
-                                           {staged_output}, timeout());
+    detail::Staging staging = staging_for(output);
+    auto staged = staging.in(inputs);
+    at::Tensor staged_output = staging.out(output);
+    work = staging.issue([&] { return do_reduce_scatter(staged_output, staged, op); }, {output},
+                         {staged_output}, error_context("reduce_scatter"), *staging_order_);
   } else {
-    work = do_reduce_scatter(std::move(output), std::move(inputs), op);
+    work = staging_order_->in_order(do_reduce_scatter(std::move(output), std::move(inputs), op),
+                                    timeout());
   }
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
@@ -296,7 +314,7 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
 WorkPtr ProcessGroup::barrier() {
   const detail::IssuedLog::Collective issued{OpKind::BARRIER, -1, -1, 0, -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work = do_barrier();
+  WorkPtr work = staging_order_->in_order(do_barrier(), timeout());
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
   return work;

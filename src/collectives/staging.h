@@ -5,35 +5,85 @@
 // small CPU collectives (the construction check, the iteration status) run
 // on any backend.
 //
-// A staged collective, on the caller's thread: copies each input to the
-// staging device (a copy ordered after the work already queued on the
-// caller's current stream, and waited for), and issues the backend's
-// collective on the copies. When that completes, the results are copied back
-// (waited for on the completing thread) before the returned Work completes:
-// a finished Work means the caller's tensors hold the result, whatever
-// stream reads them next.
+// Where a stager serves the tensors' device (collectives/stager.h: CUDA
+// tensors staged on the host), nobody waits for a copy on the way:
+// - in: the copies to the host are queued after the work already queued on
+//   the caller's current stream, and the caller's thread returns at once. A
+//   group that reads its inputs on its queue's worker (shm, gloo, mpi) waits
+//   for them there (collectives/staging_gate.h); any other group, on the
+//   caller's thread before the backend call.
+// - out: when the backend's operation completes, the copy-back queue
+//   (collectives/copy_back.h) queues the copies of the results to the device
+//   on a stream of their own, and completes the caller's Work once they have
+//   landed: the backend's worker goes on to the next operation meanwhile.
+// Elsewhere (CPU tensors over nccl; a build without CUDA), the copies are
+// blocking: in, on the caller's thread; out, on the thread that completes
+// the backend's operation.
+//
+// Either way a finished Work means that the caller's tensors hold the
+// result, whatever stream reads them next; and the group's Works still
+// complete in issue order (StagingOrder).
 #pragma once
 
 #include <ddp/work.h>
 
-#include <ATen/core/Tensor.h>
+#include "base/mutex.h"
+#include "collectives/stager.h"
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <chrono>
+#include <functional>
 #include <vector>
 
 namespace ddp::detail {
 
-// A tensor shaped like `tensor` on `device` (pinned when that is the CPU);
-// holds its values when `copy`.
-at::Tensor staged_copy(const at::Tensor& tensor, const c10::Device& device, bool copy);
+// One group's order of completion: a Work completed by the copy-back queue
+// may complete after a later operation's backend Work. While one is
+// pending, in_order() hands out, in place of each later Work, one that
+// completes after both.
+class StagingOrder {
+ public:
+  // `work` as the caller gets it.
+  WorkPtr in_order(WorkPtr work, std::chrono::milliseconds timeout);
+  // `work` completes through the copy-back queue.
+  void deferred(WorkPtr work);
 
-// staged_copy of each of `tensors`.
-std::vector<at::Tensor> staged_copies(const std::vector<at::Tensor>& tensors,
-                                      const c10::Device& device, bool copy);
+ private:
+  Mutex mutex_;
+  WorkPtr last_deferred_ DDP_GUARDED_BY(mutex_);  // null once seen complete
+};
 
-// A Work that completes after `staged_work`, once each results[i] has been
-// copied back into originals[i]; with staged_work's error if it failed, or
-// the copy's. Its result() is `originals`.
-WorkPtr copy_back_on_completion(const WorkPtr& staged_work, std::vector<at::Tensor> originals,
-                                std::vector<at::Tensor> results, std::chrono::milliseconds timeout);
+// The staging of one operation's tensors on `staging_device`.
+class Staging {
+ public:
+  // `tensors_device`: where the operation's tensors are. `gated`: the group
+  // reads its inputs on its queue's worker (ProcessGroup::reads_inputs_on_queue).
+  Staging(c10::DeviceType tensors_device, const c10::Device& staging_device, bool gated,
+          std::chrono::milliseconds timeout);
+
+  // Staged tensors for `tensors`: with their values (inputs), or to be
+  // written (outputs only).
+  std::vector<at::Tensor> in(const std::vector<at::Tensor>& tensors);
+  std::vector<at::Tensor> out(const std::vector<at::Tensor>& tensors);
+  at::Tensor in(const at::Tensor& tensor) { return in(std::vector<at::Tensor>{tensor})[0]; }
+  at::Tensor out(const at::Tensor& tensor) { return out(std::vector<at::Tensor>{tensor})[0]; }
+
+  // Runs `call` (the backend's operation on the staged tensors) once the
+  // input copies may be read, and returns the Work the caller gets: it
+  // completes once each results[i] has been copied back into originals[i],
+  // with the operation's error if it failed, or the copy's. Its result() is
+  // `originals`; `error_context` its errors' context (the group's).
+  WorkPtr issue(const std::function<WorkPtr()>& call, std::vector<at::Tensor> originals,
+                std::vector<at::Tensor> results, ErrorContext error_context, StagingOrder& order);
+
+ private:
+  Stager* const stager_;  // null: blocking copies
+  const c10::Device staging_device_;
+  const bool gated_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<Fence> copied_;  // the input copies queued by in()
+};
 
 }  // namespace ddp::detail

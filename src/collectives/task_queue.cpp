@@ -55,6 +55,8 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
     } else {
       task.work = work;
       task.body = std::move(body);
+      task.gate = take_pending_gate();
+      if (task.gate) task.deadline = std::chrono::steady_clock::now() + timeout_;
       queue_.push_back(std::move(task));
     }
   }
@@ -75,7 +77,7 @@ std::optional<TaskQueue::Claim> TaskQueue::claim(const char* kind, const std::st
     // Idle: nothing queued or running, and the last Work complete (a
     // worker may still run its callbacks, as after any completion).
     if (stopping_ || claimed_ || running_ > 0 || !queue_.empty() || !broken_reason_.empty() ||
-        (last_ && !last_->is_completed())) {
+        (last_ && !last_->is_completed()) || gate_pending()) {
       return std::nullopt;
     }
     claim.work = issue(kind, detail, std::move(outputs), &claim.tag, &claim.previous);
@@ -100,8 +102,13 @@ void TaskQueue::finish_claim(Claim claim, std::exception_ptr error) {
 void TaskQueue::hand_off_claim(Claim claim, Body rest) {
   {
     MutexLock lock(mutex_);
-    queue_.push_front(Task{claim.tag, std::move(claim.work), std::move(claim.previous),
-                           std::move(rest), /*started=*/true});
+    Task task;
+    task.tag = claim.tag;
+    task.work = std::move(claim.work);
+    task.previous = std::move(claim.previous);
+    task.body = std::move(rest);
+    task.started = true;
+    queue_.push_front(std::move(task));
     claimed_ = false;
   }
   queue_cv_.notify_all();
@@ -146,9 +153,26 @@ std::exception_ptr TaskQueue::run(Task& task) {
     }
   }
   if (!task.started) task.work->mark_started();
-  std::exception_ptr error = task.body(task.tag, *task.work);
+  std::exception_ptr error = task.gate ? wait_for_gate(task) : nullptr;
+  if (!error) error = task.body(task.tag, *task.work);
   note(error);
   return error;
+}
+
+std::exception_ptr TaskQueue::wait_for_gate(const Task& task) const {
+  std::string why;
+  try {
+    if (wait_for_fence(task.gate->copied, task.deadline)) return nullptr;
+    return std::make_exception_ptr(TimeoutError(
+        task.work->context(),
+        "the copy of its input to host memory (staging) did not finish within " +
+            std::to_string(timeout_.count()) +
+            " ms: the device is stuck, or the work that produces the tensor never ends"));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  return std::make_exception_ptr(CommunicationError(
+      task.work->context(), "the copy of its input to host memory (staging) failed: " + why));
 }
 
 void TaskQueue::note(const std::exception_ptr& error) {

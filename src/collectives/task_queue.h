@@ -14,11 +14,17 @@
 // the Work, or by handing the rest of the operation to a worker (an
 // operation whose peers are not there yet), ahead of whatever other threads
 // queued meanwhile.
+//
+// A staged operation's input copies (collectives/staging_gate.h): enqueue()
+// takes the calling thread's pending gate, and the worker waits for the
+// copies (within the Work's timeout) before it runs the body; a failed or
+// late copy breaks the queue. claim() refuses while a gate is pending.
 #pragma once
 
 #include <ddp/work.h>
 
 #include "base/mutex.h"
+#include "collectives/staging_gate.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -85,9 +91,13 @@ class TaskQueue {
     WorkPtr previous;  // null for the first
     Body body;
     bool started = false;  // a claim's rest: its Work was marked started
+    GatePtr gate;          // null: nothing to wait for
+    std::chrono::steady_clock::time_point deadline;  // the gate's, with one
   };
   void work_loop();
   std::exception_ptr run(Task& task);
+  // Waits for a task's gate: null once it passed, else why not.
+  std::exception_ptr wait_for_gate(const Task& task) const;
   // A Work numbered and chained after the last one issued.
   WorkPtr issue(const char* kind, const std::string& detail, std::vector<at::Tensor> outputs,
                 uint32_t* tag, WorkPtr* previous) DDP_REQUIRES(mutex_);

@@ -107,6 +107,7 @@ class ShmProcessGroup : public ProcessGroup {
   WorkPtr do_reduce_scatter(at::Tensor output, std::vector<at::Tensor> inputs,
                             ReduceOp op) override;
   WorkPtr do_barrier() override;
+  bool reads_inputs_on_queue() const override;  // true: every operation is queued
 
  private:
   class Impl;

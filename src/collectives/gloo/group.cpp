@@ -64,4 +64,6 @@ WorkPtr GlooProcessGroup::do_reduce_scatter(at::Tensor output, std::vector<at::T
 
 WorkPtr GlooProcessGroup::do_barrier() { return impl_->engine->barrier(); }
 
+bool GlooProcessGroup::reads_inputs_on_queue() const { return true; }
+
 }  // namespace ddp

@@ -413,4 +413,6 @@ WorkPtr MpiProcessGroup::do_barrier() {
   return impl_->enqueue("barrier", "", {}, std::move(call));
 }
 
+bool MpiProcessGroup::reads_inputs_on_queue() const { return true; }
+
 }  // namespace ddp

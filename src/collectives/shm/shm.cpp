@@ -295,4 +295,6 @@ WorkPtr ShmProcessGroup::do_barrier() {
   return impl_->run_small("barrier", "", {}, 0, [](shm::Channel& ch) { shm::barrier(ch); });
 }
 
+bool ShmProcessGroup::reads_inputs_on_queue() const { return true; }
+
 }  // namespace ddp
