@@ -37,9 +37,26 @@ template <typename O>
 struct ZeroGradSetsToNone<O, std::void_t<decltype(std::declval<O&>().zero_grad(true))>>
     : std::true_type {};
 
+// Whether S has listKeys() (libtorch 2.x's Store).
+template <typename S, typename = void>
+struct HasListKeys : std::false_type {};
+template <typename S>
+struct HasListKeys<S, std::void_t<decltype(std::declval<S&>().listKeys())>> : std::true_type {};
+
+template <typename S>
+std::optional<std::vector<std::string>> keys_of(S& store) {
+  if constexpr (HasListKeys<S>::value) {
+    return store.listKeys();
+  } else {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 void use_classic_tcp_store(c10d::TCPStoreOptions& options) { disable_libuv(options); }
+
+std::optional<std::vector<std::string>> list_keys(c10d::Store& store) { return keys_of(store); }
 
 void copy_all(at::TensorList dst, at::TensorList src) {
 #ifdef DDP_HAS_FOREACH_COPY

@@ -45,11 +45,14 @@
 
 #include <ATen/core/Tensor.h>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace c10d {
+class Store;
 struct TCPStoreOptions;
 }
 namespace torch::autograd {
@@ -75,6 +78,10 @@ void zero_all(at::TensorList tensors);
 // libuv (Debian's) then refuse to start the store; the classic server is in
 // every version and is what 1.13 uses.
 void use_classic_tcp_store(c10d::TCPStoreOptions& options);
+
+// Every key on `store`, where its class can list them (libtorch 2.x's
+// Store::listKeys; detected); nullopt where it cannot (1.13).
+std::optional<std::vector<std::string>> list_keys(c10d::Store& store);
 
 // The gradient accumulator of a leaf that requires grad (autograd's node
 // for it), kept alive by the returned pointer as by autograd's own handle:

@@ -86,7 +86,7 @@ Membership::Membership(const ElasticOptions& options)
              : kFirstFreshId + static_cast<int>(store_->add(key("next_id"), 1)) - 1;
   const std::string me = encode({host_, pid_namespace_, static_cast<int32_t>(getpid())});
   const std::string holder =
-      store_text(store_->compareSet(key("member/" + std::to_string(id_)), {}, store_bytes(me)));
+      store_text(store_->compareSet(member_key(id_), {}, store_bytes(me)));
   if (holder != me) {
     const ProcessInfo other = decode_process(holder);
     const bool alive = other.host != host_ || other.pid_namespace != pid_namespace_ ||
@@ -98,7 +98,7 @@ Membership::Membership(const ElasticOptions& options)
                                 (other.host == host_ ? "this host" : "another host") +
                                 ": give every process of an elastic job its own RANK, or none");
     }
-    store_->set(key("member/" + std::to_string(id_)), store_bytes(me));  // the id of a dead process
+    store_->set(member_key(id_), store_bytes(me));  // the id of a dead process
   }
   heartbeat_ = std::thread([this] { heartbeat(); });
 }
@@ -138,7 +138,7 @@ void Membership::watch(const ElasticWorld& now) {
 }
 
 void Membership::observe(const StorePtr& store, int id) {
-  const int64_t beats = store->add(key("hb/" + std::to_string(id)), 0);
+  const int64_t beats = store->add(heartbeat_key(id), 0);
   MutexLock lock(mutex_);
   Liveness& l = liveness_[id];
   if (beats != l.beats) {
@@ -159,7 +159,7 @@ void Membership::heartbeat() {
       // A connection of its own (a client is one socket), made again after
       // a failure, each attempt short so that the destructor never waits long.
       if (!store) store = connect(10 * options_.heartbeat_interval());
-      store->add(key("hb/" + std::to_string(id_)), 1);
+      store->add(heartbeat_key(id_), 1);
       for (int m : members) {
         if (m != id_ && gone(store, m)) generation_abort_.member_gone(generation, m);
       }
@@ -187,8 +187,8 @@ bool Membership::gone(const StorePtr& store, int id) {
     still = Clock::now() - liveness_[id].moved;
   }
   const auto info =
-      store->check({key("member/" + std::to_string(id))})
-          ? decode_process(store_text(store->get(key("member/" + std::to_string(id)))))
+      store->check({member_key(id)})
+          ? decode_process(store_text(store->get(member_key(id))))
           : ProcessInfo{};
   if (info.host == host_ && info.pid_namespace == pid_namespace_ && info.pid > 0) {
     switch (shm::process_state(info.pid)) {
@@ -208,7 +208,9 @@ bool Membership::gone(const StorePtr& store, int id) {
 void Membership::finish() { store_->set(key("finished"), store_bytes("1")); }
 
 int64_t Membership::first_undecided_generation(const StorePtr& store) const {
+  // From the floor: the generations below it were collected (store_gc.h).
   int64_t n = 0;
+  if (store->check({floor_key()})) n = std::stoll(store_text(store->get(floor_key())));
   while (store->check({generation_key(n, "decided")})) ++n;
   return n;
 }
@@ -259,11 +261,18 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
                           ? options_.initial_world_size()
                           : static_cast<int>(env_int("WORLD_SIZE", 1, 1 << 20).value_or(1));
   for (;; ++n) {
+    std::optional<GenerationRecord> last;
+    if (n > 0 && !(last = decision(n - 1))) {
+      // Collected (store_gc.h): this process's last generation is long gone
+      // (it was stopped, say): it starts over from the first undecided one.
+      n = first_undecided_generation(store_) - 1;
+      continue;
+    }
     const auto arrived_at = Clock::now();
     const int64_t slot = store_->add(generation_key(n, "count"), 1);
     store_->set(generation_key(n, "slot/" + std::to_string(slot)),
                 store_bytes(std::to_string(id_)));
-    const std::vector<int> before = n > 0 ? decision(n - 1).value().members : std::vector<int>{};
+    const std::vector<int> before = n > 0 ? last->members : std::vector<int>{};
     for (;;) {
       if (store_->check({key("finished")})) return ElasticWorld{};
       if (const auto record = decision(n)) {

@@ -22,6 +22,13 @@ inline std::string generation_key(int64_t n, const std::string& suffix) {
   return key("g" + std::to_string(n) + "/" + suffix);
 }
 
+// The lowest generation whose keys the store still holds: the ones before
+// it were collected (elastic/store_gc.h). Absent: 0.
+inline std::string floor_key() { return key("floor"); }
+// Member `id`'s process and heartbeat.
+inline std::string member_key(int id) { return key("member/" + std::to_string(id)); }
+inline std::string heartbeat_key(int id) { return key("hb/" + std::to_string(id)); }
+
 struct GenerationRecord {
   std::vector<int> members, left, joined;
   int64_t formed_ms = 0;

@@ -1,7 +1,8 @@
 // ddp-store: the store of an elastic job, held by a process that trains
 // nothing, so that it outlives any rank (include/ddp/elastic.h). It hosts
-// libtorch's TCPStore and, with --report, says in one line each membership
-// change the members decide.
+// libtorch's TCPStore, deletes the keys of generations no member reads again
+// (src/elastic/store_gc.h) and, with --report, says in one line each
+// membership change the members decide, with the store's key count.
 //
 //   ddp-store --port 29500 [--host ADDR] [--report [--report-as NAME]]
 //
@@ -11,6 +12,7 @@
 #include "base/store_values.h"
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
+#include "elastic/store_gc.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -30,7 +32,8 @@ constexpr const char* kUsage =
     "                  (default 127.0.0.1; libtorch's server listens on every\n"
     "                  interface)\n"
     "  --port P        port (default 29500; 0: a free one, printed)\n"
-    "  --report        one line per membership change the members decide\n"
+    "  --report        one line per membership change the members decide, with\n"
+    "                  the store's key count (old generations' keys are deleted)\n"
     "  --report-as N   the lines' prefix (default ddp-store; ddprun: ddprun)\n";
 
 // "1, 2" or "none".
@@ -98,23 +101,23 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   namespace el = ddp::detail::elastic;
-  int64_t next = 0;  // the first generation not reported yet
+  int64_t next = 0;  // the first generation not seen decided yet
   const timespec poll{0, 20 * 1000 * 1000};
   for (;;) {
     const int sig = sigtimedwait(&stop, nullptr, &poll);
     if (sig == SIGTERM || sig == SIGINT) return 0;
-    if (!report) continue;
     try {
       while (store->check({el::generation_key(next, "decided")})) {
         const auto r = el::GenerationRecord::decode(
             ddp::detail::store_text(store->get(el::generation_key(next, "decided"))));
-        if (r) {
+        el::collect_generations(*store, next);
+        if (r && report) {
           std::printf(
               "%s: elastic: generation %lld: world %zu (members %s); left: %s; joined: %s; "
-              "formed in %.3f s\n",
+              "formed in %.3f s; store keys %lld\n",
               reporter.c_str(), static_cast<long long>(next), r->members.size(),
               ids(r->members).c_str(), ids(r->left).c_str(), ids(r->joined).c_str(),
-              r->formed_ms / 1000.0);
+              r->formed_ms / 1000.0, static_cast<long long>(store->getNumKeys()));
           std::fflush(stdout);
         }
         ++next;
