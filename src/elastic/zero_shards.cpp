@@ -10,6 +10,7 @@
 // consolidated checkpoint of that step.
 #include <ddp/elastic.h>
 
+#include "base/fault_point.h"
 #include "checkpoint/checkpoint_archive.h"
 #include "compat/torch_compat.h"
 #include "elastic/zero_handover.h"
@@ -235,6 +236,7 @@ void ElasticState::synchronize_zero(const ProcessGroupPtr& group, const std::str
   auto wanted_by = [&](size_t i, int r) { return owner[i] == r || keeper(i) == r; };
   std::map<size_t, Impl::StatePtr> states;
   for (int from = 0; from < world; ++from) {
+    detail::fault_point("elastic.zero_handover.transfer");
     // What `from` sends: [#i][length][state bytes] per state another member needs.
     bool sends = false;
     for (size_t i = 0; i < count && !sends; ++i) {

@@ -322,6 +322,20 @@ if wanted zero; then
     pass "$name: generation 2 of 2 members, bit-identical to the ZeRO 4 -> 2 handover" ||
     fail "$name" "exit $rc, state '$got', handover '$expected': $(show "$OUT" 12)"
 
+  # Members 1 and 3 hold no shard's only copies between them (each shard's
+  # replica is on the rank before its owner): the handover can go on.
+  name="gloo, ZeRO: member 1 of 4 killed at step 8, member 3 mid-way through the handover after it"
+  OUT=$WORK/zero.mid-handover.out
+  rc=0
+  elastic_job 4 gloo --zero 1 --fault kill --victim 1 --at 8 --handover-victim 3 || rc=$?
+  got=$(final_hash "$OUT")
+  expected=$(ZERO=1 handover gloo 4 2 8)
+  [[ $rc -eq 0 && $got == "$expected" && $got == 2\ * ]] &&
+    grep -q "ddp: fault point elastic.zero_handover.transfer: killing this process" "$OUT" &&
+    grep -q "ddprun: elastic: generation [0-9]*: world 2 .*left: 3;" "$OUT" &&
+    pass "$name: 2 members go on, bit-identical to the ZeRO 4 -> 2 handover" ||
+    fail "$name" "exit $rc, state '$got', handover '$expected': $(generation_lines "$OUT")"
+
   name="gloo, ZeRO: members 1 and 2 of 4 killed at once (member 2's shard and its replica)"
   OUT=$WORK/zero.lost.out
   rc=0

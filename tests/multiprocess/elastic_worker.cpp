@@ -15,6 +15,12 @@
 //       [--reform-victim ID]                        member ID kills itself as
 //                                                   generation 1 forms (after
 //                                                   its state sync)
+//       [--handover-victim ID]                      member ID kills itself in
+//                                                   the ZeRO handover after the
+//                                                   first --at step's failure:
+//                                                   after the first member's
+//                                                   turn to send, before the
+//                                                   second's (a fault point)
 //       [--save-at STEP --checkpoint PATH]          save a checkpoint after
 //                                                   STEP steps and stop there
 //       [--load PATH]                               start from that checkpoint
@@ -30,6 +36,7 @@
 #include <ddp/ddp.h>
 
 #include "../support/error_facts.h"
+#include "base/fault_point.h"
 #include "compat/torch_compat.h"
 
 #include <torch/torch.h>
@@ -52,7 +59,7 @@ int64_t realtime_ms() {
 
 struct Flags {
   int64_t steps = 60, batch = 8, step_ms = 0, save_at = -1;
-  int min = 1, max = 0, reform_victim = -1, commit_every = 100;
+  int min = 1, max = 0, reform_victim = -1, handover_victim = -1, commit_every = 100;
   bool zero = false;
   std::vector<int64_t> victims, at;  // member victims[i] faults at step at[i]
   std::string fault, fault_point = "backward", checkpoint, load;
@@ -89,6 +96,8 @@ Flags parse(int argc, char** argv) {
       f.at = numbers(v);
     else if (k == "--reform-victim")
       f.reform_victim = std::stoi(v);
+    else if (k == "--handover-victim")
+      f.handover_victim = std::stoi(v);
     else if (k == "--save-at")
       f.save_at = std::stoll(v);
     else if (k == "--checkpoint")
@@ -210,6 +219,10 @@ int main(int argc, char** argv) {
       if (indices.empty()) {
         sampler.next_epoch(state.training);
         return true;
+      }
+      if (id == f.handover_victim && !f.at.empty() && state.training.iteration == f.at[0]) {
+        // The next handover is the one after this step's failure.
+        ddp::detail::arm_fault_point("elastic.zero_handover.transfer", 2);
       }
       const auto index = torch::tensor(indices, torch::kLong);
       opt.zero_grad();
