@@ -6,7 +6,9 @@
 #     PyTorch's DDP and local training (bench/pytorch_ddp_train.py);
 #   world 2 on the one GPU: ddp over shm (CUDA tensors staged through host
 #     memory) against PyTorch's DDP over Gloo with CUDA tensors (the MLP).
-# Writes OUT/<case>-<side>-<round>.json and OUT/summary.md (summary.py).
+# Then the bound that staging imposes on mlp4096-w2 (bench/gpu/staging_bound.py).
+# Writes OUT/<case>-<side>-<round>.json, OUT/bound/ and OUT/summary.md
+# (summary.py).
 #   bench/gpu/compare.sh BUILD_DIR OUT [ROUNDS]    (default 2 rounds)
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -48,4 +50,13 @@ for round in $(seq 1 "$rounds"); do
     done
   done
 done
+# The bound that staging imposes on mlp4096-w2 (its 1 GiB of gradients per
+# rank): the copies to and from pinned memory, 2 ranks at once, and shm's
+# allreduce of 1 GiB at 2 ranks. Not fatal: the table stands without it.
+mkdir -p "$out/bound"
+echo "== the staging bound of mlp4096-w2" >&2
+"$python" "$here/staging_bound.py" --world-size 2 --bytes 1G --json "$out/bound/copies.json" &&
+  "$ddprun" --nproc-per-node 2 "$bench" collectives --impls shm --sizes 1G --iters 5 --warmup 1 \
+    --json "$out/bound/shm.json" >&2 ||
+  echo "compare.sh: the staging bound was not measured" >&2
 "$python" "$here/summary.py" "$out" | tee "$out/summary.md"

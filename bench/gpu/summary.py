@@ -41,7 +41,33 @@ def main():
             case, cell(ddp), cell(local), cell(ours), cell(pt), cell(pt_local), cell(theirs),
             "%.2f" % ratio if ratio is not None else "—",
             "%.3f" % speed if speed is not None else "—"))
+    line = bound(out, m)
+    if line:
+        print()
+        print(line)
 
+
+
+def bound(out, m):
+    """The staging bound of mlp4096-w2 (compare.sh's OUT/bound/), as a line."""
+    try:
+        with open(os.path.join(out, "bound", "copies.json")) as f:
+            copies = json.load(f)
+        with open(os.path.join(out, "bound", "shm.json")) as f:
+            shm_ms = json.load(f)["rows"][0]["median_us"] / 1e3
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
+    stages = (copies["to_host_ms"], shm_ms, copies["to_device_ms"])
+    serial, pipelined = sum(stages), max(stages)
+    line = ("Staging bound of mlp4096-w2 (%d ranks, %.2f GiB each, %s): to host %.1f ms, shm "
+            "allreduce %.1f ms, back %.1f ms; serial %.1f ms, pipelined %.1f ms" % (
+                copies["world_size"], copies["bytes"] / 2**30, copies["device"], *stages,
+                serial, pipelined))
+    ddp = m.get(("mlp4096-w2", "ddp"))
+    if ddp is not None:
+        line += "; ddp's %.1f ms is %.2f x the pipelined bound, %.2f x the serial" % (
+            ddp, ddp / pipelined, ddp / serial)
+    return line + "."
 
 if __name__ == "__main__":
     main()
