@@ -1,10 +1,13 @@
 #include "collectives/copy_back.h"
 
 #include "base/mutex.h"
+#include "collectives/error_text.h"
 
 #include <ddp/errors.h>
 
 #include <deque>
+#include <list>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -34,7 +37,7 @@ class CopyBackQueue {
   };
 
   void loop() {
-    std::deque<InFlight> flying;  // this thread's only
+    std::list<InFlight> flying;  // this thread's only
     for (;;) {
       {
         MutexLock lock(mutex_);
@@ -45,10 +48,19 @@ class CopyBackQueue {
         }
       }
       bool progressed = false;
-      for (InFlight& f : flying) progressed |= start(f);
-      while (!flying.empty() && done(flying.front())) {
-        InFlight f = std::move(flying.front());
-        flying.pop_front();
+      std::set<const void*> waiting;  // groups with an earlier Work not complete
+      for (auto it = flying.begin(); it != flying.end();) {
+        progressed |= start(*it);
+        const bool ready = done(*it);
+        const bool first_of_group = waiting.insert(it->item.group).second;
+        if (!ready || !first_of_group) {
+          ++it;
+          continue;
+        }
+        waiting.erase(it->item.group);  // a later one of its group may complete too
+        InFlight f = std::move(*it);
+        it = flying.erase(it);
+        if (f.error && !f.item.error && f.item.broke) f.item.broke(why(f.error));
         // Outside any lock: the Work's callbacks run here.
         f.item.work->finish(f.error);
         progressed = true;
@@ -56,6 +68,16 @@ class CopyBackQueue {
       if (!progressed && !flying.empty()) {
         std::this_thread::sleep_for(std::chrono::microseconds(10));
       }
+    }
+  }
+
+  static std::string why(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return cited(e);
+    } catch (...) {
+      return "an unknown exception";
     }
   }
 

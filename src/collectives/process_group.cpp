@@ -172,6 +172,11 @@ void carry_flight_record(uint64_t record, const WorkPtr& work) {
   });
 }
 
+// A failed Work when a copy back broke `group` (detail::StagingOrder), else null.
+WorkPtr refused(const ProcessGroup& group, const detail::StagingOrder& order, const char* op) {
+  return order.broken() ? order.refusal(group.error_context(op)) : nullptr;
+}
+
 std::string nth(const char* name, size_t i) {
   return std::string(name) + "[" + std::to_string(i) + "]";
 }
@@ -186,12 +191,14 @@ WorkPtr ProcessGroup::allreduce(at::Tensor tensor, ReduceOp op) {
                                              static_cast<int64_t>(tensor.scalar_type()),
                                              tensor.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work;
-  if (check.staged(tensor)) {
+  WorkPtr work = refused(*this, *staging_order_, "allreduce");
+  if (work) {
+    // A copy back broke the group: nothing is issued.
+  } else if (check.staged(tensor)) {
     detail::Staging staging = staging_for(tensor);
     at::Tensor staged = staging.in(tensor);
     work = staging.issue([&] { return do_allreduce(staged, op); }, {tensor}, {staged},
-                         error_context("allreduce"), *staging_order_);
+                         *staging_order_);
   } else {
     work = staging_order_->in_order(do_allreduce(std::move(tensor), op), timeout());
   }
@@ -218,12 +225,14 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> tensors, Reduc
                                              static_cast<int64_t>(tensors[0].scalar_type()), total,
                                              static_cast<int64_t>(tensors.size())};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work;
-  if (check.staged(tensors)) {
+  WorkPtr work = refused(*this, *staging_order_, "allreduce_coalesced");
+  if (work) {
+    // A copy back broke the group: nothing is issued.
+  } else if (check.staged(tensors)) {
     detail::Staging staging = staging_for(tensors[0]);
     auto staged = staging.in(tensors);
     work = staging.issue([&] { return do_allreduce_coalesced(staged, op); }, std::move(tensors),
-                         staged, error_context("allreduce_coalesced"), *staging_order_);
+                         staged, *staging_order_);
   } else {
     work = staging_order_->in_order(do_allreduce_coalesced(std::move(tensors), op), timeout());
   }
@@ -241,12 +250,14 @@ WorkPtr ProcessGroup::broadcast(at::Tensor tensor, int root) {
   const detail::IssuedLog::Collective issued{
       OpKind::BROADCAST, -1, static_cast<int64_t>(tensor.scalar_type()), tensor.numel(), root};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work;
-  if (check.staged(tensor)) {
+  WorkPtr work = refused(*this, *staging_order_, "broadcast");
+  if (work) {
+    // A copy back broke the group: nothing is issued.
+  } else if (check.staged(tensor)) {
     detail::Staging staging = staging_for(tensor);
     at::Tensor staged = staging.in(tensor);
     work = staging.issue([&] { return do_broadcast(staged, root); }, {tensor}, {staged},
-                         error_context("broadcast"), *staging_order_);
+                         *staging_order_);
   } else {
     work = staging_order_->in_order(do_broadcast(std::move(tensor), root), timeout());
   }
@@ -266,13 +277,16 @@ WorkPtr ProcessGroup::allgather(std::vector<at::Tensor> outputs, at::Tensor inpu
   const detail::IssuedLog::Collective issued{
       OpKind::ALLGATHER, -1, static_cast<int64_t>(input.scalar_type()), input.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work;
-  if (check.staged(outputs) || check.staged(input)) {
+  WorkPtr work = refused(*this, *staging_order_, "allgather");
+  if (work) {
+    // A copy back broke the group: nothing is issued.
+  } else if (check.staged(outputs) || check.staged(input)) {
     detail::Staging staging = staging_for(input);
+    staging.require_one_device(outputs);
     auto staged = staging.out(outputs);
     at::Tensor staged_input = staging.in(input);
     work = staging.issue([&] { return do_allgather(staged, staged_input); }, std::move(outputs),
-                         staged, error_context("allgather"), *staging_order_);
+                         staged, *staging_order_);
   } else {
     work = staging_order_->in_order(do_allgather(std::move(outputs), std::move(input)), timeout());
   }
@@ -295,13 +309,16 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
                                              static_cast<int64_t>(output.scalar_type()),
                                              output.numel(), -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work;
-  if (check.staged(inputs) || check.staged(output)) {
+  WorkPtr work = refused(*this, *staging_order_, "reduce_scatter");
+  if (work) {
+    // A copy back broke the group: nothing is issued.
+  } else if (check.staged(inputs) || check.staged(output)) {
     detail::Staging staging = staging_for(output);
+    staging.require_one_device(inputs);
     auto staged = staging.in(inputs);
     at::Tensor staged_output = staging.out(output);
     work = staging.issue([&] { return do_reduce_scatter(staged_output, staged, op); }, {output},
-                         {staged_output}, error_context("reduce_scatter"), *staging_order_);
+                         {staged_output}, *staging_order_);
   } else {
     work = staging_order_->in_order(do_reduce_scatter(std::move(output), std::move(inputs), op),
                                     timeout());
@@ -314,7 +331,8 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor output, std::vector<at::Tensor> 
 WorkPtr ProcessGroup::barrier() {
   const detail::IssuedLog::Collective issued{OpKind::BARRIER, -1, -1, 0, -1};
   detail::flight::PendingRecord flight(issued_->record(issued));
-  WorkPtr work = staging_order_->in_order(do_barrier(), timeout());
+  WorkPtr work = refused(*this, *staging_order_, "barrier");
+  if (!work) work = staging_order_->in_order(do_barrier(), timeout());
   carry_flight_record(flight.settle(), work);
   issued_->note(issued);  // after: a refused call is not counted
   return work;

@@ -1,14 +1,18 @@
 #include "collectives/staging.h"
 
+#include "base/mutex.h"
 #include "collectives/copy_back.h"
 #include "collectives/issue_order.h"
 #include "collectives/staging_gate.h"
+#include "flight/recorder.h"
 
 #include <ddp/errors.h>
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <memory>
+#include <string>
 #include <utility>
 
 namespace ddp::detail {
@@ -61,30 +65,63 @@ WorkPtr copy_back_blocking(const WorkPtr& staged_work, std::vector<at::Tensor> o
 
 }  // namespace
 
+struct StagingOrder::State {
+  Mutex mutex;
+  WorkPtr last_deferred DDP_GUARDED_BY(mutex);  // null once seen complete
+  std::string broken DDP_GUARDED_BY(mutex);     // a copy back's failure; "" while none
+  std::atomic<bool> is_broken{false};
+};
+
+StagingOrder::StagingOrder() : state_(std::make_shared<State>()) {}
+
 WorkPtr StagingOrder::in_order(WorkPtr work, std::chrono::milliseconds timeout) {
   WorkPtr pending;
   {
-    MutexLock lock(mutex_);
-    if (last_deferred_ && last_deferred_->is_completed()) last_deferred_.reset();
-    pending = last_deferred_;
+    MutexLock lock(state_->mutex);
+    if (state_->last_deferred && state_->last_deferred->is_completed()) {
+      state_->last_deferred.reset();
+    }
+    pending = state_->last_deferred;
   }
   if (!pending) return work;
-  auto ordered = std::make_shared<Work>(work->context(), timeout, work->result());
+  WorkPtr ordered;
+  {
+    // Not the flight recorder's record of this operation, if the backend's
+    // Work left it: the caller's Work carries it (process_group.cpp).
+    flight::PendingRecord none(0);
+    ordered = std::make_shared<Work>(work->context(), timeout, work->result());
+  }
   work->on_complete([work, pending, ordered] { finish_after(pending, ordered, work->exception()); });
   return ordered;
 }
 
-void StagingOrder::deferred(WorkPtr work) {
-  MutexLock lock(mutex_);
-  last_deferred_ = std::move(work);
+bool StagingOrder::broken() const { return state_->is_broken.load(std::memory_order_acquire); }
+
+WorkPtr StagingOrder::refusal(const ErrorContext& context) const {
+  std::string broken;
+  {
+    MutexLock lock(state_->mutex);
+    broken = state_->broken;
+  }
+  flight::PendingRecord none(0);
+  auto work = std::make_shared<Work>(context, std::chrono::milliseconds(1));
+  work->finish(std::make_exception_ptr(CommunicationError(
+      context, "not run: the group is broken by an earlier failure: " + broken)));
+  return work;
 }
 
 Staging::Staging(c10::DeviceType tensors_device, const c10::Device& staging_device, bool gated,
                  std::chrono::milliseconds timeout)
-    : stager_(staging_device.is_cpu() ? stager_for(tensors_device) : nullptr),
+    : tensors_device_(tensors_device),
+      stager_(staging_device.is_cpu() && gated ? stager_for(tensors_device) : nullptr),
       staging_device_(staging_device),
-      gated_(gated),
       timeout_(timeout) {}
+
+void Staging::require_one_device(const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& t : tensors) {
+    if (t.device().type() != tensors_device_) stager_ = nullptr;
+  }
+}
 
 std::vector<at::Tensor> Staging::in(const std::vector<at::Tensor>& tensors) {
   if (!stager_) return blocking_copies(tensors, staging_device_, /*copy=*/true);
@@ -101,8 +138,7 @@ std::vector<at::Tensor> Staging::out(const std::vector<at::Tensor>& tensors) {
 }
 
 WorkPtr Staging::issue(const std::function<WorkPtr()>& call, std::vector<at::Tensor> originals,
-                       std::vector<at::Tensor> results, ErrorContext error_context,
-                       StagingOrder& order) {
+                       std::vector<at::Tensor> results, StagingOrder& order) {
   if (!stager_) {
     return order.in_order(copy_back_blocking(call(), std::move(originals), std::move(results),
                                              timeout_),
@@ -110,23 +146,35 @@ WorkPtr Staging::issue(const std::function<WorkPtr()>& call, std::vector<at::Ten
   }
   Fence copied = all_of(std::move(copied_));
   WorkPtr staged;
-  if (gated_) {
+  {
     PendingGate gate(std::make_shared<StagingGate>(StagingGate{copied}));
     staged = call();
-  } else {
-    if (!wait_for_fence(copied, std::chrono::steady_clock::now() + timeout_)) {
-      throw TimeoutError(std::move(error_context),
-                         "the copy of its input to host memory (staging) did not finish within " +
-                             std::to_string(timeout_.count()) + " ms: the device is stuck");
+    if (!gate.taken()) {
+      // The backend ran it without its queue, which it must not when it
+      // says it reads on its queue: the inputs may not have been copied.
+      staged = std::make_shared<Work>(staged->context(), timeout_);
+      staged->finish(std::make_exception_ptr(InvalidArgument(
+          staged->context(), "the backend did not queue a staged operation (its "
+                             "reads_inputs_on_queue() is wrong): its inputs were not waited for")));
     }
-    staged = call();
   }
   auto work = std::make_shared<Work>(staged->context(), timeout_, originals);
-  staged->on_complete([staged, work, stager = stager_, copied, timeout = timeout_,
-                       originals = std::move(originals), results = std::move(results)] {
-    copy_back(CopyBack{work, staged->exception(), stager, copied, results, originals, timeout});
+  std::shared_ptr<StagingOrder::State> state = order.state_;
+  {
+    MutexLock lock(state->mutex);
+    state->last_deferred = work;
+  }
+  auto broke = [state](const std::string& why) {
+    MutexLock lock(state->mutex);
+    if (state->broken.empty()) state->broken = why;
+    state->is_broken.store(true, std::memory_order_release);
+  };
+  staged->on_complete([staged, work, stager = stager_, copied, timeout = timeout_, broke,
+                       group = state.get(), originals = std::move(originals),
+                       results = std::move(results)] {
+    copy_back(CopyBack{work, staged->exception(), stager, copied, results, originals, timeout,
+                       group, broke});
   });
-  order.deferred(work);
   return work;
 }
 

@@ -45,6 +45,7 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
                            std::vector<at::Tensor> outputs, Body body) {
   WorkPtr work;
   bool refused = false;
+  GatePtr gate = take_pending_gate();  // taken even when refused: the operation fails at once
   {
     MutexLock lock(mutex_);
     refused = stopping_;  // no worker would run it
@@ -55,7 +56,7 @@ WorkPtr TaskQueue::enqueue(const char* kind, const std::string& detail,
     } else {
       task.work = work;
       task.body = std::move(body);
-      task.gate = take_pending_gate();
+      task.gate = std::move(gate);
       if (task.gate) task.deadline = std::chrono::steady_clock::now() + timeout_;
       queue_.push_back(std::move(task));
     }

@@ -4,7 +4,7 @@
 // memory. The caller's thread returns before any copy; the backend's worker
 // waits for the input copies, never for the copies back; Works complete in
 // issue order; late and failed copies are the Work's error; DDP trains over
-// it bit for bit as without it.
+// it bit for bit as without it; a failed copy breaks the group.
 #include "shm_fixtures.h"
 #include "spawn.h"
 #include "support/raised.h"
@@ -163,8 +163,8 @@ TEST(Staging, CallerReturnsAtOnceAndTheWorkerWaitsForTheCopy) {
     at::Tensor t = at::full({5000}, rank + 1.0);
     // Returns although no input copy can finish (else: a timeout, 20 s on).
     WorkPtr work = pg->allreduce(t);
-    ++issued;
     EXPECT_FALSE(work->is_completed()) << "completed before its input was copied";
+    ++issued;  // then rank 0 releases the copies
     if (rank == 0) {
       ASSERT_TRUE(eventually([&] { return issued == 2; }));
       std::this_thread::sleep_for(milliseconds(50));
@@ -181,7 +181,7 @@ TEST(Staging, CopiesBackDoNotHoldTheWorkerAndWorksCompleteInIssueOrder) {
   LaterCopies copies;
   detail::StagerForTesting put_in(c10::DeviceType::CPU, &copies);
   copies.hold(/*to_host=*/false, /*to_device=*/true);
-  std::atomic<int> waiting{0};
+  std::atomic<int> waiting{0}, checked{0};
   spawn(2, [&](int rank, StorePtr store) {
     auto pg = staging_group(store, rank, 2);
     at::Tensor a = at::full({3000}, rank + 1.0), c = at::full({7}, 10.0 * (rank + 1));
@@ -202,7 +202,12 @@ TEST(Staging, CopiesBackDoNotHoldTheWorkerAndWorksCompleteInIssueOrder) {
     ++waiting;
     EXPECT_TRUE(eventually([&] { return copies.to_device_calls() == 4 && waiting == 2; }));
     EXPECT_FALSE(wa->is_completed() || wb->is_completed() || wc->is_completed());
-    if (rank == 0) copies.hold(false, false);
+    ++checked;
+    // Released once both ranks have looked.
+    if (rank == 0) {
+      EXPECT_TRUE(eventually([&] { return checked == 2; }));
+      copies.hold(false, false);
+    }
     wc->wait();
     EXPECT_TRUE(wa->is_completed() && wb->is_completed());
     std::lock_guard<std::mutex> lock(order_mutex);
@@ -245,6 +250,11 @@ TEST(Staging, AFailedCopyIsTheWorksError) {
       ASSERT_TRUE(r) << (to_host ? "to host: " : "to device: ") << r;
       EXPECT_TRUE(r.on(*pg)) << r;
       EXPECT_TRUE(r.mentions("copy engine fault (injected)")) << r;
+      // The group is broken: a later operation fails, citing the fault.
+      WorkPtr later = pg->barrier();
+      Raised broken = raised<CommunicationError>([&] { later->wait(std::chrono::seconds(20)); });
+      ASSERT_TRUE(broken) << broken;
+      EXPECT_TRUE(broken.mentions("copy engine fault (injected)")) << broken;
     });
   }
 }
