@@ -273,11 +273,22 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
     store_->set(generation_key(n, "slot/" + std::to_string(slot)),
                 store_bytes(std::to_string(id_)));
     const std::vector<int> before = n > 0 ? last->members : std::vector<int>{};
+    // Collected while this process waited (it was stopped, say): the others
+    // are past it; a decision read or made now is nobody else's.
+    auto collected = [&] {
+      if (!store_->check({floor_key()})) return false;
+      return n < std::stoll(store_text(store_->get(floor_key())));
+    };
+    bool restart = false;
     for (;;) {
       if (store_->check({key("finished")})) return ElasticWorld{};
       if (const auto record = decision(n)) {
         const auto at = std::find(record->members.begin(), record->members.end(), id_);
         if (at == record->members.end()) break;  // left out (late, or past the maximum): the next
+        if (collected()) {
+          restart = true;
+          break;
+        }
         ElasticWorld world;
         world.generation = n;
         world.rank = static_cast<int>(at - record->members.begin());
@@ -287,6 +298,10 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
         world.joined = record->joined;
         world.formed_s = static_cast<double>(record->formed_ms) / 1000.0;
         return world;
+      }
+      if (collected()) {
+        restart = true;
+        break;
       }
       std::vector<int> arrived = arrivals(n), awaited;
       for (int m : before) {
@@ -331,6 +346,7 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    if (restart) n = first_undecided_generation(store_) - 1;
   }
 }
 

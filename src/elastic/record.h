@@ -25,6 +25,8 @@ inline std::string generation_key(int64_t n, const std::string& suffix) {
 // The lowest generation whose keys the store still holds: the ones before
 // it were collected (elastic/store_gc.h). Absent: 0.
 inline std::string floor_key() { return key("floor"); }
+// The first generation whose keys have not been collected (store_gc.h).
+inline std::string collected_key() { return key("collected"); }
 // Member `id`'s process and heartbeat.
 inline std::string member_key(int id) { return key("member/" + std::to_string(id)); }
 inline std::string heartbeat_key(int id) { return key("hb/" + std::to_string(id)); }

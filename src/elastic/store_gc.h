@@ -9,10 +9,14 @@
 //   and, where the store lists its keys (libtorch 2.x), everything else
 //   under elastic/g<k>/ (its process group's rendezvous keys); on 1.13 those
 //   stay, a few per generation;
-// - and the member and heartbeat keys of the processes that left in a
-//   collected generation and are no member of N - 1 or N. One that comes
-//   back (a process stopped, then continued) joins as any process does; its
-//   peers then judge its liveness by its heartbeat alone.
+// - and the member and heartbeat keys of the joiners (fresh ids, each taken
+//   once) that left in a collected generation and are no member of N - 1
+//   or N. One that comes back (a process stopped, then continued) joins as
+//   any process does; its peers then judge its liveness by its heartbeat
+//   alone. A launcher's ids stay: one may be given to a new process, whose
+//   duplicate check reads them, and there are as many as ranks launched.
+// Progress is kept in elastic/collected, so a pass that fails part-way (the
+// store went away) is taken up by the next.
 // ddp-store runs it after each decision it sees (tools/store/ddp_store.cpp).
 #pragma once
 

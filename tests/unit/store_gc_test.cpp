@@ -1,7 +1,7 @@
 // Store garbage collection for elastic jobs (src/elastic/store_gc.h), on a
 // real TCPStore: which keys go and which stay, a key count flat over many
-// membership changes, and a member whose last generation was collected
-// forming the next one.
+// membership changes, a pass that failed part-way taken up by the next, and a
+// member whose last generation was collected forming the next one.
 #include "base/store_values.h"
 #include "compat/torch_compat.h"
 #include "elastic/membership.h"
@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -62,17 +63,20 @@ bool has(c10d::Store& store, const std::string& key) { return store.check({key})
 
 TEST(StoreGc, KeepsTheLatestTwoGenerationsAndTheirMembers) {
   auto store = server();
-  decide(*store, 0, record({0, 1, 2}));
-  decide(*store, 1, record({0, 1}, {2}));
-  decide(*store, 2, record({0, 1, 3}, {}, {3}));
-  decide(*store, 3, record({0, 3}, {1}));
-  decide(*store, 4, record({0, 3, 4}, {}, {4}));
-  decide(*store, 5, record({0, 4}, {3}));
+  // Launchers' ids 0, 1, 3; fresh ids (joiners') f1, f2, f4.
+  const int f1 = kFirstFreshId + 1, f2 = kFirstFreshId + 2, f4 = kFirstFreshId + 4;
+  decide(*store, 0, record({0, 1, f1, f2}));
+  decide(*store, 1, record({0, 1, f1}, {f2}));
+  decide(*store, 2, record({0, f1, 3}, {1}, {3}));
+  decide(*store, 3, record({0, 3}, {f1}));
+  decide(*store, 4, record({0, 3, f4}, {}, {f4}));
+  decide(*store, 5, record({0, f4}, {3}));
   const int64_t before = store->getNumKeys();
   const bool listed = compat::list_keys(*store).has_value();
 
   const int64_t deleted = collect_generations(*store, 5);
   EXPECT_EQ(store_text(store->get(floor_key())), "4");
+  EXPECT_EQ(store_text(store->get(collected_key())), "4");
   for (int64_t n = 0; n < 4; ++n) {
     for (const char* k : {"decided", "count", "slot/1", "slot/2"}) {
       EXPECT_FALSE(has(*store, generation_key(n, k))) << n << " " << k;
@@ -84,19 +88,32 @@ TEST(StoreGc, KeepsTheLatestTwoGenerationsAndTheirMembers) {
       EXPECT_TRUE(has(*store, generation_key(n, k))) << n << " " << k;
     }
   }
-  // 1 and 2 left in collected generations and are members of neither kept
-  // one; 3 left in generation 5, which stays.
-  for (int id : {1, 2}) {
+  // f1 and f2 left in collected generations and are members of neither
+  // kept one. 1 did too, but a launcher's id may be given again: its keys
+  // stay for the duplicate check. 3 left in generation 5, which stays.
+  for (int id : {f1, f2}) {
     EXPECT_FALSE(has(*store, member_key(id)) || has(*store, heartbeat_key(id))) << id;
   }
-  for (int id : {0, 3, 4}) {
+  for (int id : {0, 1, 3, f4}) {
     EXPECT_TRUE(has(*store, member_key(id)) && has(*store, heartbeat_key(id))) << id;
   }
   // 4 generations x (decided, count, 2 slots [, 2 group keys]) + 2 x 2 member keys.
   EXPECT_EQ(deleted, 4 * (listed ? 6 : 4) + 4);
-  // The floor key was added.
-  EXPECT_EQ(store->getNumKeys(), before - deleted + 1);
+  // The floor and progress keys were added.
+  EXPECT_EQ(store->getNumKeys(), before - deleted + 2);
   EXPECT_EQ(collect_generations(*store, 5), 0) << "idempotent";
+}
+
+TEST(StoreGc, APassThatFailedPartWayIsTakenUpByTheNext) {
+  auto store = server();
+  for (int64_t n = 0; n <= 5; ++n) decide(*store, n, record({0}));
+  // As if a pass for generation 5 had set the floor and collected 0 and 1.
+  set(*store, floor_key(), "4");
+  set(*store, collected_key(), "2");
+  for (int64_t n : {0, 1}) store->deleteKey(generation_key(n, "decided"));
+  collect_generations(*store, 5);
+  for (int64_t n = 2; n < 4; ++n) EXPECT_FALSE(has(*store, generation_key(n, "decided"))) << n;
+  EXPECT_TRUE(has(*store, generation_key(4, "decided")));
 }
 
 TEST(StoreGc, KeyCountIsFlatOverManyMembershipChanges) {
@@ -106,8 +123,9 @@ TEST(StoreGc, KeyCountIsFlatOverManyMembershipChanges) {
   }
   auto store = server();
   // Each change: the oldest member leaves and a fresh one joins.
+  // Launchers' ids first, then joiners with fresh ids.
   std::vector<int> members = {0, 1, 2};
-  int next_id = 3;
+  int next_id = kFirstFreshId;
   int64_t at_warm = 0;
   for (int64_t n = 0; n < 300; ++n) {
     GenerationRecord r = record(members);
@@ -146,6 +164,36 @@ TEST(StoreGc, AMemberWhoseGenerationWasCollectedFormsTheNextOne) {
     EXPECT_EQ(world.generation, 6);
     EXPECT_EQ(world.members, std::vector<int>{0});
     EXPECT_FALSE(has(*store, generation_key(2, "count"))) << "nothing written below the floor";
+  }
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
+}
+
+TEST(StoreGc, AMemberWaitingInAGenerationCollectedMeanwhileStartsOver) {
+  auto store = server();
+  decide(*store, 0, record({0, 5}));
+  decide(*store, 1, record({0, 5}));
+  store->deleteKey(member_key(0));  // this process takes id 0
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(store->getPort()).c_str(), 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  {
+    Membership membership(ElasticOptions().reform_timeout(std::chrono::seconds(20)));
+    ElasticWorld previous;
+    previous.generation = 1;
+    previous.members = {0, 5};
+    // Member 5 (on another host, its heartbeat young) is awaited: this
+    // process waits in generation 2.
+    auto formed = std::async(std::launch::async, [&] { return membership.form(previous); });
+    ASSERT_EQ(formed.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+    // Meanwhile the others went on without it: 3 and 4 decided, 0 to 2 collected.
+    decide(*store, 3, record({7}));
+    decide(*store, 4, record({0}));
+    collect_generations(*store, 4);
+    ASSERT_EQ(formed.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    const ElasticWorld world = formed.get();
+    EXPECT_EQ(world.generation, 5);
+    EXPECT_EQ(world.members, std::vector<int>{0});
   }
   for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
 }
