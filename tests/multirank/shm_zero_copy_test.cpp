@@ -199,37 +199,21 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
   // Two ranks: g0 / 2 + g1 / 2 is exact whatever the order of the sum.
   constexpr int size = 2;
   const int steps = 6;
-  // Made once: the global generator is shared by the threads.
-  torch::manual_seed(3);
-  torch::nn::Sequential initial(torch::nn::Linear(16, 64), torch::nn::Tanh(),
-                                torch::nn::Linear(64, 64), torch::nn::Tanh(),
-                                torch::nn::Linear(64, 1));
-  initial->to(torch::kDouble);
+  const torch::nn::Sequential initial = small_mlp(3);
   for (bool bucket_view : {false, true}) {
-    // [zero_copy][step][rank]: the parameters, flattened into one tensor.
+    // [zero_copy][rank][step]: the parameters, flattened into one tensor.
     std::vector<std::vector<std::vector<at::Tensor>>> after(
-        2, std::vector<std::vector<at::Tensor>>(steps, std::vector<at::Tensor>(size)));
+        2, std::vector<std::vector<at::Tensor>>(size));
     for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
       spawn(size, [&](int rank, StorePtr store) {
-        auto pg = shm_group(store, rank, size);
-        torch::nn::Sequential net(
-            std::dynamic_pointer_cast<torch::nn::SequentialImpl>(initial->clone()));
-        DistributedDataParallel model(net, DistributedDataParallelOptions()
-                                               .process_group(pg)
+        after[zero_copy][rank] = ddp_steps(initial,
+                                           DistributedDataParallelOptions()
+                                               .process_group(shm_group(store, rank, size))
                                                .bucket_cap_mb(0.01)
                                                .first_bucket_cap_mb(0.01)
                                                .gradient_as_bucket_view(bucket_view)
-                                               .zero_copy_buckets(zero_copy == 1));
-        torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + rank);
-        for (int step = 0; step < steps; ++step) {
-          opt.zero_grad();
-          at::Tensor x = at::randn({8, 16}, gen, at::kDouble);
-          torch::mse_loss(model->forward(x), x.sum(1, true)).backward();
-          opt.step();
-          after[zero_copy][step][rank] =
-              torch::nn::utils::parameters_to_vector(model->parameters()).detach();
-        }
+                                               .zero_copy_buckets(zero_copy == 1),
+                                           rank, steps);
       });
     }
     // The one-process oracle.
@@ -259,7 +243,7 @@ TEST(ShmZeroCopy, DdpBucketsTrainAsOnTheCopyingPath) {
       const at::Tensor expected = torch::nn::utils::parameters_to_vector(params).detach();
       for (int zero_copy = 0; zero_copy < 2; ++zero_copy) {
         for (int rank = 0; rank < size; ++rank) {
-          const at::Tensor& got = after[zero_copy][step][rank];
+          const at::Tensor& got = after[zero_copy][rank][step];
           ASSERT_TRUE(at::equal(got, expected))
               << "gradient_as_bucket_view " << bucket_view << ", " << path[zero_copy]
               << " path, rank " << rank << ": parts from one process at step " << step

@@ -262,43 +262,29 @@ TEST(Staging, AFailedCopyIsTheWorksError) {
 TEST(Staging, DdpTrainsAsWithoutStaging) {
   constexpr int size = 2;
   const int steps = 5;
-  torch::manual_seed(5);
-  torch::nn::Sequential initial(torch::nn::Linear(16, 64), torch::nn::Tanh(),
-                                torch::nn::Linear(64, 64), torch::nn::Tanh(),
-                                torch::nn::Linear(64, 1));
-  initial->to(torch::kDouble);
+  const torch::nn::Sequential initial = small_mlp(5);
   LaterCopies copies;
   for (bool bucket_view : {false, true}) {
-    // [staged][step][rank]: the parameters, flattened into one tensor.
+    // [staged][rank][step]: the parameters, flattened into one tensor.
     std::vector<std::vector<std::vector<at::Tensor>>> after(
-        2, std::vector<std::vector<at::Tensor>>(steps, std::vector<at::Tensor>(size)));
+        2, std::vector<std::vector<at::Tensor>>(size));
     for (int staged = 0; staged < 2; ++staged) {
       std::unique_ptr<detail::StagerForTesting> put_in;
       if (staged) put_in = std::make_unique<detail::StagerForTesting>(c10::DeviceType::CPU, &copies);
       spawn(size, [&](int rank, StorePtr store) {
         ProcessGroupPtr pg = staged ? staging_group(store, rank, size) : shm_group(store, rank, size);
-        torch::nn::Sequential net(
-            std::dynamic_pointer_cast<torch::nn::SequentialImpl>(initial->clone()));
-        DistributedDataParallel model(net, DistributedDataParallelOptions()
-                                               .process_group(pg)
-                                               .bucket_cap_mb(0.01)
-                                               .first_bucket_cap_mb(0.01)
-                                               .gradient_as_bucket_view(bucket_view));
-        torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + rank);
-        for (int step = 0; step < steps; ++step) {
-          opt.zero_grad();
-          at::Tensor x = at::randn({8, 16}, gen, at::kDouble);
-          torch::mse_loss(model->forward(x), x.sum(1, true)).backward();
-          opt.step();
-          after[staged][step][rank] =
-              torch::nn::utils::parameters_to_vector(model->parameters()).detach();
-        }
+        after[staged][rank] = ddp_steps(initial,
+                                        DistributedDataParallelOptions()
+                                            .process_group(pg)
+                                            .bucket_cap_mb(0.01)
+                                            .first_bucket_cap_mb(0.01)
+                                            .gradient_as_bucket_view(bucket_view),
+                                        rank, steps);
       });
     }
     for (int step = 0; step < steps; ++step) {
       for (int rank = 0; rank < size; ++rank) {
-        EXPECT_TRUE(at::equal(after[1][step][rank], after[0][step][rank]))
+        EXPECT_TRUE(at::equal(after[1][rank][step], after[0][rank][step]))
             << "bucket view " << bucket_view << ", step " << step << ", rank " << rank;
       }
     }

@@ -61,6 +61,20 @@ GenerationRecord record(std::vector<int> members, std::vector<int> left = {},
 
 bool has(c10d::Store& store, const std::string& key) { return store.check({key}); }
 
+// While one lives, a Membership made in this process is member 0 of a job
+// of 1 on the store at `port` of this host.
+struct AsMemberZero {
+  explicit AsMemberZero(int port) {
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+  }
+  ~AsMemberZero() {
+    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
+  }
+};
+
 TEST(StoreGc, KeepsTheLatestTwoGenerationsAndTheirMembers) {
   auto store = server();
   // Launchers' ids 0, 1, 3; fresh ids (joiners') f1, f2, f4.
@@ -151,10 +165,7 @@ TEST(StoreGc, AMemberWhoseGenerationWasCollectedFormsTheNextOne) {
   collect_generations(*store, 5);
   ASSERT_FALSE(has(*store, generation_key(1, "decided")));
   store->deleteKey(member_key(0));  // this process takes id 0
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(store->getPort()).c_str(), 1);
-  setenv("RANK", "0", 1);
-  setenv("WORLD_SIZE", "1", 1);
+  const AsMemberZero env(store->getPort());
   {
     Membership membership(ElasticOptions().reform_timeout(std::chrono::seconds(20)));
     ElasticWorld stale;
@@ -165,7 +176,6 @@ TEST(StoreGc, AMemberWhoseGenerationWasCollectedFormsTheNextOne) {
     EXPECT_EQ(world.members, std::vector<int>{0});
     EXPECT_FALSE(has(*store, generation_key(2, "count"))) << "nothing written below the floor";
   }
-  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
 }
 
 TEST(StoreGc, AMemberWaitingInAGenerationCollectedMeanwhileStartsOver) {
@@ -173,10 +183,7 @@ TEST(StoreGc, AMemberWaitingInAGenerationCollectedMeanwhileStartsOver) {
   decide(*store, 0, record({0, 5}));
   decide(*store, 1, record({0, 5}));
   store->deleteKey(member_key(0));  // this process takes id 0
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(store->getPort()).c_str(), 1);
-  setenv("RANK", "0", 1);
-  setenv("WORLD_SIZE", "1", 1);
+  const AsMemberZero env(store->getPort());
   {
     Membership membership(ElasticOptions().reform_timeout(std::chrono::seconds(20)));
     ElasticWorld previous;
@@ -195,7 +202,6 @@ TEST(StoreGc, AMemberWaitingInAGenerationCollectedMeanwhileStartsOver) {
     EXPECT_EQ(world.generation, 5);
     EXPECT_EQ(world.members, std::vector<int>{0});
   }
-  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
 }
 
 }  // namespace
