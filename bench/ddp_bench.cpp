@@ -19,6 +19,8 @@ const std::vector<ddp_bench::Subcommand> kSubcommands = {
      &ddp_bench::run_train, &ddp_bench::kTrainUsage},
     {"models", "the models alone: parameter list with checksums", &ddp_bench::run_models,
      &ddp_bench::kModelsUsage},
+    {"soak", "a long DDP run: RSS, descriptors, threads and shm segments, with their slopes",
+     &ddp_bench::run_soak, &ddp_bench::kSoakUsage},
 };
 
 }  // namespace

@@ -30,6 +30,11 @@ extern const char* const kCollectivesUsage;
 int run_train(Args args);
 extern const char* const kTrainUsage;
 
+// soak_bench.cpp: a long DDP run's memory, descriptors, threads and shm
+// segments, sampled, with their slopes after the warm-up.
+int run_soak(Args args);
+extern const char* const kSoakUsage;
+
 // models_bench.cpp: the models of bench/models/models.h alone (no launcher):
 // parameter lists with checksums (vs bench/models/models.py).
 int run_models(Args args);
