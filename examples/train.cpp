@@ -43,6 +43,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <unistd.h>
+
 namespace {
 
 using train::Flags;
@@ -465,7 +467,15 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
   const torch::Device device = train::device_of(where);
   auto to_device = stacked_onto(device, dtype);
   net->to(device, dtype);
-  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  const auto sgd = torch::optim::SGDOptions(f.lr).momentum(0.9);
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (f.zero) {  // sharded over each generation by the runner, a replica kept beside each shard
+    optimizer = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(), sgd, ddp::ZeroOptions().elastic(true));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+  }
+  torch::optim::Optimizer& opt = *optimizer;
   ddp::ElasticState state(net, opt);
   const int64_t train_size = static_cast<int64_t>(train.size().value());
   ddp::ElasticSampler sampler(train_size, f.batch_size, /*shuffle=*/true, /*seed=*/0);
@@ -476,6 +486,7 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
                   .find_unused_parameters(f.find_unused)
                   .mixed_precision(mixed_precision_option(f)));
   if (f.timeout_s > 0) options.init().timeout(std::chrono::seconds(f.timeout_s));
+  if (f.commit_every > 0) options.commit_every(f.commit_every);
   options.init().backend(where.backend);
   torch::manual_seed(1000);  // dropout: a stream per process (not carried over a change)
 
@@ -483,10 +494,21 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
   int64_t last_report = -1;
   auto window_start = std::chrono::steady_clock::now();
   ddp::ElasticRunner runner(options);
+  // --report-state: this member's line about the state it holds (after a
+  // formation, every member's is the same; ddp-chaos checks that).
+  auto report_state = [&](const std::string& when, int member) {
+    if (!f.report_state) return;
+    std::printf("train: state %s: member %d pid %d step %lld parameters fnv1a64 %016llx\n",
+                when.c_str(), member, static_cast<int>(getpid()),
+                static_cast<long long>(state.training.iteration),
+                static_cast<unsigned long long>(parameters_hash(net->parameters())));
+    std::fflush(stdout);
+  };
   runner.on_world_change([&](const ddp::ElasticWorld& was, const ddp::ElasticWorld& now) {
     last_report = -1;  // the same on every member (a joiner's too): the reports are collectives
     window_loss = window_samples = 0;
     window_start = std::chrono::steady_clock::now();
+    report_state("generation " + std::to_string(now.generation), now.members[now.rank]);
     if (now.rank != 0) return;
     std::string members;
     for (int m : now.members) members += (members.empty() ? "" : ",") + std::to_string(m);
@@ -494,9 +516,10 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
       std::printf("train: device %s\n", where.why.c_str());
       std::printf(
           "train: elastic, %s: %lld training samples, %s, batch %lld per rank, SGD lr %g "
-          "momentum 0.9, %d epochs\n",
+          "momentum 0.9%s, %d epochs\n",
           data_name.c_str(), static_cast<long long>(train_size), net->architecture(),
-          static_cast<long long>(f.batch_size), f.lr, f.epochs);
+          static_cast<long long>(f.batch_size), f.lr,
+          f.zero ? " (ZeRO: sharded, each shard kept twice)" : "", f.epochs);
     }
     std::printf(
         "train: generation %lld: %d ranks (members %s), from step %lld (epoch %lld, "
@@ -529,6 +552,7 @@ void run_elastic(const Flags& f, const train::DeviceChoice& where, Dataset train
       if (sampler.next_epoch(state.training) < f.epochs) return true;
       auto [test_loss, accuracy] =
           evaluate(pg, net, test_images.to(device, dtype), test_targets.to(device));
+      report_state("final", step.world().members[step.rank()]);
       if (lead) {
         std::printf(
             "final: held-out loss %.4f, accuracy %.2f%% | %lld steps, %d ranks at the end\n",

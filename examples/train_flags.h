@@ -46,10 +46,19 @@ inline const char* const kUsage =
     "                      --checkpoint-every do not hold the hook's state: a\n"
     "                      resumed job starts the ladder again\n"
     "  --compress-window N iterations per window of --compress (default 50)\n"
-    "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer)\n"
+    "  --zero              shard SGD's momentum across ranks (ddp::ZeroRedundancyOptimizer;\n"
+    "                      with --elastic, ZeroOptions().elastic(true): each rank also\n"
+    "                      keeps a replica of the next rank's shard)\n"
     "  --elastic           train through ddp::ElasticRunner: ranks may die or join\n"
-    "                      (run under ddprun --elastic MIN:MAX); not with --zero,\n"
-    "                      --uneven or --checkpoint-every\n"
+    "                      (run under ddprun --elastic MIN:MAX, or ddp-chaos); not\n"
+    "                      with --uneven or --checkpoint-every\n"
+    "  --commit-every N    with --elastic, a full copy of the state every N steps\n"
+    "                      (ElasticOptions::commit_every; default 100). With --zero, a\n"
+    "                      failure inside ZeRO's parameter broadcast (after opt.step())\n"
+    "                      goes back to the last full copy: 1 loses no step\n"
+    "  --report-state      with --elastic, every rank prints its member id, step and\n"
+    "                      parameters' fnv1a64 after each formation and at the end\n"
+    "                      (what ddp-chaos checks)\n"
     "  --uneven            rank r trains on (100 - 10 r)% of its shard each epoch (at\n"
     "                      least half): a ddp::Join keeps the ranks that finished\n"
     "                      answering the others' collectives\n"
@@ -105,6 +114,8 @@ struct Flags {
   bool zero = false;
   bool uneven = false;
   bool elastic = false;
+  bool report_state = false;
+  int commit_every = 0;  // 0: ElasticOptions' default
   std::string data = "fashion-mnist";
   std::string data_dir = kFashionMnistDir;
   std::string mnist;
@@ -219,6 +230,10 @@ inline Flags parse(int argc, char** argv) {
       f.uneven = true;
     else if (flag == "--elastic")
       f.elastic = true;
+    else if (flag == "--report-state")
+      f.report_state = true;
+    else if (flag == "--commit-every")
+      f.commit_every = number<int>(flag, next(), 1);
     else if (flag == "--data")
       f.data = next();
     else if (flag == "--data-dir")
@@ -234,7 +249,8 @@ inline Flags parse(int argc, char** argv) {
     else
       throw UsageError("unknown flag '" + flag + "'");
     if (inline_value && (flag == "--find-unused" || flag == "--float64" || flag == "--zero" ||
-                         flag == "--uneven" || flag == "--elastic" || flag == "--help")) {
+                         flag == "--uneven" || flag == "--elastic" || flag == "--report-state" ||
+                         flag == "--help")) {
       throw UsageError(flag + " takes no value");
     }
   }
@@ -267,10 +283,13 @@ inline Flags parse(int argc, char** argv) {
         "--zero with --checkpoint-every: a snapshot needs the optimizer's whole "
         "state (ZeroRedundancyOptimizer::consolidate_state_dict); use one of them");
   }
-  if (f.elastic && (f.zero || f.uneven || f.checkpoint_every > 0)) {
+  if (f.elastic && (f.uneven || f.checkpoint_every > 0)) {
     throw UsageError(
-        "--elastic does not go with --zero, --uneven or --checkpoint-every: the elastic runner "
+        "--elastic does not go with --uneven or --checkpoint-every: the elastic runner "
         "keeps the state in memory and re-forms the ranks itself");
+  }
+  if ((f.report_state || f.commit_every > 0) && !f.elastic) {
+    throw UsageError("--report-state and --commit-every go with --elastic");
   }
   if (f.uneven && f.checkpoint_every > 0) {
     throw UsageError(

@@ -7,6 +7,9 @@
 // The points: "elastic.zero_handover.transfer", at the start of each
 // member's turn to send its states in a ZeRO handover
 // (src/elastic/zero_shards.cpp).
+//
+// A process is armed from the start by $DDP_FAULT_POINT="NAME:PASS" (read
+// when libddp loads), as arm_fault_point(NAME, PASS) would.
 #pragma once
 
 #include <string>
