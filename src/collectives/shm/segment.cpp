@@ -3,13 +3,16 @@
 #include <ddp/errors.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <random>
 #include <sstream>
 #include <utility>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -91,10 +94,42 @@ void* open_mapping(const std::string& name, size_t bytes, const std::string& on_
   return map(fd, bytes, name);
 }
 
+namespace {
+
+// This process's PID namespace as digits (its inode), "0" where unknown.
+std::string pid_namespace_tag() {
+  struct stat st {};
+  if (stat("/proc/self/ns/pid", &st) != 0) return "0";
+  return std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
+// Removes the names of segments whose creator, in this PID namespace, is
+// dead: a process killed between creating a segment and the last peer's
+// mapping of it (the one window where nobody is left to remove the name).
+// Memory that live peers still map stays theirs; only the name goes.
+void remove_orphaned_names(const std::string& namespace_tag) {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    int pid = 0, used = 0;
+    const char* name = entry->d_name;
+    if (std::sscanf(name, "ddp-shm-%d-%n", &pid, &used) != 1 || used == 0 || pid <= 0) continue;
+    const std::string rest = name + used;
+    if (rest.compare(0, namespace_tag.size() + 1, namespace_tag + "-") != 0) continue;
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    shm_unlink(("/" + std::string(name)).c_str());
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
 std::string fresh_segment_name() {
+  const std::string tag = pid_namespace_tag();
+  remove_orphaned_names(tag);
   std::random_device rd;
   std::ostringstream name;
-  name << "/ddp-shm-" << getpid() << "-" << std::hex << rd() << rd() << rd();
+  name << "/ddp-shm-" << getpid() << "-" << tag << "-" << std::hex << rd() << rd() << rd();
   return name.str();
 }
 

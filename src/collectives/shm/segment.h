@@ -90,7 +90,9 @@ void* create_mapping(const std::string& name, size_t bytes);
 // Maps an existing one; a different size is an InvalidArgument ending with
 // `on_size_mismatch` (what to do).
 void* open_mapping(const std::string& name, size_t bytes, const std::string& on_size_mismatch);
-// A name no other segment has: "/ddp-shm-<pid>-<random>".
+// A name no other segment has: "/ddp-shm-<pid>-<pid namespace inode>-<random>".
+// First removes the names that dead creators in this PID namespace left
+// behind (killed before the last peer mapped their segment).
 std::string fresh_segment_name();
 
 // A mapping of a group's segment. Move-only; unmaps on destruction.
