@@ -6,6 +6,7 @@
 #include "collectives/shm/peers.h"
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
+#include "rendezvous/admission.h"
 #include "rendezvous/store_handshake.h"
 
 #include <ddp/errors.h>
@@ -80,11 +81,20 @@ Membership::Membership(const ElasticOptions& options)
   }
   address_ = *addr;
   port_ = static_cast<int>(*port);
-  store_ = connect();
+  // Admitted by ddp-store once: a process without the job's secret is
+  // refused here and can write nothing the members would read.
+  secret_ = JobSecret::from_env();
+  ElasticAdmission admitted =
+      admit_elastic(connect_unadmitted(options_.reform_timeout()),
+                    ErrorContext{-1, 0, "", "elastic", {}}, secret_,
+                    Clock::now() + options_.reform_timeout());
+  challenge_ = admitted.challenge;
+  store_ = std::move(admitted.store);
   // A process with no $RANK (a joiner) takes an id no launcher gives.
   id_ = rank ? static_cast<int>(*rank)
              : kFirstFreshId + static_cast<int>(store_->add(key("next_id"), 1)) - 1;
-  const std::string me = encode({host_, pid_namespace_, static_cast<int32_t>(getpid())});
+  me_ = encode({host_, pid_namespace_, static_cast<int32_t>(getpid())});
+  const std::string& me = me_;
   const std::string holder =
       store_text(store_->compareSet(member_key(id_), {}, store_bytes(me)));
   if (holder != me) {
@@ -115,6 +125,10 @@ Membership::~Membership() {
 StorePtr Membership::connect() const { return connect(options_.reform_timeout()); }
 
 StorePtr Membership::connect(std::chrono::milliseconds patience) const {
+  return elastic_job_store(connect_unadmitted(patience), secret_, challenge_);
+}
+
+StorePtr Membership::connect_unadmitted(std::chrono::milliseconds patience) const {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port_);
   opts.isServer = false;
@@ -269,6 +283,10 @@ ElasticWorld Membership::form_after(const ElasticWorld& previous) {
       continue;
     }
     const auto arrived_at = Clock::now();
+    // Collected while this process was away (stopped; store_gc.h): written
+    // again, so that the others judge it by its process, not its heartbeat
+    // alone (dead_after, 3 s, once it dies).
+    if (!store_->check({member_key(id_)})) store_->set(member_key(id_), store_bytes(me_));
     const int64_t slot = store_->add(generation_key(n, "count"), 1);
     store_->set(generation_key(n, "slot/" + std::to_string(slot)),
                 store_bytes(std::to_string(id_)));

@@ -9,6 +9,7 @@
 #include "base/mutex.h"
 #include "elastic/generation_abort.h"
 #include "elastic/record.h"
+#include "rendezvous/job_secret.h"
 
 #include <atomic>
 #include <chrono>
@@ -49,7 +50,9 @@ class Membership {
   void finish();
 
   // A fresh client of the store, for a generation's process group; the
-  // store must answer within reform_timeout (or `patience`).
+  // store must answer within reform_timeout (or `patience`). With a job
+  // secret, the job's keys through it are sealed (rendezvous/job_store.h),
+  // as this process was admitted once at its start (admit_elastic).
   StorePtr connect() const;
   StorePtr connect(std::chrono::milliseconds patience) const;
 
@@ -82,13 +85,18 @@ class Membership {
   // The live processes registered for generation n, in arrival order.
   std::vector<int> arrivals(int64_t n);
   GenerationRecord propose(const std::vector<int>& before, const std::vector<int>& arrived) const;
+  // A client of the store, before the job's keys (admission's own).
+  StorePtr connect_unadmitted(std::chrono::milliseconds patience) const;
 
   const ElasticOptions options_;
   const std::string host_, pid_namespace_;
   std::string address_;
   int port_ = 0;
+  std::optional<JobSecret> secret_;  // $DDP_JOB_SECRET
+  std::string challenge_;            // the job's, once admitted ("" without a secret)
   StorePtr store_;  // the caller's thread's
   int id_ = -1;
+  std::string me_;  // this process's member record: host, PID namespace, pid
 
   Mutex mutex_;
   std::map<int, Liveness> liveness_ DDP_GUARDED_BY(mutex_);

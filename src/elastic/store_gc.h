@@ -12,8 +12,9 @@
 // - and the member and heartbeat keys of the joiners (fresh ids, each taken
 //   once) that left in a collected generation and are no member of N - 1
 //   or N. One that comes back (a process stopped, then continued) joins as
-//   any process does; its peers then judge its liveness by its heartbeat
-//   alone. A launcher's ids stay: one may be given to a new process, whose
+//   any process does, and writes its member key again as it registers for
+//   a generation (so that its peers judge it by its process, not by its
+//   heartbeat alone). A launcher's ids stay: one may be given to a new process, whose
 //   duplicate check reads them, and there are as many as ranks launched.
 // Progress is kept in elastic/collected, so a pass that fails part-way (the
 // store went away) is taken up by the next.

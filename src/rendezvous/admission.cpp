@@ -25,112 +25,159 @@ std::string this_process() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
-// The errors of admission name the rank alone ("ddp: rank 1: this rank has
-// no job secret ..."), as tests/multiprocess/secret_test.sh reads them;
-// `peers`: rank 0 where its answer (or its silence) is the cause.
-ErrorContext who(int rank, std::vector<int> peers = {}) {
-  return ErrorContext{rank, 0, "", "", std::move(peers)};
+// Who asks, as its hello says it and as its errors name it; and who
+// answers: rank 0, or ddp-store for an elastic job.
+struct Asker {
+  int rank;            // RANK; an elastic joiner: -1
+  int world_size;      // WORLD_SIZE; elastic: admission::kElasticWorldSize
+  ErrorContext self;   // this process, in its errors
+  std::string opener;  // "rank 0" or "ddp-store"
+  // The errors of admission name the process alone ("ddp: rank 1: this rank
+  // has no job secret ...", as tests/multiprocess/secret_test.sh reads
+  // them), with rank 0 as the peer at fault where its answer or silence is.
+  ErrorContext blaming_opener() const {
+    ErrorContext c = self;
+    if (opener == "rank 0") c.peers = {0};
+    return c;
+  }
+};
+
+Asker rank_of_a_job(int rank, int world_size) {
+  return Asker{rank, world_size, ErrorContext{rank, 0, "", "", {}}, "rank 0"};
 }
 
-// This rank fails before asking: it leaves why for the others' errors.
-[[noreturn]] void refuse_myself(const StorePtr& store, int rank, const std::string& why) {
+// This process fails before asking: it leaves why for the others' errors.
+[[noreturn]] void refuse_myself(const StorePtr& store, const Asker& me, const std::string& why) {
   const std::string sentence = why + ". " + std::string(admission::kSameSecretAdvice);
-  store->set(admission::refused_key(rank),
-             store_bytes("rank " + std::to_string(rank) + " (" + this_process() + ") " + sentence));
-  throw InvalidArgument(who(rank, {0}), "this rank " + sentence);
+  const std::string subject = me.rank >= 0 ? "rank " + std::to_string(me.rank) : "a process";
+  store->set(admission::refused_key(me.rank),
+             store_bytes(subject + " (" + this_process() + ") " + sentence));
+  throw InvalidArgument(me.blaming_opener(),
+                        (me.opener == "rank 0" ? "this rank " : "this process ") + sentence);
 }
 
-std::string wait_for_value(const StorePtr& store, const std::string& key, int rank,
+std::string wait_for_value(const StorePtr& store, const std::string& key, const Asker& me,
                            Clock::time_point deadline, const std::string& what_is_late) {
   if (!wait_for_key(store, key, deadline)) {
-    throw TimeoutError(who(rank, {0}), what_is_late +
-                                           " before the rendezvous timeout. Check that rank 0 runs "
-                                           "and that every rank has the same MASTER_ADDR and "
-                                           "MASTER_PORT.");
+    throw TimeoutError(me.blaming_opener(),
+                       what_is_late + " before the rendezvous timeout. Check that " + me.opener +
+                           " runs and that every " +
+                           (me.opener == "rank 0" ? "rank" : "process") +
+                           " has the same MASTER_ADDR and MASTER_PORT.");
   }
   return store_text(store->get(key));
 }
 
-StorePtr open_job(const StorePtr& store, const std::function<StorePtr()>& reconnect, int world_size,
-                  const std::optional<JobSecret>& secret) {
+ElasticAdmission open_job(const StorePtr& store, const std::function<StorePtr()>& reconnect,
+                          int world_size, const std::optional<JobSecret>& secret,
+                          const ErrorContext& self) {
   if (!secret) {
     store->set(admission::kChallengeKey, store_bytes(admission::kNoSecret));
-    return store;
+    return {store, ""};
   }
   const std::string challenge = random_hex(16);
   StorePtr own;
   try {
     own = reconnect();
   } catch (const std::exception& e) {
-    throw CommunicationError(who(0),
+    throw CommunicationError(self,
                              "cannot open a second connection to the job's store "
-                             "(rank 0 answers admissions on it): " +
+                             "(admissions are answered on it): " +
                                  std::string(e.what()));
   }
   auto doorman = std::make_unique<Doorman>(own, *secret, challenge, world_size);
   store->set(admission::kChallengeKey,
              store_bytes(std::string(admission::kScheme) + " " + challenge));
-  return c10::make_intrusive<JobStore>(store, *secret, challenge, std::move(doorman));
+  return {c10::make_intrusive<JobStore>(store, *secret, challenge, std::move(doorman)), challenge};
 }
 
-StorePtr join_job(const StorePtr& store, int rank, int world_size,
-                  const std::optional<JobSecret>& secret, Clock::time_point deadline) {
-  const std::string opened = wait_for_value(store, admission::kChallengeKey, rank, deadline,
-                                            "rank 0 did not open the job at the store");
+ElasticAdmission join_job(const StorePtr& store, const Asker& me,
+                          const std::optional<JobSecret>& secret, Clock::time_point deadline) {
+  const std::string opened = wait_for_value(store, admission::kChallengeKey, me, deadline,
+                                            me.opener + " did not open the job at the store");
   if (opened == admission::kNoSecret) {
     if (secret) {
-      refuse_myself(store, rank,
-                    "holds a job secret (DDP_JOB_SECRET) but rank 0 has none: rank 0 was started "
-                    "without it, or the store belongs to another job");
+      refuse_myself(store, me,
+                    "holds a job secret (DDP_JOB_SECRET) but " + me.opener + " has none: " +
+                        me.opener +
+                        " was started without it, or the store belongs to another job");
     }
-    return store;
+    return {store, ""};
   }
   const std::string scheme_prefix = std::string(admission::kScheme) + " ";
   if (opened.rfind(scheme_prefix, 0) != 0) {
-    throw InvalidArgument(who(rank, {0}),
-                          "rank 0 asks for an admission scheme this build does not know ('" +
-                              opened.substr(0, 40) + "'): build every rank from the same ddp");
+    throw InvalidArgument(me.blaming_opener(),
+                          me.opener + " asks for an admission scheme this build does not know ('" +
+                              opened.substr(0, 40) + "'): build every " +
+                              (me.opener == "rank 0" ? "rank" : "process") + " from the same ddp");
   }
   if (!secret) {
-    refuse_myself(store, rank,
-                  "has no job secret (DDP_JOB_SECRET is unset) but rank 0 requires one");
+    refuse_myself(store, me,
+                  "has no job secret (DDP_JOB_SECRET is unset) but " + me.opener +
+                      " requires one");
   }
   const std::string challenge = opened.substr(scheme_prefix.size());
   const std::string nonce = random_hex(16);
   const std::string origin = this_process();
   const int64_t ticket = store->add(admission::kTicketsKey, 1);
   const std::string proof = secret->mac(admission::admission_message(
-      admission::kProofLabel, challenge, ticket, rank, world_size, nonce));
+      admission::kProofLabel, challenge, ticket, me.rank, me.world_size, nonce));
   store->set(admission::hello_key(ticket),
-             store_bytes(std::to_string(rank) + " " + std::to_string(world_size) + " " + nonce +
-                         " " + proof + " " + origin));
-  const std::string verdict = wait_for_value(store, admission::verdict_key(ticket), rank, deadline,
-                                             "rank 0 did not answer this rank's request "
-                                             "to join");
+             store_bytes(std::to_string(me.rank) + " " + std::to_string(me.world_size) + " " +
+                         nonce + " " + proof + " " + origin));
+  const std::string verdict =
+      wait_for_value(store, admission::verdict_key(ticket), me, deadline,
+                     me.opener + " did not answer this " +
+                         (me.opener == "rank 0" ? "rank" : "process") + "'s request to join");
   const std::string refused = "refused ";
   if (verdict.rfind(refused, 0) == 0) {
-    throw InvalidArgument(who(rank, {0}), "rank 0 refused this process (" + origin +
-                                              "): " + verdict.substr(refused.size()));
+    throw InvalidArgument(me.blaming_opener(), me.opener + " refused this process (" + origin +
+                                                   "): " + verdict.substr(refused.size()));
   }
   const std::string expected =
       "admitted " + secret->mac(admission::admission_message(admission::kAnswerLabel, challenge,
-                                                             ticket, rank, world_size, nonce));
+                                                             ticket, me.rank, me.world_size,
+                                                             nonce));
   if (!equal_in_constant_time(verdict, expected)) {
-    throw InvalidArgument(who(rank),
+    throw InvalidArgument(me.self,
                           "the store's answer does not prove that it holds this "
                           "job's secret: the store at MASTER_ADDR:MASTER_PORT belongs to another "
-                          "job, or something other than rank 0 answers there. Check MASTER_ADDR, "
-                          "MASTER_PORT and DDP_JOB_SECRET.");
+                          "job, or something other than " +
+                              me.opener +
+                              " answers there. Check MASTER_ADDR, MASTER_PORT and "
+                              "DDP_JOB_SECRET.");
   }
-  return c10::make_intrusive<JobStore>(store, *secret, challenge);
+  return {c10::make_intrusive<JobStore>(store, *secret, challenge), challenge};
 }
 
 }  // namespace
 
 StorePtr admit(const StorePtr& store, const std::function<StorePtr()>& reconnect, int rank,
                int world_size, const std::optional<JobSecret>& secret, Clock::time_point deadline) {
-  if (rank == 0) return open_job(store, reconnect, world_size, secret);
-  return join_job(store, rank, world_size, secret, deadline);
+  const Asker me = rank_of_a_job(rank, world_size);
+  if (rank == 0) return open_job(store, reconnect, world_size, secret, me.self).store;
+  return join_job(store, me, secret, deadline).store;
+}
+
+ElasticAdmission open_elastic_job(const StorePtr& store,
+                                  const std::function<StorePtr()>& reconnect,
+                                  const std::optional<JobSecret>& secret) {
+  return open_job(store, reconnect, admission::kElasticWorldSize, secret,
+                  ErrorContext{-1, 0, "", "ddp-store", {}});
+}
+
+ElasticAdmission admit_elastic(const StorePtr& store, const ErrorContext& context,
+                               const std::optional<JobSecret>& secret,
+                               Clock::time_point deadline) {
+  // Member ids are the membership protocol's: the hello names none.
+  return join_job(store, Asker{-1, admission::kElasticWorldSize, context, "ddp-store"}, secret,
+                  deadline);
+}
+
+StorePtr elastic_job_store(const StorePtr& store, const std::optional<JobSecret>& secret,
+                           const std::string& challenge) {
+  if (!secret || challenge.empty()) return store;
+  return c10::make_intrusive<JobStore>(store, *secret, challenge);
 }
 
 std::string admission_refusals(const StorePtr& store, int world_size) {

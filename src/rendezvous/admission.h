@@ -25,6 +25,7 @@
 
 #include "rendezvous/job_secret.h"
 
+#include <ddp/errors.h>
 #include <ddp/store.h>
 
 #include <chrono>
@@ -44,6 +45,29 @@ namespace ddp::detail {
 StorePtr admit(const StorePtr& store, const std::function<StorePtr()>& reconnect, int rank,
                int world_size, const std::optional<JobSecret>& secret,
                std::chrono::steady_clock::time_point deadline);
+
+// Elastic jobs (ddp/elastic.h): ddp-store, which outlives every member,
+// opens the job and answers admissions for as long as it runs; a member is
+// admitted once, with the same proof, as world size 0 (any member id: the
+// membership protocol checks them), and wraps its later connections with
+// the same challenge (elastic_job_store), without asking again.
+struct ElasticAdmission {
+  StorePtr store;         // the job's keys: a JobStore, or the store itself without a secret
+  std::string challenge;  // "" without a secret
+};
+// ddp-store's side, on its own client `store`; `reconnect`: a second
+// connection for the admission thread.
+ElasticAdmission open_elastic_job(const StorePtr& store,
+                                  const std::function<StorePtr()>& reconnect,
+                                  const std::optional<JobSecret>& secret);
+// A member's side: `context` names it in errors. The refusals and timeouts
+// of admit().
+ElasticAdmission admit_elastic(const StorePtr& store, const ErrorContext& context,
+                               const std::optional<JobSecret>& secret,
+                               std::chrono::steady_clock::time_point deadline);
+// Another connection of an admitted member, as admit_elastic's store.
+StorePtr elastic_job_store(const StorePtr& store, const std::optional<JobSecret>& secret,
+                           const std::string& challenge);
 
 // Why ranks were refused, as a sentence to append to the rendezvous's
 // timeout error ("" when none was).

@@ -14,6 +14,9 @@ constexpr char kChallengeKey[] = "ddp/admission/challenge";
 constexpr char kTicketsKey[] = "ddp/admission/tickets";
 constexpr char kScheme[] = "hmac-sha256";
 constexpr char kNoSecret[] = "none";
+// The world size an elastic job's processes ask with and ddp-store answers
+// for: any member id, any number (the membership protocol checks ids).
+constexpr int kElasticWorldSize = 0;
 
 inline std::string hello_key(int64_t ticket) {
   return "ddp/admission/hello/" + std::to_string(ticket);

@@ -37,6 +37,8 @@ int max_waiting(int world_size) { return std::max(64, 2 * world_size); }
 // How often the tickets are polled while ranks are still missing, and after.
 constexpr std::chrono::milliseconds kPollWhileJoining{5};
 constexpr std::chrono::milliseconds kPollAfterJoining{100};
+// An elastic job's store polls at this pace for as long as it runs.
+constexpr std::chrono::milliseconds kPollElastic{20};
 
 struct Hello {
   int rank = -1;
@@ -59,7 +61,13 @@ class Answerer {
         world_size_(world_size),
         admitted_(world_size) {}
 
-  bool everyone_admitted() const { return admitted_count_ == world_size_ - 1; }
+  // An elastic job's (ddp-store's): members come and go for its whole life.
+  bool elastic() const { return world_size_ == admission::kElasticWorldSize; }
+  // How long to wait before the next poll.
+  std::chrono::milliseconds pause() const {
+    if (elastic()) return kPollElastic;
+    return admitted_count_ < world_size_ - 1 ? kPollWhileJoining : kPollAfterJoining;
+  }
 
   // Takes the new tickets and answers those whose hello has come.
   void poll() {
@@ -91,9 +99,24 @@ class Answerer {
         admission::kProofLabel, challenge_, ticket, hello.rank, hello.world_size, hello.nonce));
     if (!equal_in_constant_time(hello.proof, expected)) {
       return refuse(ticket, hello,
-                    "its proof of the job secret does not match rank 0's (DDP_JOB_SECRET differs "
-                    "between the ranks, or the process belongs to another job). " +
+                    "its proof of the job secret does not match " +
+                        std::string(elastic() ? "ddp-store's" : "rank 0's") +
+                        " (DDP_JOB_SECRET differs between the processes, or the process belongs "
+                        "to another job). " +
                         std::string(admission::kSameSecretAdvice));
+    }
+    if (elastic() || hello.world_size == admission::kElasticWorldSize) {
+      if (hello.world_size != world_size_) {
+        return refuse(ticket, hello,
+                      elastic()
+                          ? "it asks to join a job of " + std::to_string(hello.world_size) +
+                                " ranks, but this store serves an elastic job (ddp-store): "
+                                "start it as an elastic member (ddp::ElasticRunner)"
+                          : "it asks as a member of an elastic job, but this store serves a job "
+                            "of " + std::to_string(world_size_) +
+                                " ranks: point it at the elastic job's ddp-store");
+      }
+      return admit(ticket, hello);  // member ids are the membership protocol's to check
     }
     if (hello.world_size != world_size_) {
       return refuse(ticket, hello,
@@ -116,6 +139,10 @@ class Answerer {
     admitted = hello.origin;
     ++admitted_count_;
     store_->deleteKey(admission::refused_key(hello.rank));
+    admit(ticket, hello);
+  }
+
+  void admit(int64_t ticket, const Hello& hello) {
     store_->set(admission::verdict_key(ticket),
                 store_bytes("admitted " +
                             secret_.mac(admission::admission_message(
@@ -155,9 +182,7 @@ Doorman::Doorman(StorePtr store, JobSecret secret, std::string challenge, int wo
         lock.unlock();
         answerer->poll();
         lock.lock();
-        const auto pause =
-            answerer->everyone_admitted() ? kPollAfterJoining : kPollWhileJoining;
-        control->changed.wait_for(control->mu, pause,
+        control->changed.wait_for(control->mu, answerer->pause(),
                                   [&]() DDP_REQUIRES(control->mu) { return control->stopping; });
       }
     } catch (const std::exception&) {

@@ -6,9 +6,10 @@
 // cannot change one unnoticed: get() of a value it wrote is a
 // CommunicationError naming the key. Counters (add) carry no MAC: a
 // stranger can disturb them, which fails or stalls the job (its timeouts
-// apply), never mixes data. set() and get() are what the job uses; the
-// other value calls (compareSet, and 2.x's multiGet, multiSet, append) are
-// not MAC'd and must not be used on it.
+// apply), never mixes data. set(), get() and compareSet() (an elastic
+// job's decisions: sealing is deterministic, so the expected value seals to
+// the stored bytes) are what the job uses; the other value calls (2.x's
+// multiGet, multiSet, append) are not MAC'd and must not be used on it.
 #pragma once
 
 #include "rendezvous/doorman.h"
@@ -32,9 +33,16 @@ class JobStore : public c10d::PrefixStore {
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> get(const std::string& key) override;
+  using c10d::PrefixStore::compareSet;
+  // Returns the value now stored (checked), as the store's compareSet does.
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
 
  private:
   std::string value_mac(const std::string& key, const std::vector<uint8_t>& value) const;
+  std::vector<uint8_t> sealed(const std::string& key, const std::vector<uint8_t>& value) const;
+  // The value of `sealed` bytes under `key`; CommunicationError if no rank wrote them.
+  std::vector<uint8_t> opened(const std::string& key, const std::vector<uint8_t>& sealed) const;
 
   const JobSecret secret_;
   const std::string challenge_;

@@ -21,6 +21,9 @@ shift
 CASES=("$@")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddp-elastic-test.XXXXXX")
 trap 'pkill -KILL -f "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+# One job secret for every job here: ddprun --elastic's ranks, its store and
+# the joiners (ddprun --join, which makes none) must share it.
+export DDP_JOB_SECRET=${DDP_JOB_SECRET:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 LIMIT=60  # seconds any one job may take before the test kills it
 STEPS=40
 # A job a rank joins: from its first step, when the joiner starts (which

@@ -1,7 +1,7 @@
 // The job's store (rendezvous/job_store.h) on an in-process store: values
 // round-trip under the job's prefix with their MAC; a value written past it
 // (a stranger who listed the keys) or by another job is refused on get(),
-// naming the key.
+// naming the key; compare-and-set is sealed both ways.
 #include "rendezvous/job_store.h"
 
 #include "support/raised.h"
@@ -58,6 +58,26 @@ TEST(JobStore, AnotherJobsValuesDoNotPass) {
   raw->set(kSecret.key_prefix("challenge2") + "/k",
            raw->get(kSecret.key_prefix("challenge1") + "/k"));
   EXPECT_THROW(later.get("k"), CommunicationError);
+}
+
+// An elastic job decides each generation by compare-and-set: sealed both
+// ways, first writer wins, and a stranger's value in the way is refused.
+TEST(JobStore, CompareSetIsSealedAndChecked) {
+  auto raw = c10::make_intrusive<c10d::HashStore>();
+  JobStore job(raw, kSecret, "challenge");
+  EXPECT_EQ(job.compareSet("decided", {}, bytes("members 0,1")), bytes("members 0,1"));
+  EXPECT_EQ(job.compareSet("decided", {}, bytes("members 0,2")), bytes("members 0,1"));
+  EXPECT_EQ(job.get("decided"), bytes("members 0,1"));
+  EXPECT_EQ(job.compareSet("decided", bytes("members 0,1"), bytes("members 2")),
+            bytes("members 2"));
+  EXPECT_EQ(job.get("decided"), bytes("members 2"));
+  // A stranger's decision (no MAC) is refused, not taken as the winner.
+  const std::string listed = kSecret.key_prefix("challenge") + "/forged";
+  raw->set(listed, bytes("members 6"));
+  ddp::testing::Raised r = ddp::testing::raised<CommunicationError>(
+      [&] { job.compareSet("forged", {}, bytes("members 0")); });
+  ASSERT_TRUE(r) << "a forged decision was taken: " << r;
+  EXPECT_TRUE(r.mentions("'forged'")) << r;
 }
 
 }  // namespace

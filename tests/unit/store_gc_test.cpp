@@ -7,6 +7,7 @@
 #include "elastic/membership.h"
 #include "elastic/record.h"
 #include "elastic/store_gc.h"
+#include "rendezvous/admission.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -26,7 +27,9 @@ c10::intrusive_ptr<c10d::TCPStore> server() {
   opts.waitWorkers = false;
   opts.timeout = std::chrono::seconds(10);
   compat::use_classic_tcp_store(opts);
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+  open_elastic_job(store, {}, std::nullopt);  // as ddp-store does, without a secret
+  return store;
 }
 
 void set(c10d::Store& store, const std::string& key, const std::string& value) {

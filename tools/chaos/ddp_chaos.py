@@ -85,8 +85,10 @@ def parse_args(argv):
                    help="and at least this many steps (reported by rank 0's progress lines) "
                         "between the job's recovery and the next event, so that a job of a "
                         "given length takes the same number of events at any speed (default 0)")
-    p.add_argument("--stop-s", type=float, default=2.0,
-                   help="how long a stopped member stays stopped (default 2)")
+    p.add_argument("--stop-s", type=float, default=None,
+                   help="how long a stopped member stays stopped; a stop shorter than the "
+                        "job's collective timeout may be ridden out as a stall (default "
+                        "$DDP_TIMEOUT + 1 where set, else 3)")
     p.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
     p.add_argument("--replay", metavar="LOG", help="apply the events of an earlier --log instead")
     p.add_argument("--log", metavar="FILE", help="the events, one JSON line each (default none)")
@@ -125,6 +127,9 @@ def parse_args(argv):
         p.error("--kinds has no failure, but --failures is %d" % args.failures)
     if lo == hi and "join" in args.kinds:
         p.error("--elastic %s leaves no room for a join" % args.elastic)
+    if args.stop_s is None:
+        timeout = os.environ.get("DDP_TIMEOUT", "")
+        args.stop_s = float(timeout) + 1 if timeout.replace(".", "", 1).isdigit() else 3.0
     args.store = args.store or find_store()
     if not os.access(args.store, os.X_OK):
         p.error("ddp-store not found at %s (--store PATH)" % args.store)
@@ -192,6 +197,7 @@ class Process:
         self.started = time.monotonic()
         self.member = None        # member id, from its first state line
         self.stopped = False
+        self.cont_progress = None  # rank 0's last reported step when it was continued
         self.victim = None        # the signal ddp-chaos killed it with, or "fault point"
         self.status = None        # returncode once reaped
         self.generations = set()  # generations it reported a state for
@@ -293,6 +299,10 @@ class Chaos:
             p.buffers[stream.fileno()] = b""
 
     def start_store(self):
+        # As ddprun --elastic does: a job secret that the store and every process started here
+        # share, unless one is given.
+        if not os.environ.get("DDP_JOB_SECRET"):
+            os.environ["DDP_JOB_SECRET"] = os.urandom(16).hex()
         popen = subprocess.Popen([self.a.store, "--host", "127.0.0.1", "--port", "0", "--report",
                                   "--report-as", "ddp-chaos"], stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -344,6 +354,7 @@ class Chaos:
         if p.stopped and p.status is None:
             self.signal(p, signal.SIGCONT)
             p.stopped = False
+            p.cont_progress = self.max_progress
             self.record("cont", process=p.index, pid=p.pid, member=p.member)
 
     # -- output --------------------------------------------------------------
@@ -456,17 +467,29 @@ class Chaos:
             if e["event"] == "join":
                 joiner = self.procs[e["process"]].member
                 later = [g for g in later if joiner is not None and joiner in self.ready[g][1]]
-            if not later:
+            if not later and e["event"] == "stop" and self.absorbed(e):
+                e["absorbed"] = True  # back within the job's timeout: a stall, no re-formation
+                e["recovered_s"] = round(self.now() - since, 4)
+                self.recoveries.append({"kind": "stop-absorbed", "seconds": e["recovered_s"]})
+            elif not later:
                 return False
-            first = min(later, key=lambda g: self.ready[g][0])
-            e["recovered_s"] = round(self.ready[first][0] - since, 4)
-            self.recoveries.append({"kind": e["event"], "seconds": e["recovered_s"],
-                                    "generation": first})
+            else:
+                first = min(later, key=lambda g: self.ready[g][0])
+                e["recovered_s"] = round(self.ready[first][0] - since, 4)
+                self.recoveries.append({"kind": e["event"], "seconds": e["recovered_s"],
+                                        "generation": first})
         if not self.quiescent():
             return False
         self.pending = None
         self.progress_at_recovery = self.max_progress
         return True
+
+    def absorbed(self, e):
+        """A stopped member continued before anyone timed out: the job stepped on after the
+        SIGCONT in the same generation."""
+        p = self.procs[e["process"]]
+        return (not p.stopped and p.cont_progress is not None and
+                self.max_progress > p.cont_progress and self.latest_generation() == e["generation"])
 
     def draw(self):
         """The next event: (kind, fields) from the seed, within the world's bounds."""
@@ -505,6 +528,7 @@ class Chaos:
                 self.conts.append((time.monotonic() + self.a.stop_s, p))
             e = self.record(kind, process=p.index, pid=p.pid, member=p.member)
             e["failed_at"], e["victim_member"] = e["t"], p.member
+            e["generation"] = self.latest_generation()
             if kind == "stop":
                 p.victim = None  # it comes back
         elif kind == "join":
@@ -740,7 +764,7 @@ def show(summary):
     lines = ["ddp-chaos: %d failure(s) %s, %d generation(s), %d process(es), %.1f s"
              % (summary["failures"], summary["events"], summary["generations"],
                 summary["processes"], summary["elapsed_s"])]
-    for kind in ("failures",) + KINDS:
+    for kind in ["failures"] + sorted(k for k in r if k != "failures"):
         s = r.get(kind)
         if s and s["count"]:
             lines.append("ddp-chaos: recovery %-15s n=%-5d p50 %.3f s  p99 %.3f s  max %.3f s"

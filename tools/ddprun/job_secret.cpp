@@ -14,7 +14,10 @@ std::string ensure_job_secret(const Options& opts, bool& failed) {
   failed = false;
   const char* given = std::getenv("DDP_JOB_SECRET");
   if (given != nullptr && *given != '\0') return "";
-  if (opts.elastic_min > 0) return "";  // elastic ranks meet on ddp-store, not at admission
+  if (opts.join) {
+    return "DDP_JOB_SECRET is not set: a job whose store has a secret (ddprun --elastic makes "
+           "one) refuses these ranks; export the job's DDP_JOB_SECRET here (docs/security.md)";
+  }
   if (opts.nnodes > 1) {
     return "DDP_JOB_SECRET is not set: the ranks of this multi-node job meet without "
            "authentication; set the same DDP_JOB_SECRET (e.g. $(openssl rand -hex 16)) on "

@@ -9,16 +9,20 @@
 // Runs until SIGTERM or SIGINT (ddprun --elastic sends SIGTERM when the job
 // ends). Port 0 takes a free port; the first line of output names it:
 //   ddp-store: listening on port 29500
+// With $DDP_JOB_SECRET it admits only processes that prove the same secret,
+// and the job's keys are sealed with it (docs/security.md).
 #include "base/store_values.h"
 #include "compat/torch_compat.h"
 #include "elastic/record.h"
 #include "elastic/store_gc.h"
+#include "rendezvous/admission.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <ctime>
 #include <string>
 
@@ -34,7 +38,8 @@ constexpr const char* kUsage =
     "  --port P        port (default 29500; 0: a free one, printed)\n"
     "  --report        one line per membership change the members decide, with\n"
     "                  the store's key count (old generations' keys are deleted)\n"
-    "  --report-as N   the lines' prefix (default ddp-store; ddprun: ddprun)\n";
+    "  --report-as N   the lines' prefix (default ddp-store; ddprun: ddprun)\n"
+    "  $DDP_JOB_SECRET: the job's secret; processes without it are refused\n";
 
 // "1, 2" or "none".
 std::string ids(const std::vector<int>& v) {
@@ -97,20 +102,44 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddp-store: cannot listen on %s:%d: %s\n", host.c_str(), port, e.what());
     return 1;
   }
-  std::printf("ddp-store: listening on port %d\n", static_cast<int>(store->getPort()));
+  const int listening = static_cast<int>(store->getPort());
+  // The job is opened here, for its whole life: with $DDP_JOB_SECRET, a
+  // process is admitted only with it, and the job's keys are sealed
+  // (rendezvous/admission.h); this process reads them as a member would.
+  ddp::detail::ElasticAdmission job;
+  try {
+    const auto secret = ddp::detail::JobSecret::from_env();
+    job = ddp::detail::open_elastic_job(
+        store,
+        [host, listening] {
+          c10d::TCPStoreOptions client;
+          client.port = static_cast<uint16_t>(listening);
+          client.isServer = false;
+          client.waitWorkers = false;
+          client.timeout = std::chrono::seconds(30);
+          ddp::compat::use_classic_tcp_store(client);
+          return c10::make_intrusive<c10d::TCPStore>(host, client);
+        },
+        secret);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp-store: cannot open the job: %s\n", e.what());
+    return 1;
+  }
+  std::printf("ddp-store: listening on port %d\n", listening);
   std::fflush(stdout);
 
   namespace el = ddp::detail::elastic;
   int64_t next = 0;  // the first generation not seen decided yet
+  std::string last_error;
   const timespec poll{0, 20 * 1000 * 1000};
   for (;;) {
     const int sig = sigtimedwait(&stop, nullptr, &poll);
     if (sig == SIGTERM || sig == SIGINT) return 0;
     try {
-      while (store->check({el::generation_key(next, "decided")})) {
+      while (job.store->check({el::generation_key(next, "decided")})) {
         const auto r = el::GenerationRecord::decode(
-            ddp::detail::store_text(store->get(el::generation_key(next, "decided"))));
-        el::collect_generations(*store, next);
+            ddp::detail::store_text(job.store->get(el::generation_key(next, "decided"))));
+        el::collect_generations(*job.store, next);
         if (r && report) {
           std::printf(
               "%s: elastic: generation %lld: world %zu (members %s); left: %s; joined: %s; "
@@ -123,7 +152,10 @@ int main(int argc, char** argv) {
         ++next;
       }
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "ddp-store: reading the store: %s\n", e.what());
+      if (e.what() != last_error) {  // once, not at every poll
+        last_error = e.what();
+        std::fprintf(stderr, "ddp-store: reading the store: %s\n", e.what());
+      }
     }
   }
 }
