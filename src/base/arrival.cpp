@@ -1,5 +1,7 @@
 #include "base/arrival.h"
 
+#include "base/setup_cancel.h"
+
 #include <ddp/errors.h>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -50,6 +52,7 @@ bool wait_for_key(const StorePtr& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline) {
   Backoff backoff;
   while (!store->check({key})) {
+    throw_if_setup_cancelled();
     if (std::chrono::steady_clock::now() >= deadline) return false;
     backoff.pause();
   }
@@ -65,6 +68,7 @@ void wait_for_all_ranks(const StorePtr& store, int rank, int size,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Backoff backoff;
   while (store->add(prefix + "/count", 0) < size) {
+    throw_if_setup_cancelled();
     if (std::chrono::steady_clock::now() >= deadline) {
       throw arrival_timeout(store, prefix + "/", rank, size, timeout, label,
                             ". Start every rank with the same WORLD_SIZE and master address, or "

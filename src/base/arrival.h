@@ -12,6 +12,8 @@
 namespace ddp::detail {
 
 // Polls `store` until `key` exists (true) or `deadline` passes (false).
+// These waits end at once, with CommunicationError, when this process's
+// group set-ups are cancelled (base/setup_cancel.h).
 bool wait_for_key(const StorePtr& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline);
 

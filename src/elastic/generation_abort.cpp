@@ -4,16 +4,23 @@
 
 namespace ddp::detail::elastic {
 
+// The replaced abort is destroyed outside the lock: it may hold the last
+// reference to a group, whose teardown must not block the heartbeat.
 void GenerationAbort::arm(int64_t generation, Abort abort) {
+  Abort replaced;
   MutexLock lock(mutex_);
   generation_ = generation;
+  replaced.swap(abort_);
   abort_ = std::move(abort);
+  lock.unlock();
 }
 
 void GenerationAbort::disarm() {
+  Abort replaced;
   MutexLock lock(mutex_);
   generation_ = -1;
-  abort_ = nullptr;
+  replaced.swap(abort_);
+  lock.unlock();
 }
 
 bool GenerationAbort::member_gone(int64_t generation, int member) {

@@ -5,6 +5,7 @@
 #include <ddp/elastic.h>
 
 #include "base/env.h"
+#include "base/setup_cancel.h"
 #include "elastic/membership.h"
 #include "elastic/record.h"
 
@@ -107,20 +108,34 @@ bool ElasticRunner::run_generation(ElasticState& state,
                                    const ElasticWorld& previous, const ElasticWorld& world) {
   const ElasticOptions& o = impl_->options;
   const auto decided = Clock::now();
-  ProcessGroupPtr group = new_process_group(
-      c10::make_intrusive<c10d::PrefixStore>(
-          detail::elastic::generation_key(world.generation, "group"), membership.connect()),
-      world.rank, world.world_size, o.init());
-  membership.watch(world);
-  // A member the heartbeat finds gone ends this generation's collectives at
-  // once (nccl's would wait for the group's timeout); disarmed on the way out.
-  membership.generation_abort().arm(
-      world.generation, [group](const std::string& reason) { group->abort(reason); });
   struct Disarm {
     detail::elastic::GenerationAbort& armed;
     ~Disarm() { armed.disarm(); }
   } disarm{membership.generation_abort()};
+  membership.watch(world);
+  // A member the heartbeat finds gone while the group is being made cancels
+  // the set-up's waits here (the others would wait for it until the
+  // group's timeout); once made, it ends the generation's collectives at
+  // once (nccl's would wait as long).
+  ProcessGroupPtr group;
+  {
+    detail::SetupWindow window;
+    membership.generation_abort().arm(world.generation, [](const std::string& reason) {
+      detail::cancel_group_setups(reason);
+    });
+    group = new_process_group(
+        c10::make_intrusive<c10d::PrefixStore>(
+            detail::elastic::generation_key(world.generation, "group"), membership.connect()),
+        world.rank, world.world_size, o.init());
+  }
+  membership.generation_abort().arm(
+      world.generation, [group](const std::string& reason) { group->abort(reason); });
   state.synchronize(group, member(world, membership.id()));
+  // What was synchronized is a boundary of its own: a failure before the
+  // generation's full copy below (in making the DDP, say) comes back here,
+  // not to an older full copy (the load moved what restore() checks), which
+  // would redo steps every member had passed.
+  state.commit(/*full=*/false);
   if (impl_->on_world_change) impl_->on_world_change(previous, world);
   // synchronize() made every member's state the same: DDP need not check
   // and broadcast it again (DDP_DEBUG=detail still checks every value).

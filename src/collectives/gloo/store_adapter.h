@@ -1,5 +1,7 @@
 // Adapts a c10d::Store (TCPStore, FileStore, HashStore) to the store
-// interface Gloo's rendezvous uses to exchange connection addresses.
+// interface Gloo's rendezvous uses to exchange connection addresses. Its
+// waits poll, and end when this process's set-ups are cancelled
+// (base/setup_cancel.h).
 #pragma once
 
 #include <ddp/store.h>

@@ -1,6 +1,7 @@
 #include "collectives/shm/setup.h"
 
 #include "base/arrival.h"
+#include "base/setup_cancel.h"
 #include "collectives/error_text.h"
 #include "collectives/flagged_ranks.h"
 #include "collectives/host_identity.h"
@@ -81,6 +82,7 @@ std::string await_name(const StorePtr& store, std::chrono::steady_clock::time_po
                        std::chrono::milliseconds timeout, const ErrorContext& context) {
   auto pause = std::chrono::milliseconds(1);
   while (!store->check({kSegmentKey})) {
+    throw_if_setup_cancelled();
     if (std::chrono::steady_clock::now() >= deadline) {
       throw TimeoutError(context.about({0}), "rank 0 did not publish the shm segment within " +
                                                  std::to_string(timeout.count()) +
@@ -109,6 +111,12 @@ void await_attached(const StorePtr& store, Segment& seg, const std::string& name
       const std::string report = to_string(store->get(kMapFailedKey));
       throw CommunicationError(context.about(reporter(report)),
                                "the shm set-up failed on " + report);
+    }
+    try {
+      throw_if_setup_cancelled();
+    } catch (...) {
+      Segment::unlink(name);  // a peer is gone: leave nothing behind
+      throw;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       std::vector<int> missing_ranks;
