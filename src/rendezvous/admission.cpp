@@ -129,6 +129,10 @@ ElasticAdmission join_job(const StorePtr& store, const Asker& me,
       wait_for_value(store, admission::verdict_key(ticket), me, deadline,
                      me.opener + " did not answer this " +
                          (me.opener == "rank 0" ? "rank" : "process") + "'s request to join");
+  // Answered: the request's keys go (an elastic job's store would keep two
+  // per process that ever joined).
+  store->deleteKey(admission::hello_key(ticket));
+  store->deleteKey(admission::verdict_key(ticket));
   const std::string refused = "refused ";
   if (verdict.rfind(refused, 0) == 0) {
     throw InvalidArgument(me.blaming_opener(), me.opener + " refused this process (" + origin +

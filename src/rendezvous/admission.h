@@ -16,7 +16,8 @@
 //   hello/T       "<rank> <world size> <nonce> <proof> <host>:<pid>"; the
 //                 proof is a MAC over (challenge, T, rank, world size, nonce)
 //   verdict/T     "admitted <answer>" (a MAC over the same fields) or
-//                 "refused <why>"
+//                 "refused <why>"; the asker deletes hello/T and verdict/T
+//                 once it has read the verdict
 //   refused/R     why the last process claiming rank R was refused, a
 //                 sentence (for the rendezvous's timeout error on every rank)
 // A rank with a secret facing "none", or without one facing a challenge,
