@@ -21,7 +21,15 @@ TRAIN=$BUILD/examples/train
 shift
 CASES=("$@")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ddp-chaos-test.XXXXXX")
-trap 'pkill -KILL -f "$WORK" 2>/dev/null; [[ -n ${KEEP:-} ]] || rm -rf "$WORK"' EXIT
+# At exit, any process still working in $WORK (ddp-chaos stops its own; this
+# is for a ddp-chaos that was killed), then $WORK.
+leftovers() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/cwd" 2>/dev/null) == "$WORK"* ]] && kill -KILL "${p#/proc/}" 2>/dev/null
+  done
+}
+trap 'leftovers; [[ -n ${KEEP:-} ]] || rm -rf "$WORK"' EXIT
 . "$(dirname "$0")/../support/tap.sh"
 
 wanted() { [[ ${#CASES[@]} -eq 0 || " ${CASES[*]} " == *" $1 "* ]]; }
@@ -45,8 +53,8 @@ chaos() {
   local job=("$TRAIN" --elastic --report-state --data synthetic --train-size 12000
              --log-every 5 "$@")
   local rc=0
-  (cd "$WORK" && DDP_BACKEND=$backend DDP_TIMEOUT=1 timeout -s KILL 150 "$CHAOS" --nproc 4 \
-     --elastic 2:6 --failures "$failures" --kinds "$kinds" --every 0.1 --every-steps 10 --stop-s 1 \
+  (cd "$WORK" && DDP_BACKEND=$backend DDP_TIMEOUT=1 timeout -k 60 200 "$CHAOS" --nproc 4 \
+     --elastic 2:6 --failures "$failures" --kinds "$kinds" --every 0.1 --every-steps 10 \
      --seed 7 \
      --recovery-timeout 30 --timeout 120 --log "$name.log" --output "$name.out" \
      --summary "$name.json" -- "${job[@]}" >"$name.err" 2>&1) || rc=$?
@@ -65,8 +73,8 @@ chaos() {
   done
   [[ ${REPLAY:-0} == 1 ]] || return
   rc=0
-  (cd "$WORK" && DDP_BACKEND=$backend DDP_TIMEOUT=1 timeout -s KILL 150 "$CHAOS" --nproc 4 \
-     --elastic 2:6 --replay "$name.log" --stop-s 1 --recovery-timeout 30 --timeout 120 \
+  (cd "$WORK" && DDP_BACKEND=$backend DDP_TIMEOUT=1 timeout -k 60 200 "$CHAOS" --nproc 4 \
+     --elastic 2:6 --replay "$name.log" --recovery-timeout 30 --timeout 120 \
      --log "$name.replay.log" -- "${job[@]}" >"$name.replay.err" 2>&1) || rc=$?
   if [[ $rc -eq 0 ]] && diff <(events_of "$WORK/$name.log") \
        <(events_of "$WORK/$name.replay.log") >/dev/null; then

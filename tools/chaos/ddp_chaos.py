@@ -44,6 +44,7 @@ import json
 import os
 import random
 import re
+import select
 import selectors
 import signal
 import subprocess
@@ -230,6 +231,7 @@ class Chaos:
         self.form_kill_after = None  # formation-kill: kill once a generation after this is decided
         self.failures = 0
         self.finishing = None      # when a member ended well: the job is done
+        self.finished = False      # finish() ran
         self.log = open(args.log, "w") if args.log else None
         self.out = open(args.output, "w") if args.output else None
         self.replay = self.read_replay(args.replay) if args.replay else None
@@ -265,6 +267,9 @@ class Chaos:
             elif e.get("event") == "formation-kill-fired" and events and \
                     events[-1]["event"] == "formation-kill":
                 events[-1]["target"] = e["process"]
+            elif e.get("event") == "formation-kill-skipped" and events and \
+                    events[-1]["event"] == "formation-kill":
+                events[-1]["target"] = None
         return events
 
     # -- processes -----------------------------------------------------------
@@ -308,7 +313,8 @@ class Chaos:
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
         self.store = Process(-1, popen, "store")
-        line = popen.stdout.readline().decode(errors="replace")
+        ready, _, _ = select.select([popen.stdout], [], [], 60)
+        line = popen.stdout.readline().decode(errors="replace") if ready else ""
         m = re.match(r"ddp-store: listening on port (\d+)", line)
         if not m:
             popen.kill()
@@ -375,6 +381,7 @@ class Chaos:
             if p.buffers[fd]:
                 self.line(p, p.buffers[fd].decode(errors="replace"))
             p.buffers[fd] = b""
+            stream.close()  # a long run starts thousands of processes
             return False
         data = p.buffers[fd] + chunk
         *lines, p.buffers[fd] = data.split(b"\n")
@@ -387,7 +394,7 @@ class Chaos:
         for stream in (p.popen.stdout, p.popen.stderr):
             for _ in range(256):
                 watched = {key.fileobj for key in self.sel.get_map().values()}
-                if stream not in watched or not self.read(p, stream):
+                if stream.closed or stream not in watched or not self.read(p, stream):
                     break
 
     def line(self, p, text):
@@ -552,14 +559,19 @@ class Chaos:
 
     def formation_kill_now(self, g, members):
         candidates = [p for p in self.members_now() if p.member in members]
-        if not candidates or len(self.running()) - 1 < self.a.min_world:
+        replayed = self.pending.get("target", "none") if self.pending else "none"
+        if not candidates or len(self.running()) - 1 < self.a.min_world or replayed is None:
             self.record("formation-kill-skipped", generation=g)
             if self.pending:
                 self.pending["failed_at"] = self.now()
             return
-        if self.pending and "target" in self.pending:  # replayed
-            target = [p for p in candidates if p.index == self.pending["target"]]
-            candidates = target or candidates
+        if replayed != "none":
+            candidates = [p for p in candidates if p.index == replayed]
+            if not candidates:
+                self.problems.append("replay: process %s is not a member of generation %d for "
+                                     "its formation-kill" % (replayed, g))
+                self.pending["failed_at"] = self.now()
+                return
         p = self.rng.choice(candidates)
         p.victim = "formation-kill"
         self.signal(p, signal.SIGKILL)
@@ -595,18 +607,24 @@ class Chaos:
         keys = [(t / 60.0, k) for t, _, k in self.keys if t >= warm]
         out["store_keys_per_min"] = slope(keys)
         out["store_keys_max"] = max((k for _, _, k in self.keys), default=None)
-        # Members that lived through at least half of the run after warm-up.
+        # Each member over its own life after its first minute (its own
+        # warm-up), where that leaves at least a minute: a member lives until
+        # it is failed, so few live through the run.
         lived = {}
-        for t, s in late:
+        for t, s in self.samples:
             for index, m in s["members"].items():
                 lived.setdefault(index, []).append((t / 60.0, m))
-        long_lived = {i: pts for i, pts in lived.items()
-                      if pts[-1][0] - pts[0][0] >= (end - warm) / 2.0 / 60.0}
+        long_lived = {}
+        for index, pts in lived.items():
+            settled = [(x, m) for x, m in pts if x - pts[0][0] >= 1.0]
+            if settled and settled[-1][0] - settled[0][0] >= 1.0:
+                long_lived[index] = settled
         for field in ("rss_kb", "fds", "threads"):
-            per = [slope([(x, m[field]) for x, m in pts]) for pts in long_lived.values()]
-            per = [v for v in per if v is not None]
-            out["member_" + field + "_per_min_max"] = max(per) if per else None
-        out["long_lived_members"] = len(long_lived)
+            per = sorted(v for v in (slope([(x, m[field]) for x, m in pts])
+                                     for pts in long_lived.values()) if v is not None)
+            out["member_" + field + "_per_min_median"] = per[len(per) // 2] if per else None
+            out["member_" + field + "_per_min_max"] = per[-1] if per else None
+        out["members_measured"] = len(long_lived)
         return out
 
     # -- the run -------------------------------------------------------------
@@ -646,7 +664,7 @@ class Chaos:
                                          % (self.a.recovery_timeout, json.dumps(self.pending)))
                     break
                 continue
-            if self.failures >= planned and (replay is None or not replay):
+            if (replay is None and self.failures >= planned) or replay == []:
                 continue
             if not self.quiescent():
                 continue
@@ -667,6 +685,11 @@ class Chaos:
         self.finish()
 
     def finish(self):
+        """Every process ended (continued, then killed after 30 s), the store stopped, and
+        nothing left in their process groups. Once."""
+        if self.finished:
+            return
+        self.finished = True
         for p in self.alive():
             self.cont(p)
         end = time.monotonic() + 30
@@ -676,14 +699,19 @@ class Chaos:
         for p in self.alive():
             self.problems.append("process %d (pid %d) still ran at the end: killed" % (p.index, p.pid))
             self.signal(p, signal.SIGKILL)
-            p.popen.wait()
+            try:
+                p.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.problems.append("process %d (pid %d) survived SIGKILL" % (p.index, p.pid))
             p.status = p.popen.returncode
+        if self.store is None:
+            return
         self.signal(self.store, signal.SIGTERM)
         try:
             self.store.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.signal(self.store, signal.SIGKILL)
-            self.store.popen.wait()
+            self.store.popen.wait(timeout=10)
         for p in self.procs + [self.store]:
             self.drain(p)
         time.sleep(0.2)
@@ -728,7 +756,18 @@ class Chaos:
                        sum(1 for e in self.replay if e["event"] in FAILURES)):
             problems.append("the job finished after %d failure(s), before all were injected: "
                             "give it more steps" % injected)
-        leftover = sorted(set(shm_segments()) - set(self.shm_before))
+        for p in self.procs:
+            if p.victim in ("kill", "formation-kill", "fault point") and p.status != -signal.SIGKILL:
+                problems.append("process %d (pid %d), killed as %s, ended with status %s"
+                                % (p.index, p.pid, p.victim, p.status))
+            elif p.victim == "armed" and p.status != 0:
+                problems.append("process %d (pid %d), armed to die in a ZeRO handover, ended with "
+                                "status %s without its fault point firing" % (p.index, p.pid,
+                                                                             p.status))
+        ours = {str(p.pid) for p in self.procs}
+        creator = re.compile(r"ddp-shm-(\d+)-")  # other jobs' segments are theirs to check
+        leftover = sorted(n for n in set(shm_segments()) - set(self.shm_before)
+                          if creator.match(n) and creator.match(n).group(1) in ours)
         if leftover:
             problems.append("/dev/shm holds %d ddp segment(s) that were not there before: %s"
                             % (len(leftover), ", ".join(leftover[:5])))
@@ -789,6 +828,9 @@ def main(argv):
         chaos.run()
     except KeyboardInterrupt:
         chaos.problems.append("ddp-chaos was interrupted")
+    except Exception as e:  # noqa: BLE001 -- whatever it was, nothing is left running
+        chaos.problems.append("ddp-chaos failed: %s: %s" % (type(e).__name__, e))
+    finally:
         chaos.finish()
     summary = chaos.summary(chaos.check())
     if args.summary:
