@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -63,6 +64,12 @@ class Answerer {
 
   // An elastic job's (ddp-store's): members come and go for its whole life.
   bool elastic() const { return world_size_ == admission::kElasticWorldSize; }
+  // On stderr, unless it was the last thing said.
+  void say_once(const std::string& what) {
+    if (what == last_said_) return;
+    last_said_ = what;
+    std::fprintf(stderr, "ddp-store: admission: %s\n", what.c_str());
+  }
   // How long to wait before the next poll.
   std::chrono::milliseconds pause() const {
     if (elastic()) return kPollElastic;
@@ -167,6 +174,7 @@ class Answerer {
   int admitted_count_ = 0;
   int64_t next_ticket_ = 1;
   std::map<int64_t, Clock::time_point> waiting_;  // ticket -> when it was seen
+  std::string last_said_;
 };
 
 }  // namespace
@@ -180,7 +188,14 @@ Doorman::Doorman(StorePtr store, JobSecret secret, std::string challenge, int wo
       MutexLock lock(control->mu);
       while (!control->stopping) {
         lock.unlock();
-        answerer->poll();
+        try {
+          answerer->poll();
+        } catch (const std::exception& e) {
+          // An elastic job's store admits for its whole life: a failed poll
+          // (a request it could not read) is said once and polling goes on.
+          if (!answerer->elastic()) throw;
+          answerer->say_once(e.what());
+        }
         lock.lock();
         control->changed.wait_for(control->mu, answerer->pause(),
                                   [&]() DDP_REQUIRES(control->mu) { return control->stopping; });

@@ -19,7 +19,9 @@ class Doorman {
  public:
   // Starts answering on `store`, a connection to the job's store that is
   // the doorman's alone (a TCPStore client serializes its calls, and the
-  // rank's own may block in long waits).
+  // rank's own may block in long waits). `world_size` 0
+  // (admission::kElasticWorldSize): an elastic job's, answered by
+  // ddp-store for its whole life, any member id admitted.
   Doorman(StorePtr store, JobSecret secret, std::string challenge, int world_size);
   // Stops the thread; one blocked on a store that stopped answering is left
   // behind (it owns what it uses) after 2 s.

@@ -126,6 +126,9 @@ def parse_args(argv):
         p.error("--kinds: '%s' is not among %s" % (",".join(unknown), ", ".join(KINDS)))
     if not any(k in FAILURES for k in args.kinds) and args.failures > 0:
         p.error("--kinds has no failure, but --failures is %d" % args.failures)
+    if "handover-kill" in args.kinds and "--zero" not in args.command:
+        p.error("--kinds handover-kill needs a ZeRO job (a program run with --zero): only a ZeRO "
+                "handover passes the fault point")
     if lo == hi and "join" in args.kinds:
         p.error("--elastic %s leaves no room for a join" % args.elastic)
     if args.stop_s is None:

@@ -41,6 +41,17 @@ constexpr const char* kUsage =
     "  --report-as N   the lines' prefix (default ddp-store; ddprun: ddprun)\n"
     "  $DDP_JOB_SECRET: the job's secret; processes without it are refused\n";
 
+// The server's options, or a client's of it (the admission thread's).
+c10d::TCPStoreOptions store_options(int port, bool server) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = server;
+  opts.waitWorkers = false;
+  opts.timeout = std::chrono::seconds(30);
+  ddp::compat::use_classic_tcp_store(opts);
+  return opts;
+}
+
 // "1, 2" or "none".
 std::string ids(const std::vector<int>& v) {
   std::string out;
@@ -91,13 +102,7 @@ int main(int argc, char** argv) {
 
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(port);
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    opts.timeout = std::chrono::seconds(30);
-    ddp::compat::use_classic_tcp_store(opts);
-    store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    store = c10::make_intrusive<c10d::TCPStore>(host, store_options(port, /*server=*/true));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp-store: cannot listen on %s:%d: %s\n", host.c_str(), port, e.what());
     return 1;
@@ -112,13 +117,8 @@ int main(int argc, char** argv) {
     job = ddp::detail::open_elastic_job(
         store,
         [host, listening] {
-          c10d::TCPStoreOptions client;
-          client.port = static_cast<uint16_t>(listening);
-          client.isServer = false;
-          client.waitWorkers = false;
-          client.timeout = std::chrono::seconds(30);
-          ddp::compat::use_classic_tcp_store(client);
-          return c10::make_intrusive<c10d::TCPStore>(host, client);
+          return c10::make_intrusive<c10d::TCPStore>(host,
+                                                     store_options(listening, /*server=*/false));
         },
         secret);
   } catch (const std::exception& e) {
