@@ -224,6 +224,7 @@ class Chaos:
         self.decided = {}          # generation -> (time, members, max progress before it)
         self.ready = {}            # generation -> (time, members, step)
         self.states = {}           # generation -> {member: (step, hash)}
+        self.progress_before = {}  # generation -> rank 0's last step reported before it started
         self.finals = {}           # member -> (step, hash)
         self.max_progress = -1
         self.progress_at_recovery = -1  # rank 0's step when the job recovered from the last event
@@ -424,6 +425,11 @@ class Chaos:
             else:
                 g = int(m.group(2))
                 p.generations.add(g)
+                if g not in self.states:
+                    # Rank 0's progress of this generation comes after its own state line,
+                    # which comes no earlier than this first one: what rank 0 reported done
+                    # before the generation started is what it read so far.
+                    self.progress_before[g] = self.max_progress
                 self.states.setdefault(g, {})[member] = (step, digest)
             return
         m = READY.search(text)
@@ -739,10 +745,10 @@ class Chaos:
                 problems.append("generation %d: members started from different states: %s"
                                 % (g, self.states[g]))
             steps = {step for step, _ in values}
-            if g in self.decided and steps and min(steps) < self.decided[g][2]:
+            if steps and min(steps) < self.progress_before.get(g, -1):
                 problems.append("generation %d started at step %d, but rank 0 had reported step "
-                                "%d done before it was decided: a committed step was lost"
-                                % (g, min(steps), self.decided[g][2]))
+                                "%d done before: a committed step was lost"
+                                % (g, min(steps), self.progress_before[g]))
         finals = set(self.finals.values())
         if not finals:
             problems.append("no member reported a final state (did the job finish?)")
