@@ -8,7 +8,8 @@ event at a time, each once the job has re-formed after the last:
 
   kill            SIGKILL of a random member
   stop            SIGSTOP of a random member, SIGCONT --stop-s later (it
-                  comes back as a joiner of a later generation)
+                  comes back as a joiner of a later generation; a stop
+                  shorter than the job's collective timeout is ridden out)
   join            a new process without a RANK (a fresh member id)
   formation-kill  a join, and SIGKILL of a random member as soon as the store
                   has decided the generation that takes it in (the kill lands
@@ -28,10 +29,14 @@ passes nothing to it but the environment. At the end it checks the job:
     (parameters' hash), and no generation started before a step that rank 0
     had reported done (no committed step lost);
   - every member that finished holds the same parameters at the same step;
-  - /dev/shm holds as many ddp segments as before;
+  - /dev/shm holds no ddp segment that this run's processes made;
   - resources, sampled every --sample-s: the store's key count, RSS,
-    descriptors and threads, the segments, and each long-lived member's RSS,
-    descriptors and threads, as slopes after the first quarter of the run.
+    descriptors and threads and the segments, as slopes after the first
+    quarter of the run; each member's RSS, descriptors and threads over its
+    own life after its first minute.
+
+Like ddprun, it makes a job secret (DDP_JOB_SECRET) for the store and every
+process it starts, unless one is set.
 
 It prints a summary (recovery time percentiles per kind of event, the slopes,
 the final accuracy the program reported) and writes it to --summary as JSON.
