@@ -86,10 +86,10 @@ chaos() {
 }
 
 if wanted plain; then
-  REPLAY=1 chaos plain shm 20 kill,stop,join,formation-kill --epochs 30
+  REPLAY=1 chaos plain shm 16 kill,stop,join,formation-kill --epochs 45
 fi
 if wanted zero; then
-  chaos zero gloo 12 kill,stop,join,formation-kill,handover-kill --epochs 20 --zero \
+  chaos zero gloo 12 kill,stop,join,formation-kill,handover-kill --epochs 30 --zero \
     --commit-every 1
 fi
 finish
