@@ -50,8 +50,13 @@ TimeoutError arrival_timeout(const StorePtr& store, const std::string& key_prefi
 
 bool wait_for_key(const StorePtr& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline) {
+  return wait_for_keys(store, {key}, deadline);
+}
+
+bool wait_for_keys(const StorePtr& store, const std::vector<std::string>& keys,
+                   std::chrono::steady_clock::time_point deadline) {
   Backoff backoff;
-  while (!store->check({key})) {
+  while (!store->check(keys)) {
     throw_if_setup_cancelled();
     if (std::chrono::steady_clock::now() >= deadline) return false;
     backoff.pause();

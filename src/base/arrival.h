@@ -16,6 +16,9 @@ namespace ddp::detail {
 // group set-ups are cancelled (base/setup_cancel.h).
 bool wait_for_key(const StorePtr& store, const std::string& key,
                   std::chrono::steady_clock::time_point deadline);
+// Until every one of `keys` exists (true) or `deadline` passes (false).
+bool wait_for_keys(const StorePtr& store, const std::vector<std::string>& keys,
+                   std::chrono::steady_clock::time_point deadline);
 
 // `label` names the rendezvous in keys and errors ("rendezvous", "gloo"):
 // the operation of its TimeoutError, whose peers are the missing ranks.

@@ -203,7 +203,6 @@ class Process:
     def __init__(self, index, popen, kind):
         self.index, self.popen, self.kind = index, popen, kind
         self.pid = popen.pid
-        self.started = time.monotonic()
         self.member = None        # member id, from its first state line
         self.stopped = False
         self.cont_progress = None  # rank 0's last reported step when it was continued
@@ -226,7 +225,7 @@ class Chaos:
         self.events = []           # injected events, as logged
         self.recoveries = []       # {kind, seconds}
         self.pending = None        # the event the job is recovering from
-        self.decided = {}          # generation -> (time, members, max progress before it)
+        self.decided = {}          # generation -> when the store's line said it was decided
         self.ready = {}            # generation -> (time, members, step)
         self.states = {}           # generation -> {member: (step, hash)}
         self.progress_before = {}  # generation -> rank 0's last step reported before it started
@@ -415,7 +414,7 @@ class Chaos:
         if m and p.index < 0:
             g = int(m.group(1))
             members = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
-            self.decided[g] = (t, members, self.max_progress)
+            self.decided[g] = t
             self.keys.append((t, g, int(m.group(3))))
             if self.form_kill_after is not None and g > self.form_kill_after:
                 self.form_kill_after = None
@@ -481,7 +480,7 @@ class Chaos:
                 return False  # a formation-kill or handover-kill that has not happened yet
             since = e.get("failed_at", e["t"])
             later = [g for g, (t, _, _) in self.ready.items()
-                     if g in self.decided and self.decided[g][0] >= since]
+                     if g in self.decided and self.decided[g] >= since]
             if e.get("victim_member") is not None and e["event"] != "stop":
                 # (a stopped member may be back in time to be in the next generation)
                 later = [g for g in later if e["victim_member"] not in self.ready[g][1]]
