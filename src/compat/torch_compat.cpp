@@ -29,6 +29,23 @@ void disable_libuv(T& options) {
   if constexpr (HasUseLibUV<T>::value) options.useLibUV = false;
 }
 
+// Whether T has a member `masterListenFd` (libtorch >= 2.1). Detected.
+template <typename T, typename = void>
+struct HasMasterListenFd : std::false_type {};
+template <typename T>
+struct HasMasterListenFd<T, std::void_t<decltype(std::declval<T&>().masterListenFd)>>
+    : std::true_type {};
+
+template <typename T>
+bool set_listen_fd(T& options, int fd) {
+  if constexpr (HasMasterListenFd<T>::value) {
+    options.masterListenFd = fd;
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // Whether Optimizer::zero_grad takes set_to_none (2.x, default true): then
 // it undefines gradients; 1.13's takes nothing and zeroes them. Detected.
 template <typename O, typename = void>
@@ -55,6 +72,10 @@ std::optional<std::vector<std::string>> keys_of(S& store) {
 }  // namespace
 
 void use_classic_tcp_store(c10d::TCPStoreOptions& options) { disable_libuv(options); }
+
+bool adopt_listening_socket(c10d::TCPStoreOptions& options, int fd) {
+  return set_listen_fd(options, fd);
+}
 
 std::optional<std::vector<std::string>> list_keys(c10d::Store& store) { return keys_of(store); }
 

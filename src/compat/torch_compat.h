@@ -79,6 +79,11 @@ void zero_all(at::TensorList tensors);
 // every version and is what 1.13 uses.
 void use_classic_tcp_store(c10d::TCPStoreOptions& options);
 
+// Has a TCPStore server take over `fd`, a socket bound to options.port
+// (TCPStoreOptions::masterListenFd, libtorch >= 2.1). False where the
+// field is missing (1.13): `fd` stays the caller's.
+bool adopt_listening_socket(c10d::TCPStoreOptions& options, int fd);
+
 // Every key on `store`, where its class can list them (libtorch 2.x's
 // Store::listKeys; detected); nullopt where it cannot (1.13).
 std::optional<std::vector<std::string>> list_keys(c10d::Store& store);

@@ -85,7 +85,9 @@ Membership::Membership(const ElasticOptions& options)
   // refused here and can write nothing the members would read.
   secret_ = JobSecret::from_env();
   ElasticAdmission admitted =
-      admit_elastic(connect_unadmitted(options_.reform_timeout()),
+      // The first contact: a port whose program never answers is told
+      // apart within seconds (store_handshake.h).
+      admit_elastic(connect_unadmitted(options_.reform_timeout(), kStoreHandshake),
                     ErrorContext{-1, 0, "", "elastic", {}}, secret_,
                     Clock::now() + options_.reform_timeout());
   challenge_ = admitted.challenge;
@@ -125,10 +127,15 @@ Membership::~Membership() {
 StorePtr Membership::connect() const { return connect(options_.reform_timeout()); }
 
 StorePtr Membership::connect(std::chrono::milliseconds patience) const {
-  return elastic_job_store(connect_unadmitted(patience), secret_, challenge_);
+  // ddp-store answered this process before: a slow answer now is a loaded
+  // host, not another program, and gets the whole patience (at least the
+  // first contact's bound).
+  return elastic_job_store(connect_unadmitted(patience, std::max(patience, kStoreHandshake)),
+                           secret_, challenge_);
 }
 
-StorePtr Membership::connect_unadmitted(std::chrono::milliseconds patience) const {
+StorePtr Membership::connect_unadmitted(std::chrono::milliseconds patience,
+                                        std::chrono::milliseconds answer_within) const {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port_);
   opts.isServer = false;
@@ -141,7 +148,7 @@ StorePtr Membership::connect_unadmitted(std::chrono::milliseconds patience) cons
                        Clock::now() + patience);
   return handshake(
       [host = address_, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); }, elastic,
-      who);
+      who, answer_within);
 }
 
 void Membership::watch(const ElasticWorld& now) {

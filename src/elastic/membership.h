@@ -85,8 +85,11 @@ class Membership {
   // The live processes registered for generation n, in arrival order.
   std::vector<int> arrivals(int64_t n);
   GenerationRecord propose(const std::vector<int>& before, const std::vector<int>& arrived) const;
-  // A client of the store, before the job's keys (admission's own).
-  StorePtr connect_unadmitted(std::chrono::milliseconds patience) const;
+  // A client of the store, before the job's keys (admission's own): the
+  // store must listen within `patience` and then answer within
+  // `answer_within` (store_handshake.h).
+  StorePtr connect_unadmitted(std::chrono::milliseconds patience,
+                              std::chrono::milliseconds answer_within) const;
 
   const ElasticOptions options_;
   const std::string host_, pid_namespace_;

@@ -5,6 +5,7 @@
 #include "base/env.h"
 #include "compat/torch_compat.h"
 #include "rendezvous/store_handshake.h"
+#include "rendezvous/store_listener.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -75,6 +76,7 @@ StoreConnection make_tcp_store(const Endpoint& master, const InitOptions& o,
   try {
     StorePtr store;
     if (opts.isServer) {
+      listen_on_ipv4(opts, master.host);  // no DNS look-up at each accept (store_listener.h)
       store = c10::make_intrusive<c10d::TCPStore>(master.host, opts);
     } else {
       // Told apart within seconds: a store not up yet, and a port whose

@@ -16,6 +16,7 @@
 #include "elastic/record.h"
 #include "elastic/store_gc.h"
 #include "rendezvous/admission.h"
+#include "rendezvous/store_listener.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -102,7 +103,9 @@ int main(int argc, char** argv) {
 
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(host, store_options(port, /*server=*/true));
+    auto opts = store_options(port, /*server=*/true);
+    ddp::detail::listen_on_ipv4(opts, host);  // no DNS look-up at each accept
+    store = c10::make_intrusive<c10d::TCPStore>(host, opts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp-store: cannot listen on %s:%d: %s\n", host.c_str(), port, e.what());
     return 1;
