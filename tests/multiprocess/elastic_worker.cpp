@@ -13,7 +13,8 @@
 //                                                   ZeRO's broadcast, after
 //                                                   their own update)
 //       [--reform-victim ID]                        member ID kills itself as
-//                                                   generation 1 forms (after
+//                                                   the first generation after
+//                                                   a member left forms (after
 //                                                   its state sync)
 //       [--handover-victim ID]                      member ID kills itself in
 //                                                   the ZeRO handover after the
@@ -179,7 +180,9 @@ int main(int argc, char** argv) {
     ddp::ElasticRunner runner(options);
     runner.on_world_change([&](const ddp::ElasticWorld&, const ddp::ElasticWorld& now) {
       first_of_generation = true;
-      if (f.reform_victim >= 0 && id == f.reform_victim && now.generation == 1) std::raise(SIGKILL);
+      // Not "generation 1": on a loaded machine a generation whose group did
+      // not connect is formed again, with the same members, before it.
+      if (f.reform_victim >= 0 && id == f.reform_victim && !now.left.empty()) std::raise(SIGKILL);
       if (now.rank == 0) {
         std::printf(
             "generation %lld: world %d, members %s, resumed at step %lld\n",
