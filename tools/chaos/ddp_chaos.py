@@ -4,7 +4,8 @@
 ddp-chaos starts an elastic job the way `ddprun --elastic` does (a ddp-store,
 then N ranks with RANK, WORLD_SIZE, MASTER_ADDR/PORT and the elastic bounds),
 but it owns every process, so it can fail them: from a seeded schedule, one
-event at a time, each once the job has re-formed after the last:
+event at a time, each once the job has re-formed after the last and every
+stopped member is back:
 
   kill            SIGKILL of a random member
   stop            SIGSTOP of a random member, SIGCONT --stop-s later (it
@@ -19,7 +20,8 @@ event at a time, each once the job has re-formed after the last:
 
 Every event is written to --log as one JSON line with its time, so that
 --replay LOG applies the same events to the same processes (numbered in the
-order they were started) at the same times. The program must be an elastic
+order they were started) at the same steps (rank 0's reported progress; a
+log without steps: at the same times). The program must be an elastic
 ddp program that prints examples/train's `--report-state` lines; ddp-chaos
 passes nothing to it but the environment. At the end it checks the job:
 
@@ -257,6 +259,7 @@ class Chaos:
     def record(self, event, **fields):
         entry = dict(t=round(self.now(), 3), event=event, **fields)
         if event in KINDS:
+            entry["progress"] = self.max_progress  # what --replay waits for
             self.events.append(entry)
         if self.log:
             self.log.write(json.dumps(entry) + "\n")
@@ -462,11 +465,13 @@ class Chaos:
         return max(self.decided) if self.decided else -1
 
     def quiescent(self):
-        """The latest generation is ready and every running process is in it."""
+        """The latest generation is ready, no process is stopped, and every process is in it.
+        (An event drawn while a stopped member is away would meet a world that depends on
+        when it comes back: a replay could not make it again.)"""
         g = self.latest_generation()
         if g < 0 or g not in self.ready:
             return False
-        return all(g in p.generations for p in self.running())
+        return all(not p.stopped and g in p.generations for p in self.alive())
 
     def recovered(self):
         """Whether the job re-formed after the pending event and every running process is in
@@ -681,15 +686,18 @@ class Chaos:
                 continue
             if not self.quiescent():
                 continue
-            if self.max_progress < max(self.progress_at_recovery, 0) + self.a.every_steps:
-                continue
-            if next_event is None:
-                if replay is not None:
-                    next_event = self.t0 + replay[0]["t"]
-                else:
-                    next_event = now + self.a.every * self.rng.uniform(0.5, 1.5)
-            if now < next_event:
-                continue
+            if replay is not None and "progress" in replay[0]:
+                # At the step the event was made at: the job's pace differs from run to run.
+                if self.max_progress < replay[0]["progress"]:
+                    continue
+            else:
+                if self.max_progress < max(self.progress_at_recovery, 0) + self.a.every_steps:
+                    continue
+                if next_event is None:
+                    next_event = (self.t0 + replay[0]["t"] if replay is not None else
+                                  now + self.a.every * self.rng.uniform(0.5, 1.5))
+                if now < next_event:
+                    continue
             entry = replay.pop(0) if replay is not None else None
             kind = entry["event"] if entry else self.draw()
             next_event = None
