@@ -28,7 +28,11 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ddp {
@@ -71,6 +75,38 @@ class GradBucket {
 
 // A hook with its state bound: what the reducer calls.
 using CommHook = std::function<FuturePtr(GradBucket&)>;
+
+// What a hook's state keeps between iterations, as named tensors, so that a
+// checkpoint of a DistributedDataParallel (save_checkpoint) carries it and a
+// resumed job goes on as if never stopped. A state class opts in with
+//   HookStateDict state_dict() const;
+//   void load_state_dict(const HookStateDict& dict);
+// (PowerSGDState does). `shared` is the same on every rank: rank 0's is
+// saved. `per_rank` is each rank's own (PowerSGD's error feedback): every
+// rank's is saved, and each rank gets its own back when the job resumes
+// with the same world size; in another world size it comes back empty (the
+// state starts that part afresh).
+struct HookStateDict {
+  std::map<std::string, at::Tensor> shared;
+  std::map<std::string, at::Tensor> per_rank;
+};
+
+// A registered hook's state, reached through the reducer (both empty: a
+// state class without state_dict).
+struct HookStateIO {
+  std::function<HookStateDict()> save;
+  std::function<void(const HookStateDict&)> load;
+};
+
+namespace detail {
+template <typename State, typename = void>
+struct HasStateDict : std::false_type {};
+template <typename State>
+struct HasStateDict<State,
+                    std::void_t<decltype(std::declval<const State&>().state_dict()),
+                                decltype(std::declval<State&>().load_state_dict(HookStateDict{}))>>
+    : std::true_type {};
+}  // namespace detail
 
 // A future completed with `value` when `work` completes (with its error if it
 // fails).

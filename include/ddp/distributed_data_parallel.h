@@ -251,8 +251,13 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   std::shared_ptr<State> register_comm_hook(State state, Hook hook) {
     if constexpr (std::is_same_v<State, ZeroRedundancyOptimizer*>) refuse_zero_overlap();
     auto shared = std::make_shared<State>(std::move(state));
+    HookStateIO io;
+    if constexpr (detail::HasStateDict<State>::value) {  // checkpoints carry it
+      io.save = [shared] { return shared->state_dict(); };
+      io.load = [shared](const HookStateDict& dict) { shared->load_state_dict(dict); };
+    }
     reducer_->register_comm_hook(
-        [shared, hook](GradBucket& bucket) { return hook(*shared, bucket); });
+        [shared, hook](GradBucket& bucket) { return hook(*shared, bucket); }, std::move(io));
     return shared;
   }
 
@@ -278,6 +283,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   void finish_join(int last_rank) override;
   void check_join_options(const JoinOptions& options) const override;
   Reducer& reducer() { return *reducer_; }
+  const Reducer& reducer() const { return *reducer_; }
   const DistributedDataParallelOptions& options() const { return options_; }
 
  private:

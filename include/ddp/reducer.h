@@ -161,10 +161,35 @@ class Reducer {
   void prepare_for_backward(const std::vector<at::Tensor>& outputs, bool synchronize = true);
 
   // Replaces each bucket's allreduce with `hook` (see comm_hook.h). Once,
-  // before the first backward; InvalidArgument otherwise.
-  void register_comm_hook(CommHook hook);
+  // before the first backward; InvalidArgument otherwise. `state`: how the
+  // hook's state goes into a checkpoint and back (empty: it does not).
+  void register_comm_hook(CommHook hook, HookStateIO state = {});
 
   bool has_comm_hook() const;
+
+  // The registered hook's state (checkpoint.h saves it); nullopt without a
+  // hook or when its state has no state_dict. Between iterations.
+  std::optional<HookStateDict> hook_state() const;
+  // Gives the hook's state `dict` back; nothing without a state to take it.
+  void load_hook_state(const HookStateDict& dict);
+
+  // Where the buckets stand: the parameters (their indices) in bucket
+  // order, cut at cap_bytes, after `rebuilds` rebuilds (GradBucket::layout).
+  // A checkpoint keeps it, so that a resumed job's hook sees the same
+  // buckets under the same layout number from its first iteration on (its
+  // own first iteration would otherwise use the constructed order and
+  // rebuild after it).
+  struct BucketLayout {
+    std::vector<int64_t> order;
+    int64_t cap_bytes = 0;
+    int64_t rebuilds = 0;
+  };
+  BucketLayout bucket_layout() const;
+  // Before the first synchronized iteration: the buckets become `layout`
+  // and are not rebuilt from gradient order. False (nothing changed) once
+  // an iteration has begun. InvalidArgument when the order is not a
+  // permutation of this reducer's parameters.
+  bool restore_bucket_layout(const BucketLayout& layout);
 
   // Layer-drop hints (layer_drop_hints): the parameters that the next
   // pass (the next prepare_for_backward; a forward without one, e.g. under

@@ -34,6 +34,12 @@ class GradientOrder {
   bool rebuild_due() const { return rebuild_due_; }
   // Rank 0's order, on every rank (a broadcast over `group`); not due after.
   std::vector<size_t> take_rank0_order(ProcessGroup& group);
+  // The buckets were given their order (a checkpoint's): nothing to record
+  // or rebuild.
+  void settle() {
+    recorded_ = true;
+    recording_ = rebuild_due_ = false;
+  }
 
  private:
   const bool rebuild_;

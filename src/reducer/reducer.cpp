@@ -283,7 +283,7 @@ bool Reducer::Impl::has_comm_hook() const {
   return hook_runner_ != nullptr;
 }
 
-void Reducer::Impl::set_comm_hook(CommHook hook) {
+void Reducer::Impl::set_comm_hook(CommHook hook, HookStateIO state) {
   MutexLock lock(mutex_);
   const ErrorContext context = group_->error_context("register_comm_hook");
   if (!hook) throw InvalidArgument(context, "the hook is empty");
@@ -300,6 +300,48 @@ void Reducer::Impl::set_comm_hook(CommHook hook) {
                           "forward/backward");
   }
   hook_runner_ = std::make_unique<detail::HookRunner>(std::move(hook));
+  hook_state_ = std::move(state);
+}
+
+std::optional<HookStateDict> Reducer::Impl::hook_state() const {
+  MutexLock lock(mutex_);
+  if (!hook_state_.save) return std::nullopt;
+  return hook_state_.save();
+}
+
+void Reducer::Impl::load_hook_state(const HookStateDict& dict) {
+  MutexLock lock(mutex_);
+  if (hook_state_.load) hook_state_.load(dict);
+}
+
+Reducer::BucketLayout Reducer::Impl::bucket_layout() const {
+  MutexLock lock(mutex_);
+  Reducer::BucketLayout out;
+  out.order.assign(bucket_sequence_.begin(), bucket_sequence_.end());
+  out.cap_bytes = bucket_cap_;
+  out.rebuilds = layout_;
+  return out;
+}
+
+bool Reducer::Impl::restore_bucket_layout(const Reducer::BucketLayout& layout) {
+  MutexLock lock(mutex_);
+  std::vector<bool> seen(params_.size());
+  bool permutation = layout.order.size() == params_.size();
+  for (int64_t i : layout.order) {
+    permutation = permutation && i >= 0 && static_cast<size_t>(i) < seen.size() && !seen[i];
+    if (permutation) seen[i] = true;
+  }
+  if (!permutation || layout.cap_bytes < 0 || layout.rebuilds < 0) {
+    throw InvalidArgument(group_->error_context("restore_bucket_layout"),
+                          "the saved bucket layout does not fit this model's " +
+                              std::to_string(params_.size()) +
+                              " synchronized parameters (saved from another model?)");
+  }
+  if (iterations_ > 0 || it_.phase != Phase::IDLE) return false;
+  build_buckets(std::vector<size_t>(layout.order.begin(), layout.order.end()), layout.cap_bytes);
+  layout_ = layout.rebuilds;
+  gradient_order_.settle();
+  return true;
 }
 
 void Reducer::Impl::hint_unused(const std::vector<at::Tensor>& params) {
@@ -624,7 +666,15 @@ void Reducer::parameters_replaced() { impl_->parameters_replaced(); }
 void Reducer::at_end_of_synchronized_backward(std::function<bool()> callback) {
   impl_->at_end_of_synchronized_backward(std::move(callback));
 }
-void Reducer::register_comm_hook(CommHook hook) { impl_->set_comm_hook(std::move(hook)); }
+void Reducer::register_comm_hook(CommHook hook, HookStateIO state) {
+  impl_->set_comm_hook(std::move(hook), std::move(state));
+}
+std::optional<HookStateDict> Reducer::hook_state() const { return impl_->hook_state(); }
+void Reducer::load_hook_state(const HookStateDict& dict) { impl_->load_hook_state(dict); }
+Reducer::BucketLayout Reducer::bucket_layout() const { return impl_->bucket_layout(); }
+bool Reducer::restore_bucket_layout(const BucketLayout& layout) {
+  return impl_->restore_bucket_layout(layout);
+}
 void Reducer::hint_unused(const std::vector<at::Tensor>& params) { impl_->hint_unused(params); }
 bool Reducer::has_comm_hook() const { return impl_->has_comm_hook(); }
 void Reducer::shadow_iteration() { impl_->shadow_iteration(); }

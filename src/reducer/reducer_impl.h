@@ -46,7 +46,11 @@ class Reducer::Impl {
   void set_divisor(int64_t ranks);
   void set_uneven_inputs(bool uneven);
   bool has_comm_hook() const;
-  void set_comm_hook(CommHook hook);
+  void set_comm_hook(CommHook hook, HookStateIO state);
+  std::optional<HookStateDict> hook_state() const;
+  void load_hook_state(const HookStateDict& dict);
+  Reducer::BucketLayout bucket_layout() const;
+  bool restore_bucket_layout(const Reducer::BucketLayout& layout);
   void hint_unused(const std::vector<at::Tensor>& params);
   void record_forward_time(double forward_ms);
   void parameters_replaced();
@@ -173,7 +177,8 @@ class Reducer::Impl {
   IterationStats stats_pending_ DDP_GUARDED_BY(mutex_);
   IterationStats stats_ DDP_GUARDED_BY(mutex_);
   std::unique_ptr<detail::HookRunner> hook_runner_
-      DDP_GUARDED_BY(mutex_);  // set once, before training
+      DDP_GUARDED_BY(mutex_);                      // set once, before training
+  HookStateIO hook_state_ DDP_GUARDED_BY(mutex_);  // with hook_runner_
   std::function<bool()> end_of_backward_ DDP_GUARDED_BY(mutex_);
   // Last member: hooks go first at destruction, before the state they use.
   std::vector<std::unique_ptr<GradReadyHook>> hooks_ DDP_GUARDED_BY(mutex_);
