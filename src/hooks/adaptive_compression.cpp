@@ -12,6 +12,7 @@
 #include "base/fnv1a.h"
 #include "base/mutex.h"
 #include "hooks/adaptive_policy.h"
+#include "hooks/state_dict_entries.h"
 #include "rendezvous/default_group.h"
 #include "timeline/rank_timeline.h"
 
@@ -19,6 +20,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace ddp {
@@ -94,6 +96,125 @@ class AdaptiveCompression {
 
   void mark_critical() { marks_.fetch_add(1); }
 
+  HookStateDict state_dict() const {
+    HookStateDict d;
+    d.shared["iteration"] = int_entry(iteration_);
+    d.shared["memories_checked_at"] = int_entry(memories_checked_at_);
+    d.shared["layout"] = int_entry(layout_);
+    std::map<size_t, at::Tensor> decisions, errors, sums, judged;
+    for (const auto& [index, b] : buckets_) {
+      decisions[index] = at::tensor({static_cast<int64_t>(b.level), b.decided_at, b.last_seen});
+      if (b.error.defined()) errors[index] = b.error;
+      if (b.window_sum.defined()) sums[index] = b.window_sum;
+      judged[index] = at::tensor({b.previous_norm, static_cast<double>(b.marks_seen)});
+    }
+    put_per_bucket(d.shared, "bucket.", decisions);
+    put_per_bucket(d.per_rank, "error.", errors);
+    put_per_bucket(d.per_rank, "window_sum.", sums);
+    put_per_bucket(d.per_rank, "judged.", judged);
+    d.per_rank["marks"] = int_entry(static_cast<int64_t>(marks_.load()));
+    for (const auto& [rank, state] : powersgd_) {
+      nest(d, "powersgd" + std::to_string(rank) + "/", state.state_dict());
+    }
+    MutexLock lock(stats_mutex_);
+    d.per_rank["stats.iterations"] = int_entry(stats_.iterations);
+    d.per_rank["stats.bytes_sent"] = int_entry(stats_.bytes_sent);
+    d.per_rank["stats.bytes_uncompressed"] = int_entry(stats_.bytes_uncompressed);
+    d.per_rank["stats.reductions_per_level"] = at::tensor(stats_.reductions_per_level, at::kLong);
+    std::vector<double> switches;
+    for (const auto& c : stats_.switches) {
+      switches.insert(switches.end(),
+                      {static_cast<double>(c.iteration), static_cast<double>(c.bucket),
+                       static_cast<double>(c.from), static_cast<double>(c.to),
+                       c.critical ? 1.0 : 0.0, c.norm_change});
+    }
+    d.per_rank["stats.switches"] = at::tensor(switches, at::kDouble);
+    std::vector<int64_t> levels(stats_.bucket_levels.begin(), stats_.bucket_levels.end());
+    d.per_rank["stats.bucket_levels"] = at::tensor(levels, at::kLong);
+    return d;
+  }
+
+  void load_state_dict(const HookStateDict& d) {
+    const std::string owner = "AdaptiveCompressionState";
+    // Everything is read and checked before any member changes.
+    const int64_t iteration = read_int(d.shared, "iteration", owner);
+    const int64_t checked_at = read_int(d.shared, "memories_checked_at", owner);
+    const int64_t layout = read_int(d.shared, "layout", owner);
+    std::map<size_t, Bucket> buckets;
+    for (const auto& [index, t] : per_bucket(d.shared, "bucket.", owner)) {
+      if (t.numel() != 3) bad_state_dict(owner, "bucket " + std::to_string(index) + "'s entry");
+      const auto level = static_cast<size_t>(t[0].item<int64_t>());
+      if (level >= options_.levels().size()) {
+        bad_state_dict(owner, "bucket " + std::to_string(index) + " at level " +
+                                  std::to_string(level) + " of " +
+                                  std::to_string(options_.levels().size()) + " (other levels?)");
+      }
+      Bucket& b = buckets[index];
+      b.level = level;
+      b.decided_at = t[1].item<int64_t>();
+      b.last_seen = t[2].item<int64_t>();
+    }
+    for (auto& [index, t] : per_bucket(d.per_rank, "error.", owner)) buckets[index].error = t;
+    for (auto& [index, t] : per_bucket(d.per_rank, "window_sum.", owner))
+      buckets[index].window_sum = t;
+    for (const auto& [index, t] : per_bucket(d.per_rank, "judged.", owner)) {
+      if (t.numel() != 2) bad_state_dict(owner, "bucket " + std::to_string(index) + "'s norms");
+      buckets[index].previous_norm = t[0].item<double>();
+      buckets[index].marks_seen = static_cast<uint64_t>(t[1].item<double>());
+    }
+    std::map<int64_t, HookStateDict> powersgd;
+    for (const auto* from : {&d.shared, &d.per_rank}) {
+      for (const auto& [key, t] : *from) {
+        if (key.compare(0, 8, "powersgd") != 0) continue;
+        const size_t slash = key.find('/');
+        try {
+          const int64_t rank = std::stoll(key.substr(8, slash - 8));
+          powersgd.emplace(rank, nested(d, key.substr(0, slash + 1)));
+        } catch (const std::exception&) {
+          bad_state_dict(owner, "an entry '" + key + "' without a PowerSGD rank");
+        }
+      }
+    }
+    for (const auto& [rank, dict] : powersgd) {
+      PowerSGDState(nullptr, rank, 0, 1, false, false).load_state_dict(dict);  // checks it
+    }
+    std::optional<int64_t> marks;
+    if (d.per_rank.count("marks")) marks = read_int(d.per_rank, "marks", owner);
+    const bool has_stats = d.per_rank.count("stats.iterations") > 0;
+    AdaptiveCompressionStats stats;
+    stats.reductions_per_level.assign(options_.levels().size(), 0);
+    if (has_stats) {
+      stats.iterations = read_int(d.per_rank, "stats.iterations", owner);
+      stats.bytes_sent = read_int(d.per_rank, "stats.bytes_sent", owner);
+      stats.bytes_uncompressed = read_int(d.per_rank, "stats.bytes_uncompressed", owner);
+      const at::Tensor per_level = entry(d.per_rank, "stats.reductions_per_level", owner);
+      if (per_level.numel() != static_cast<int64_t>(options_.levels().size())) {
+        bad_state_dict(owner, "statistics of another number of levels");
+      }
+      for (int64_t k = 0; k < per_level.numel(); ++k)
+        stats.reductions_per_level[k] = per_level[k].item<int64_t>();
+      const at::Tensor switches = entry(d.per_rank, "stats.switches", owner).contiguous();
+      for (int64_t k = 0; k + 6 <= switches.numel(); k += 6) {
+        const double* v = switches.data_ptr<double>() + k;
+        stats.switches.push_back({static_cast<int64_t>(v[0]), static_cast<size_t>(v[1]),
+                                  static_cast<size_t>(v[2]), static_cast<size_t>(v[3]), v[4] != 0,
+                                  v[5]});
+      }
+      const at::Tensor levels = entry(d.per_rank, "stats.bucket_levels", owner).contiguous();
+      for (int64_t k = 0; k < levels.numel(); ++k)
+        stats.bucket_levels.push_back(static_cast<size_t>(levels[k].item<int64_t>()));
+    }
+    iteration_ = iteration;
+    memories_checked_at_ = checked_at;
+    layout_ = layout;
+    buckets_ = std::move(buckets);
+    powersgd_.clear();
+    pending_powersgd_ = std::move(powersgd);
+    if (marks) marks_.store(static_cast<uint64_t>(*marks));
+    MutexLock lock(stats_mutex_);
+    stats_ = std::move(stats);
+  }
+
   FuturePtr reduce(GradBucket& bucket) {
     if (!group_) {
       group_ = group_or_default(options_.process_group());
@@ -112,6 +233,9 @@ class AdaptiveCompression {
     }
     state.last_seen = iteration_;
     at::Tensor buffer = bucket.buffer();
+    for (at::Tensor* kept : {&state.error, &state.window_sum}) {  // a checkpoint's: on the CPU
+      if (kept->defined() && kept->device() != buffer.device()) *kept = kept->to(buffer.device());
+    }
     if (iteration_ > 0 && iteration_ % options_.window() == 0 && state.decided_at < iteration_) {
       decide(index, state, buffer.device());
     }
@@ -303,6 +427,11 @@ class AdaptiveCompression {
                            /*warm_start=*/false, /*orthogonalization_epsilon=*/0,
                            options_.random_seed() + static_cast<uint64_t>(rank));
     powersgd.warm_start = true;
+    auto loaded = pending_powersgd_.find(rank);  // a checkpoint's
+    if (loaded != pending_powersgd_.end()) {
+      powersgd.load_state_dict(loaded->second);
+      pending_powersgd_.erase(loaded);
+    }
     return powersgd_.emplace(rank, std::move(powersgd)).first->second;
   }
 
@@ -316,7 +445,8 @@ class AdaptiveCompression {
   int64_t layout_ = 0;  // GradBucket::layout the memories belong to
   bool options_checked_ = false;
   std::map<size_t, Bucket> buckets_;
-  std::map<int64_t, PowerSGDState> powersgd_;  // by rank
+  std::map<int64_t, PowerSGDState> powersgd_;          // by rank
+  std::map<int64_t, HookStateDict> pending_powersgd_;  // by rank: loaded, not yet made
   // Any thread.
   std::atomic<uint64_t> marks_{0};
   mutable Mutex stats_mutex_;
@@ -337,6 +467,10 @@ const AdaptiveCompressionOptions& AdaptiveCompressionState::options() const {
 }
 AdaptiveCompressionStats AdaptiveCompressionState::stats() const { return impl_->stats(); }
 void AdaptiveCompressionState::mark_critical() { impl_->mark_critical(); }
+HookStateDict AdaptiveCompressionState::state_dict() const { return impl_->state_dict(); }
+void AdaptiveCompressionState::load_state_dict(const HookStateDict& dict) {
+  impl_->load_state_dict(dict);
+}
 
 FuturePtr adaptive_compression_hook(AdaptiveCompressionState& state, GradBucket& bucket) {
   return state.impl_->reduce(bucket);

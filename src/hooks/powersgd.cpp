@@ -15,13 +15,16 @@
 #include <ddp/errors.h>
 #include <ddp/hooks/default_hooks.h>
 
+#include "hooks/state_dict_entries.h"
 #include "rendezvous/default_group.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
+#include <sstream>
 
 namespace ddp {
 namespace {
@@ -70,6 +73,61 @@ at::Tensor apply_error_feedback(std::map<size_t, at::Tensor>& errors, size_t ind
 }
 
 }  // namespace
+
+HookStateDict PowerSGDState::state_dict() const {
+  using namespace detail;
+  HookStateDict d;
+  d.shared["iter"] = int_entry(iter_);
+  d.shared["numel_before"] = int_entry(numel_before_);
+  d.shared["numel_after"] = int_entry(numel_after_);
+  d.shared["next_stats_report"] = int_entry(next_stats_report_);
+  d.shared["layout"] = int_entry(layout_);
+  std::ostringstream rng;
+  rng << rng_;
+  const std::string text = rng.str();
+  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+  std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  d.shared["rng"] = bytes;
+  put_per_bucket(d.shared, "p.", p_memory_);
+  put_per_bucket(d.shared, "q.", q_memory_);
+  put_per_bucket(d.per_rank, "error.", error_);
+  return d;
+}
+
+void PowerSGDState::load_state_dict(const HookStateDict& d) {
+  using namespace detail;
+  const std::string owner = "PowerSGDState";
+  // Everything is read before any member changes.
+  const int64_t iter = read_int(d.shared, "iter", owner);
+  const int64_t before = read_int(d.shared, "numel_before", owner);
+  const int64_t after = read_int(d.shared, "numel_after", owner);
+  const int64_t next_report = read_int(d.shared, "next_stats_report", owner);
+  const int64_t layout = read_int(d.shared, "layout", owner);
+  const at::Tensor bytes = entry(d.shared, "rng", owner).contiguous();
+  if (bytes.scalar_type() != at::kByte) bad_state_dict(owner, "'rng' is not bytes");
+  std::istringstream text(
+      std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
+  std::mt19937 rng;
+  if (!(text >> rng)) bad_state_dict(owner, "'rng' does not read as a generator's state");
+  auto p = per_bucket(d.shared, "p.", owner), q = per_bucket(d.shared, "q.", owner);
+  auto error = per_bucket(d.per_rank, "error.", owner);
+  iter_ = iter;
+  numel_before_ = before;
+  numel_after_ = after;
+  next_stats_report_ = next_report;
+  layout_ = layout;
+  rng_ = rng;
+  p_memory_ = std::move(p);
+  q_memory_ = std::move(q);
+  error_ = std::move(error);  // empty in another world size: error feedback starts afresh
+}
+
+void PowerSGDState::place(size_t index, const at::Device& device) {
+  for (auto* memory : {&error_, &p_memory_, &q_memory_}) {
+    auto it = memory->find(index);
+    if (it != memory->end() && it->second.device() != device) it->second = it->second.to(device);
+  }
+}
 
 PowerSGDState::PowerSGDState(ProcessGroupPtr process_group_, int64_t rank, int64_t start_iter,
                              double min_rate, bool error_feedback, bool warm, double epsilon,
@@ -161,6 +219,7 @@ uint64_t PowerSGDState::next_seed() {
 FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   if (auto plain = state.allreduce_before_start(bucket)) return plain;
   state.forget_if_rebuilt(bucket);
+  state.place(bucket.index(), bucket.buffer().device());
   auto pg = detail::group_or_default(state.process_group);
   at::Tensor input = bucket.buffer();
   const size_t index = bucket.index();
@@ -260,6 +319,7 @@ FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
 FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket) {
   if (auto plain = state.allreduce_before_start(bucket)) return plain;
   state.forget_if_rebuilt(bucket);
+  state.place(bucket.index(), bucket.buffer().device());
   auto pg = detail::group_or_default(state.process_group);
   at::Tensor buffer = bucket.buffer();
   const size_t index = bucket.index();

@@ -137,6 +137,15 @@ class AdaptiveCompressionState {
   // Rank 0's next judged decision of every bucket is critical (other ranks' calls do nothing).
   void mark_critical();
 
+  // What a checkpoint carries (comm_hook.h, HookStateDict): the iteration,
+  // each bucket's level and decisions and the PowerSGD levels' warm starts
+  // as `shared`; this rank's error feedback, rank 0's window sums and norms,
+  // the marks and the statistics as `per_rank` (in another world size they
+  // start afresh). The options are the constructor's, not saved.
+  HookStateDict state_dict() const;
+  // InvalidArgument naming the entry for a dict that is not a state_dict's.
+  void load_state_dict(const HookStateDict& dict);
+
  private:
   friend FuturePtr adaptive_compression_hook(AdaptiveCompressionState& state, GradBucket& bucket);
   std::unique_ptr<detail::AdaptiveCompression> impl_;

@@ -55,6 +55,15 @@ class PowerSGDState {
   const std::map<size_t, at::Tensor>& q_memory() const { return q_memory_; }
   const std::map<size_t, at::Tensor>& error_memory() const { return error_; }
 
+  // What a checkpoint carries (comm_hook.h, HookStateDict): the iteration,
+  // the seed sequence, the statistics, the bucket layout the memories
+  // belong to and each bucket's P and Q (the same on every rank, after
+  // their allreduce) as `shared`; this rank's error feedback as `per_rank`.
+  // The hyperparameters are the constructor's, not saved.
+  HookStateDict state_dict() const;
+  // InvalidArgument naming the entry for a dict that is not a state_dict's.
+  void load_state_dict(const HookStateDict& dict);
+
  private:
   friend FuturePtr powerSGD_hook(PowerSGDState& state, GradBucket& bucket);
   friend FuturePtr batched_powerSGD_hook(PowerSGDState& state, GradBucket& bucket);
@@ -71,6 +80,9 @@ class PowerSGDState {
   void end_compressed_step(size_t index, const at::Tensor& input_copy,
                            const at::Tensor& decompressed, const GradBucket& bucket);
   void report_compression_stats(const GradBucket& bucket);
+  // A loaded state's memories of bucket `index` (CPU copies) moved to the
+  // bucket's device.
+  void place(size_t index, const at::Device& device);
   // The seed of the next random Q: the same sequence on every rank.
   uint64_t next_seed();
 
