@@ -27,6 +27,16 @@
 //   state (each rank gets its own back: dropout masks continue as if never
 //   interrupted). The module and optimizer are rank 0's: under DDP every
 //   rank holds the same ones.
+// - Given a DistributedDataParallel, also its buckets' layout and its
+//   communication hook's state, when the hook's state class has a
+//   state_dict (comm_hook.h; PowerSGDState): rank 0's shared part and every
+//   rank's own (error feedback). Loaded into a DistributedDataParallel with
+//   the same hook registered and no iteration run yet, a job with PowerSGD
+//   goes on bit-identically: its first iteration reduces the same buckets
+//   with the same memories as the uninterrupted job's would. In another
+//   world size each rank's own part comes back empty (error feedback starts
+//   afresh). A plain module ignores that part, and a DistributedDataParallel
+//   that trained already keeps its buckets. Bucket autotuning starts over.
 // - Both calls are collective: every rank of the group calls them at the same
 //   point of its program (they issue collectives on the group); inside a
 //   ddp::Join a rank that ran out of inputs no longer does: save after the

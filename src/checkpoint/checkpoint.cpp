@@ -4,6 +4,8 @@
 // waits for a collective another rank will never issue.
 #include <ddp/checkpoint.h>
 
+#include <ddp/distributed_data_parallel.h>
+
 #include "checkpoint/checkpoint_archive.h"
 #include "checkpoint/checkpoint_file.h"
 #include "collectives/flagged_ranks.h"
@@ -15,6 +17,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -61,6 +64,27 @@ at::Tensor gather_rng_states(ProcessGroup& pg) {
   return all;
 }
 
+// A DistributedDataParallel's part (its layout, its hook's state with
+// every rank's per-rank part, which each rank sends in turn); nullopt for a
+// plain module. Collective when the hook has a state to save.
+std::optional<checkpoint_detail::DdpPart> gather_ddp_part(const torch::nn::Module& module,
+                                                          ProcessGroup& pg) {
+  const DistributedDataParallelImpl* ddp = checkpoint_detail::as_ddp(module);
+  if (!ddp) return std::nullopt;
+  checkpoint_detail::DdpPart part;
+  part.layout = ddp->reducer().bucket_layout();
+  part.hook = ddp->reducer().hook_state();
+  if (part.hook) {
+    const std::string mine = checkpoint_detail::serialize_tensors(part.hook->per_rank);
+    part.hook->per_rank.clear();
+    for (int r = 0; r < pg.size(); ++r) {
+      const std::string bytes = checkpoint_detail::broadcast_bytes(pg, r, mine);
+      if (pg.rank() == 0) part.hook_per_rank.push_back(checkpoint_detail::parse_tensors(bytes));
+    }
+  }
+  return part;
+}
+
 std::string message_of(const std::exception& e) {
   if (auto* error = dynamic_cast<const Error*>(&e)) {  // its sentence, without "ddp: "
     return error->remedy().empty() ? error->problem() : error->problem() + " " + error->remedy();
@@ -78,11 +102,13 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      const CheckpointOptions& options) {
   const ProcessGroupPtr pg = detail::group_or_default(options.process_group());
   const at::Tensor rng_states = options.rng_state() ? gather_rng_states(*pg) : at::Tensor();
+  const auto ddp_part = gather_ddp_part(module, *pg);
   std::string failure;
   if (pg->rank() == 0) {
     try {
       checkpoint_detail::write_checkpoint_file(
-          path, checkpoint_detail::serialize_checkpoint(module, &optimizer, state, rng_states));
+          path, checkpoint_detail::serialize_checkpoint(module, &optimizer, state, rng_states,
+                                                        ddp_part ? &*ddp_part : nullptr));
     } catch (const std::exception& e) {
       failure = message_of(e);
     }

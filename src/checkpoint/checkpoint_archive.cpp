@@ -99,20 +99,117 @@ void match(const char* kind, const std::vector<std::pair<std::string, at::Tensor
   }
 }
 
+std::vector<std::pair<std::string, at::Tensor>> as_list(
+    const std::map<std::string, at::Tensor>& tensors) {
+  return {tensors.begin(), tensors.end()};
+}
+
+std::map<std::string, at::Tensor> as_map(std::vector<std::pair<std::string, at::Tensor>> list) {
+  return {std::make_move_iterator(list.begin()), std::make_move_iterator(list.end())};
+}
+
+std::string bytes_of(OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+void write_ddp_part(OutputArchive& archive, const DdpPart& ddp) {
+  OutputArchive part(archive.compilation_unit());
+  part.write("bucket_order", at::tensor(ddp.layout.order, at::kLong), /*is_buffer=*/true);
+  part.write("bucket_cap", c10::IValue(ddp.layout.cap_bytes));
+  part.write("bucket_rebuilds", c10::IValue(ddp.layout.rebuilds));
+  if (ddp.hook) {
+    OutputArchive shared(archive.compilation_unit());
+    write_named(shared, as_list(ddp.hook->shared));
+    part.write("hook_shared", shared);
+    part.write("hook_ranks", c10::IValue(static_cast<int64_t>(ddp.hook_per_rank.size())));
+    for (size_t r = 0; r < ddp.hook_per_rank.size(); ++r) {
+      OutputArchive mine(archive.compilation_unit());
+      write_named(mine, as_list(ddp.hook_per_rank[r]));
+      part.write("hook_rank" + std::to_string(r), mine);
+    }
+  }
+  archive.write("ddp", part);
+}
+
+// The DDP part of `archive`, if any, into `out` for `ddp` (rank `rank` of
+// `world_size`): its layout checked against ddp's parameters.
+void read_ddp_part(InputArchive& archive, DistributedDataParallelImpl& ddp, int rank,
+                   int world_size, PendingLoad& out) {
+  InputArchive part;
+  if (!archive.try_read("ddp", part)) return;  // saved from a plain module
+  out.ddp = &ddp;
+  Reducer::BucketLayout layout;
+  at::Tensor order;
+  part.read("bucket_order", order, /*is_buffer=*/true);
+  layout.order.assign(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + order.numel());
+  layout.cap_bytes = read_int(part, "bucket_cap");
+  layout.rebuilds = read_int(part, "bucket_rebuilds");
+  const size_t params = ddp.reducer().bucket_layout().order.size();
+  std::vector<bool> seen(params);
+  bool fits = layout.order.size() == params;
+  for (int64_t i : layout.order) {
+    fits = fits && i >= 0 && static_cast<size_t>(i) < params && !seen[i];
+    if (fits) seen[i] = true;
+  }
+  if (!fits) {
+    throw CheckpointError("the checkpoint's bucket layout orders " +
+                          std::to_string(layout.order.size()) +
+                          " parameters, this "
+                          "DistributedDataParallel synchronizes " +
+                          std::to_string(params) + ": was it saved with other ignored parameters?");
+  }
+  out.layout = layout;
+  InputArchive shared;
+  if (!part.try_read("hook_shared", shared)) return;
+  HookStateDict hook;
+  hook.shared = as_map(read_named(shared));
+  if (read_int(part, "hook_ranks") == world_size) {
+    InputArchive mine;
+    part.read("hook_rank" + std::to_string(rank), mine);
+    hook.per_rank = as_map(read_named(mine));
+  }
+  out.hook = std::move(hook);
+}
+
 }  // namespace
 
+const DistributedDataParallelImpl* as_ddp(const torch::nn::Module& module) {
+  return dynamic_cast<const DistributedDataParallelImpl*>(&module);
+}
+DistributedDataParallelImpl* as_ddp(torch::nn::Module& module) {
+  return dynamic_cast<DistributedDataParallelImpl*>(&module);
+}
+
+std::string serialize_tensors(const std::map<std::string, at::Tensor>& tensors) {
+  OutputArchive archive;
+  write_named(archive, as_list(tensors));
+  return bytes_of(archive);
+}
+
+std::map<std::string, at::Tensor> parse_tensors(const std::string& bytes) {
+  InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  return as_map(read_named(archive));
+}
+
 const torch::nn::Module& unwrapped(const torch::nn::Module& module) {
-  if (auto* ddp = dynamic_cast<const DistributedDataParallelImpl*>(&module)) return *ddp->module();
+  if (auto* ddp = as_ddp(module)) return *ddp->module();
   return module;
 }
 torch::nn::Module& unwrapped(torch::nn::Module& module) {
-  if (auto* ddp = dynamic_cast<DistributedDataParallelImpl*>(&module)) return *ddp->module();
+  if (auto* ddp = as_ddp(module)) return *ddp->module();
   return module;
 }
 
 std::string serialize_checkpoint(const torch::nn::Module& module,
                                  const torch::optim::Optimizer* optimizer,
-                                 const TrainingState& state, const at::Tensor& rng_states) {
+                                 const TrainingState& state, const at::Tensor& rng_states,
+                                 const DdpPart* ddp) {
   const torch::nn::Module& target = unwrapped(module);
   OutputArchive archive;
   OutputArchive parameters(archive.compilation_unit()), buffers(archive.compilation_unit());
@@ -134,13 +231,8 @@ std::string serialize_checkpoint(const torch::nn::Module& module,
   write_named(extra, {state.extra.begin(), state.extra.end()});
   archive.write("extra", extra);
   if (rng_states.defined()) archive.write("rng_states", rng_states, /*is_buffer=*/true);
-
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
+  if (ddp) write_ddp_part(archive, *ddp);
+  return bytes_of(archive);
 }
 
 PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& module,
@@ -212,6 +304,8 @@ PendingLoad parse_checkpoint(const char* bytes, size_t size, torch::nn::Module& 
     }
   }
 
+  if (auto* ddp = as_ddp(module)) read_ddp_part(archive, *ddp, rank, world_size, out);
+
   out.state.epoch = read_int(archive, "epoch");
   out.state.iteration = read_int(archive, "iteration");
   out.state.epoch_samples = read_int(archive, "epoch_samples");
@@ -233,6 +327,9 @@ std::string broadcast_bytes(ProcessGroup& pg, int root, const std::string& bytes
 }
 
 void PendingLoad::apply() const {
+  // The hook's state first: a dict it refuses leaves everything unchanged.
+  if (ddp && hook) ddp->reducer().load_hook_state(*hook);
+  if (ddp && layout) ddp->reducer().restore_bucket_layout(*layout);  // false once trained
   at::NoGradGuard no_grad;
   for (const auto& [tensor, value] : copies) tensor.copy_(value);
   if (rng_state.defined()) {
