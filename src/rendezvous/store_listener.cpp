@@ -38,7 +38,8 @@ bool names_ipv4_only(const std::string& host) {
 void listen_on_ipv4(c10d::TCPStoreOptions& options, const std::string& host) {
   if (!names_ipv4_only(host)) return;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("cannot open a socket: ") + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error(std::string("cannot open a socket: ") + std::strerror(errno));
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as libtorch's own listener
   sockaddr_in address{};

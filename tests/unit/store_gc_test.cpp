@@ -8,6 +8,7 @@
 #include "elastic/record.h"
 #include "elastic/store_gc.h"
 #include "rendezvous/admission.h"
+#include "rendezvous/store_listener.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -27,6 +28,7 @@ c10::intrusive_ptr<c10d::TCPStore> server() {
   opts.waitWorkers = false;
   opts.timeout = std::chrono::seconds(10);
   compat::use_classic_tcp_store(opts);
+  listen_on_ipv4(opts, "127.0.0.1");  // as ddp-store: no DNS look-up per client
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
   open_elastic_job(store, {}, std::nullopt);  // as ddp-store does, without a secret
   return store;
