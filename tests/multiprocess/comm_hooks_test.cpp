@@ -2,6 +2,7 @@
 // support/rank_gtest.h): ddprun --nproc-per-node N comm_hooks_test
 // With --device cuda the hooks' gradient checks (CommHooks.Default*,
 // CommHooks.PowerSgd*) run on the GPU.
+#include "support/bitwise.h"
 #include "support/raised.h"
 #include "support/rank_gtest.h"
 
@@ -53,13 +54,6 @@ double max_relative(const std::vector<torch::Tensor>& a, const std::vector<torch
   return worst;
 }
 
-bool identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 // Same values on every rank?
 bool agree_across_ranks(const ProcessGroupPtr& pg, const torch::Tensor& t) {
   std::vector<torch::Tensor> all;
@@ -84,7 +78,7 @@ void default_hooks(const ProcessGroupPtr& pg) {
   auto exact = gradients(pg, fresh(), {}, x);
   auto with_allreduce = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, allreduce_hook); }, x);
-  check(identical(with_allreduce, exact), "allreduce_hook gives the same gradients as no hook");
+  check(bitwise_equal(with_allreduce, exact), "allreduce_hook gives the same gradients as no hook");
   auto fp16 = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, fp16_compress_hook); }, x);
   auto bf16 = gradients(
@@ -99,9 +93,9 @@ void default_hooks(const ProcessGroupPtr& pg) {
   auto bf16_wrapped = gradients(
       pg, fresh(),
       [&](auto& m) { m->register_comm_hook(pg, bf16_compress_wrapper(allreduce_hook)); }, x);
-  check(identical(fp16_wrapped, fp16),
+  check(bitwise_equal(fp16_wrapped, fp16),
         "fp16_compress_wrapper(allreduce_hook) == fp16_compress_hook");
-  check(identical(bf16_wrapped, bf16),
+  check(bitwise_equal(bf16_wrapped, bf16),
         "bf16_compress_wrapper(allreduce_hook) == bf16_compress_hook");
   auto noop = gradients(
       pg, fresh(), [&](auto& m) { m->register_comm_hook(pg, noop_hook); }, x, 1);
@@ -113,7 +107,7 @@ void default_hooks(const ProcessGroupPtr& pg) {
   alone->forward(x.to(this_rank().device, at::kDouble)).pow(2).sum().backward();
   std::vector<torch::Tensor> own;
   for (auto& p : alone->parameters()) own.push_back(p.grad());
-  check(max_relative(noop, own) < 1e-12 && identical(noop, local),
+  check(max_relative(noop, own) < 1e-12 && bitwise_equal(noop, local),
         "noop_hook leaves each rank its own gradients");
 }
 

@@ -3,6 +3,7 @@
 // (a different model, a damaged file, a file rank 0 cannot read or write).
 // The exact resume of a killed multi-process job: checkpoint_resume_test.sh.
 #include "spawn.h"
+#include "support/bitwise.h"
 #include "support/raised.h"
 
 #include <ddp/checkpoint.h>
@@ -58,14 +59,6 @@ std::vector<torch::Tensor> snapshot(const Net& net) {
   for (const auto& p : net.parameters()) out.push_back(p.detach().clone());
   for (const auto& b : net.buffers()) out.push_back(b.clone());
   return out;
-}
-
-bool bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
 }
 
 class Checkpoint : public ::testing::Test {

@@ -7,6 +7,7 @@
 // not, which is what makes the first check able to fail; in another world
 // size each rank's own part (error feedback) comes back empty.
 #include "spawn.h"
+#include "support/bitwise.h"
 
 #include <ddp/checkpoint.h>
 #include <ddp/distributed_data_parallel.h>
@@ -65,16 +66,53 @@ std::vector<torch::Tensor> snapshot(DistributedDataParallel& model) {
   return out;
 }
 
-bool bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 torch::optim::SGD sgd(DistributedDataParallel& model) {
   return torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+}
+
+// One rank's part of a job with the hook `register_hook` registers (it
+// returns the state): `save_at` steps, a checkpoint at `path`, kAfter more.
+// Then the same kAfter steps twice from the checkpoint: loaded into a DDP
+// with a fresh hook (`resumed`), and loaded into the plain module that a
+// DDP with a fresh hook then wraps (`without_hook_state`: fresh hook state
+// and buckets).
+template <typename State>
+struct ResumedJob {
+  std::shared_ptr<State> state, resumed_state;
+  std::vector<torch::Tensor> uninterrupted, resumed, without_hook_state;
+};
+
+constexpr int kAfter = 4;
+
+template <typename Register>
+auto train_save_resume(const std::string& path, ProcessGroupPtr pg, int rank, int save_at,
+                       Register register_hook) {
+  const auto options = CheckpointOptions().process_group(pg).rng_state(false);
+  auto model = wrap(make_net(), pg);
+  ResumedJob<typename decltype(register_hook(model))::element_type> job;
+  job.state = register_hook(model);
+  auto opt = sgd(model);
+  for (int s = 0; s < save_at; ++s) train_step(model, opt, rank, s);
+  save_checkpoint(path, *model, opt, TrainingState{0, save_at, 0, {}}, options);
+  for (int s = save_at; s < save_at + kAfter; ++s) train_step(model, opt, rank, s);
+  job.uninterrupted = snapshot(model);
+
+  auto resumed = wrap(make_net(), pg);
+  job.resumed_state = register_hook(resumed);
+  auto resumed_opt = sgd(resumed);
+  EXPECT_TRUE(load_checkpoint(path, *resumed, resumed_opt, options));
+  for (int s = save_at; s < save_at + kAfter; ++s) train_step(resumed, resumed_opt, rank, s);
+  job.resumed = snapshot(resumed);
+
+  auto net = make_net();
+  auto plain_opt =
+      torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  EXPECT_TRUE(load_checkpoint(path, *net, plain_opt, options));
+  auto fresh = wrap(net, pg);
+  register_hook(fresh);
+  for (int s = save_at; s < save_at + kAfter; ++s) train_step(fresh, plain_opt, rank, s);
+  job.without_hook_state = snapshot(fresh);
+  return job;
 }
 
 class HookCheckpoint : public ::testing::TestWithParam<bool> {
@@ -95,40 +133,18 @@ class HookCheckpoint : public ::testing::TestWithParam<bool> {
   std::string dir_, path_;
 };
 
-constexpr int kSaveAt = 6, kAfter = 4;
+constexpr int kSaveAt = 6;
 
 TEST_P(HookCheckpoint, APowerSGDJobResumesBitIdenticallyOnlyWithItsHooksState) {
   spawn(2, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 2);
-    const auto options = CheckpointOptions().process_group(pg).rng_state(false);
-
-    auto model = wrap(make_net(), pg);
-    auto state = model->register_comm_hook(powersgd(pg), hook);
-    auto opt = sgd(model);
-    for (int s = 0; s < kSaveAt; ++s) train_step(model, opt, rank, s);
-    ASSERT_FALSE(state->error_memory().empty()) << "PowerSGD has not started: nothing to test";
-    save_checkpoint(path_, *model, opt, TrainingState{0, kSaveAt, 0, {}}, options);
-    for (int s = kSaveAt; s < kSaveAt + kAfter; ++s) train_step(model, opt, rank, s);
-    const auto uninterrupted = snapshot(model);
-
-    auto resumed = wrap(make_net(), pg);
-    auto resumed_state = resumed->register_comm_hook(powersgd(pg), hook);
-    auto resumed_opt = sgd(resumed);
-    ASSERT_TRUE(load_checkpoint(path_, *resumed, resumed_opt, options));
-    EXPECT_EQ(resumed_state->iter(), kSaveAt);
-    for (int s = kSaveAt; s < kSaveAt + kAfter; ++s) train_step(resumed, resumed_opt, rank, s);
-    EXPECT_TRUE(bitwise_equal(snapshot(resumed), uninterrupted)) << "rank " << rank;
-
-    // Loaded into the plain module before wrapping: the same parameters and
-    // momentum, but a fresh hook state and buckets.
-    auto net = make_net();
-    auto plain_opt =
-        torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    ASSERT_TRUE(load_checkpoint(path_, *net, plain_opt, options));
-    auto fresh = wrap(net, pg);
-    fresh->register_comm_hook(powersgd(pg), hook);
-    for (int s = kSaveAt; s < kSaveAt + kAfter; ++s) train_step(fresh, plain_opt, rank, s);
-    EXPECT_FALSE(bitwise_equal(snapshot(fresh), uninterrupted))
+    auto job = train_save_resume(path_, pg, rank, kSaveAt, [&](DistributedDataParallel& model) {
+      return model->register_comm_hook(powersgd(pg), hook);
+    });
+    EXPECT_FALSE(job.state->error_memory().empty()) << "PowerSGD never ran: nothing to test";
+    EXPECT_EQ(job.resumed_state->iter(), job.state->iter());
+    EXPECT_TRUE(bitwise_equal(job.resumed, job.uninterrupted)) << "rank " << rank;
+    EXPECT_FALSE(bitwise_equal(job.without_hook_state, job.uninterrupted))
         << "rank " << rank << ": the hook's state made no difference; the test proves nothing";
   });
 }
@@ -171,46 +187,19 @@ AdaptiveCompressionState adaptive(ProcessGroupPtr pg) {
 TEST(AdaptiveHookCheckpoint, AnAdaptiveJobResumesBitIdenticallyOnlyWithItsHooksState) {
   char tmpl[] = "/tmp/ddp-hook-checkpoint-test.XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl, path = dir + "/run.ckpt";
-  constexpr int kAdaptiveSaveAt = 9;
+  const std::string dir = tmpl;
   spawn(2, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 2);
-    const auto options = CheckpointOptions().process_group(pg).rng_state(false);
-
-    auto model = wrap(make_net(), pg);
-    auto state = model->register_comm_hook(adaptive(pg), adaptive_compression_hook);
-    auto opt = sgd(model);
-    for (int s = 0; s < kAdaptiveSaveAt; ++s) train_step(model, opt, rank, s);
-    ASSERT_GT(state->stats().reductions_per_level.at(2), 0)
-        << "no bucket reached PowerSGD before the save: nothing to test";
-    save_checkpoint(path, *model, opt, TrainingState{0, kAdaptiveSaveAt, 0, {}}, options);
-    for (int s = kAdaptiveSaveAt; s < kAdaptiveSaveAt + kAfter; ++s) {
-      train_step(model, opt, rank, s);
-    }
-    const auto uninterrupted = snapshot(model);
-    const auto uninterrupted_stats = state->stats();
-
-    auto resumed = wrap(make_net(), pg);
-    auto resumed_state = resumed->register_comm_hook(adaptive(pg), adaptive_compression_hook);
-    auto resumed_opt = sgd(resumed);
-    ASSERT_TRUE(load_checkpoint(path, *resumed, resumed_opt, options));
-    for (int s = kAdaptiveSaveAt; s < kAdaptiveSaveAt + kAfter; ++s) {
-      train_step(resumed, resumed_opt, rank, s);
-    }
-    EXPECT_TRUE(bitwise_equal(snapshot(resumed), uninterrupted)) << "rank " << rank;
-    EXPECT_EQ(resumed_state->stats().bucket_levels, uninterrupted_stats.bucket_levels);
-    EXPECT_EQ(resumed_state->stats().switches.size(), uninterrupted_stats.switches.size());
-
-    auto net = make_net();
-    auto plain_opt =
-        torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    ASSERT_TRUE(load_checkpoint(path, *net, plain_opt, options));
-    auto fresh = wrap(net, pg);
-    fresh->register_comm_hook(adaptive(pg), adaptive_compression_hook);
-    for (int s = kAdaptiveSaveAt; s < kAdaptiveSaveAt + kAfter; ++s) {
-      train_step(fresh, plain_opt, rank, s);
-    }
-    EXPECT_FALSE(bitwise_equal(snapshot(fresh), uninterrupted))
+    // Saved at step 9: PowerSGD from the sixth iteration on.
+    auto job = train_save_resume(dir + "/run.ckpt", pg, rank, 9, [&](DistributedDataParallel& m) {
+      return m->register_comm_hook(adaptive(pg), adaptive_compression_hook);
+    });
+    const auto stats = job.state->stats();
+    ASSERT_GT(stats.switches.size(), 1u) << "the buckets did not move down the ladder";
+    EXPECT_LT(stats.switches.back().iteration, 9) << "PowerSGD came only after the save";
+    EXPECT_TRUE(bitwise_equal(job.resumed, job.uninterrupted)) << "rank " << rank;
+    EXPECT_EQ(job.resumed_state->stats().bucket_levels, stats.bucket_levels);
+    EXPECT_FALSE(bitwise_equal(job.without_hook_state, job.uninterrupted))
         << "rank " << rank << ": the hook's state made no difference; the test proves nothing";
   });
   std::system(("rm -rf '" + dir + "'").c_str());
