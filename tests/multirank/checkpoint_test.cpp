@@ -5,6 +5,7 @@
 #include "spawn.h"
 #include "support/bitwise.h"
 #include "support/raised.h"
+#include "support/scratch_dir.h"
 
 #include <ddp/checkpoint.h>
 #include <ddp/errors.h>
@@ -63,14 +64,6 @@ std::vector<torch::Tensor> snapshot(const Net& net) {
 
 class Checkpoint : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ddp-checkpoint-test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/run.ckpt";
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
-
   // Saves a checkpoint of Net() after 3 steps on `ranks` ranks.
   void save_reference(int ranks) {
     on_ranks(ranks, [&](int, ProcessGroupPtr pg) {
@@ -108,7 +101,8 @@ class Checkpoint : public ::testing::Test {
     };
   }
 
-  std::string dir_, path_;
+  const ScratchDir scratch_{"ddp-checkpoint-test"};
+  const std::string dir_ = scratch_.path(), path_ = dir_ + "/run.ckpt";
 };
 
 TEST_F(Checkpoint, ResumesModuleOptimizerStateAndEachRanksGenerator) {

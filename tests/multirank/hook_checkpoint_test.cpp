@@ -8,6 +8,7 @@
 // size each rank's own part (error feedback) comes back empty.
 #include "spawn.h"
 #include "support/bitwise.h"
+#include "support/scratch_dir.h"
 
 #include <ddp/checkpoint.h>
 #include <ddp/distributed_data_parallel.h>
@@ -17,7 +18,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -117,20 +117,13 @@ auto train_save_resume(const std::string& path, ProcessGroupPtr pg, int rank, in
 
 class HookCheckpoint : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ddp-hook-checkpoint-test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/run.ckpt";
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
-
   // The layer-wise hook, or the batched one (the test's parameter).
   static FuturePtr hook(PowerSGDState& state, GradBucket& bucket) {
     return GetParam() ? batched_powerSGD_hook(state, bucket) : powerSGD_hook(state, bucket);
   }
 
-  std::string dir_, path_;
+  const ScratchDir scratch_{"ddp-hook-checkpoint-test"};
+  const std::string path_ = scratch_.path() + "/run.ckpt";
 };
 
 constexpr int kSaveAt = 6;
@@ -185,15 +178,14 @@ AdaptiveCompressionState adaptive(ProcessGroupPtr pg) {
 }
 
 TEST(AdaptiveHookCheckpoint, AnAdaptiveJobResumesBitIdenticallyOnlyWithItsHooksState) {
-  char tmpl[] = "/tmp/ddp-hook-checkpoint-test.XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch("ddp-hook-checkpoint-test");
   spawn(2, [&](int rank, StorePtr store) {
     auto pg = make_group(store, rank, 2);
     // Saved at step 9: PowerSGD from the sixth iteration on.
-    auto job = train_save_resume(dir + "/run.ckpt", pg, rank, 9, [&](DistributedDataParallel& m) {
-      return m->register_comm_hook(adaptive(pg), adaptive_compression_hook);
-    });
+    auto job = train_save_resume(
+        scratch.path() + "/run.ckpt", pg, rank, 9, [&](DistributedDataParallel& m) {
+          return m->register_comm_hook(adaptive(pg), adaptive_compression_hook);
+        });
     const auto stats = job.state->stats();
     ASSERT_GT(stats.switches.size(), 1u) << "the buckets did not move down the ladder";
     EXPECT_LT(stats.switches.back().iteration, 9) << "PowerSGD came only after the save";
@@ -202,7 +194,6 @@ TEST(AdaptiveHookCheckpoint, AnAdaptiveJobResumesBitIdenticallyOnlyWithItsHooksS
     EXPECT_FALSE(bitwise_equal(job.without_hook_state, job.uninterrupted))
         << "rank " << rank << ": the hook's state made no difference; the test proves nothing";
   });
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Hooks, HookCheckpoint, ::testing::Values(false, true),
